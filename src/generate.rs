@@ -1,0 +1,286 @@
+//! The generator core: specs → instances → CUDA C → (cache | NVRTC) → library files.
+//! The CLI, the build.rs `Builder` and bundle creation all call [`generate`].
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use crate::cache::{Cache, Lookup};
+use crate::error::{Error, Result};
+use crate::hashing::{cache_key, sha256_hex, KeyInputs};
+use crate::manifest::{self, FileRef, InstanceEntry, Manifest, Target};
+use crate::nvrtc;
+use crate::ops;
+use crate::output::{self, FileSet, WriteReport};
+use crate::render::{config_hash, Renderer};
+use crate::spec::{self, Arch, Instance};
+
+/// What to generate and where.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A specs folder (every `*.yaml` under it) or one spec file.
+    pub specs: PathBuf,
+    /// Folder whose templates replace the embedded ones of the same name.
+    pub templates: Option<PathBuf>,
+    /// Library folder to write.
+    pub out: PathBuf,
+    /// Parallel compiles; 0 means one per core.
+    pub jobs: usize,
+    /// Replace every spec's archs with these.
+    pub archs: Option<Vec<Arch>>,
+    /// Compare with `out` instead of writing.
+    pub check: bool,
+    /// Cache folder; None for the default location.
+    pub cache_dir: Option<PathBuf>,
+    /// Also write `bindings.rs` (Rust bindings over the library).
+    pub bindings: bool,
+    /// Only instances whose name contains this.
+    pub filter: Option<String>,
+}
+
+impl Options {
+    pub fn new(specs: impl Into<PathBuf>, out: impl Into<PathBuf>) -> Self {
+        Options {
+            specs: specs.into(),
+            templates: None,
+            out: out.into(),
+            jobs: 0,
+            archs: None,
+            check: false,
+            cache_dir: None,
+            bindings: true,
+            filter: None,
+        }
+    }
+}
+
+/// Progress events, for a progress bar or `--message-format json`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Planned { instances: usize, compiles: usize },
+    Compiled { instance: String, arch: Arch, cached: bool, millis: u64 },
+    CacheCorrupt { message: String },
+}
+
+/// What a run did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Report {
+    pub instances: usize,
+    pub compiled: usize,
+    pub cache_hits: usize,
+    pub corrupt_cache_entries: usize,
+    pub written: Vec<PathBuf>,
+    pub removed: Vec<PathBuf>,
+    pub unchanged: usize,
+    /// Spec and template files read (for `cargo:rerun-if-changed`).
+    pub inputs: Vec<PathBuf>,
+    pub millis: u64,
+}
+
+/// Everything up to rendering: no NVRTC needed. Used by `check`, `list` and `show`.
+pub struct Rendered {
+    pub instances: Vec<Instance>,
+    pub sources: Vec<String>,
+    pub inputs: Vec<PathBuf>,
+}
+
+pub fn render_all(opts: &Options) -> Result<Rendered> {
+    let (spec_files, mut instances) = spec::load_dir(&opts.specs)?;
+    if let Some(archs) = &opts.archs {
+        for inst in &mut instances {
+            inst.archs = archs.clone();
+        }
+        // The new archs may not fit (bf16 on sm_75, shared memory on sm_86): recheck.
+        let mut problems = Vec::new();
+        for inst in &instances {
+            problems.extend(ops::arch_problems(inst).into_iter().map(|(_, m)| format!("{}: {m}", inst.name)));
+            problems.extend(ops::check(inst).into_iter().map(|(_, m)| format!("{}: {m}", inst.name)));
+        }
+        if !problems.is_empty() {
+            return Err(Error::Usage(format!("--arch does not fit every instance:\n  {}", problems.join("\n  "))));
+        }
+    }
+    if let Some(f) = &opts.filter {
+        instances.retain(|i| i.name.contains(f.as_str()));
+    }
+    let renderer = Renderer::new(opts.templates.as_deref())?;
+    let sources = instances.iter().map(|i| renderer.render(i)).collect::<Result<Vec<_>>>()?;
+    let mut inputs: Vec<PathBuf> = spec_files.into_iter().map(|s| s.path).collect();
+    inputs.extend(renderer.files_read);
+    Ok(Rendered { instances, sources, inputs })
+}
+
+/// Runs the whole pipeline. Nothing is written unless every instance rendered and compiled.
+pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Report> {
+    let start = Instant::now();
+    let rendered = render_all(opts)?;
+    let nv = nvrtc::load()?;
+    let nvrtc_version = nv.version();
+    let cache = Cache::open(match &opts.cache_dir {
+        Some(d) => d.clone(),
+        None => Cache::default_location()?,
+    });
+
+    // One job per (instance, arch).
+    let jobs: Vec<(usize, Arch)> = rendered
+        .instances
+        .iter()
+        .enumerate()
+        .flat_map(|(i, inst)| inst.archs.iter().map(move |&a| (i, a)))
+        .collect();
+    on_event(&Event::Planned { instances: rendered.instances.len(), compiles: jobs.len() });
+
+    let hits = AtomicUsize::new(0);
+    let corrupt = AtomicUsize::new(0);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs)
+        .build()
+        .map_err(|e| Error::Environment(format!("cannot start worker threads: {e}")))?;
+    let compiled: Vec<Result<(String, nvrtc::Compiled)>> = pool.install(|| {
+        use rayon::prelude::*;
+        jobs.par_iter()
+            .map(|&(i, arch)| {
+                let inst = &rendered.instances[i];
+                let source = &rendered.sources[i];
+                let options = nvrtc::options(arch);
+                let key = cache_key(&KeyInputs {
+                    source,
+                    nvrtc_version: &nvrtc_version,
+                    options: &options,
+                    arch,
+                    tilegen_version: crate::VERSION,
+                });
+                let t = Instant::now();
+                match cache.get(&key) {
+                    Lookup::Hit(c) => {
+                        hits.fetch_add(1, Ordering::Relaxed);
+                        on_event(&Event::Compiled { instance: inst.name.clone(), arch, cached: true, millis: 0 });
+                        return Ok((key, c));
+                    }
+                    Lookup::Corrupt(message) => {
+                        corrupt.fetch_add(1, Ordering::Relaxed);
+                        on_event(&Event::CacheCorrupt { message });
+                    }
+                    Lookup::Miss => {}
+                }
+                let c = nvrtc::compile(&inst.name, source, arch).map_err(|(log, options)| {
+                    // Keep the failing source where the user can open it.
+                    let path = std::env::temp_dir().join(format!("tilegen-failed-{}.cu", inst.name));
+                    let _ = std::fs::write(&path, source);
+                    Error::Compile { instance: inst.name.clone(), arch: arch.to_string(), source_path: path, options, log }
+                })?;
+                cache.put(&key, &c)?;
+                on_event(&Event::Compiled {
+                    instance: inst.name.clone(),
+                    arch,
+                    cached: false,
+                    millis: t.elapsed().as_millis() as u64,
+                });
+                Ok((key, c))
+            })
+            .collect()
+    });
+    let compiled = compiled.into_iter().collect::<Result<Vec<_>>>()?;
+
+    let (manifest, files) = assemble(&rendered, &nvrtc_version, &jobs, &compiled, opts.bindings)?;
+    let _ = manifest;
+    let mut report = Report {
+        instances: rendered.instances.len(),
+        compiled: jobs.len() - hits.load(Ordering::Relaxed),
+        cache_hits: hits.load(Ordering::Relaxed),
+        corrupt_cache_entries: corrupt.load(Ordering::Relaxed),
+        inputs: rendered.inputs.clone(),
+        ..Default::default()
+    };
+    if opts.check {
+        let diffs = output::check_library(&opts.out, &files);
+        if !diffs.is_empty() {
+            return Err(Error::OutOfDate(format!(
+                "{} is out of date with the specs ({} differences); run `tilegen generate`:\n  {}",
+                opts.out.display(),
+                diffs.len(),
+                diffs.join("\n  ")
+            )));
+        }
+    } else {
+        let WriteReport { written, removed, unchanged } = output::write_library(&opts.out, &files)?;
+        report.written = written;
+        report.removed = removed;
+        report.unchanged = unchanged;
+    }
+    report.millis = start.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+fn file_ref(path: String, bytes: &[u8]) -> FileRef {
+    FileRef { path, sha256: sha256_hex(bytes), bytes: bytes.len() as u64 }
+}
+
+/// Builds the manifest and the full set of library files.
+fn assemble(
+    rendered: &Rendered,
+    nvrtc_version: &str,
+    jobs: &[(usize, Arch)],
+    compiled: &[(String, nvrtc::Compiled)],
+    bindings: bool,
+) -> Result<(Manifest, FileSet)> {
+    let mut files = FileSet::new();
+    let mut entries = Vec::new();
+    for (i, inst) in rendered.instances.iter().enumerate() {
+        let src_path = format!("kernels/{}.cu", inst.name);
+        let src = rendered.sources[i].as_bytes();
+        let source = file_ref(src_path.clone(), src);
+        files.insert(src_path, src.to_vec());
+        let mut targets = Vec::new();
+        for ((_, arch), (key, c)) in jobs.iter().zip(compiled).filter(|((j, _), _)| *j == i) {
+            let ptx_path = format!("kernels/{}.{}.ptx", inst.name, arch);
+            let cubin_path = format!("kernels/{}.{}.cubin", inst.name, arch);
+            targets.push(Target {
+                arch: *arch,
+                cache_key: key.clone(),
+                ptx: file_ref(ptx_path.clone(), &c.ptx),
+                cubin: file_ref(cubin_path.clone(), &c.cubin),
+                resources: c.resources.clone(),
+            });
+            files.insert(ptx_path, c.ptx.clone());
+            files.insert(cubin_path, c.cubin.clone());
+        }
+        entries.push(InstanceEntry {
+            name: inst.name.clone(),
+            op: inst.op,
+            dtype: inst.dtype,
+            out_dtype: inst.out_dtype,
+            params: inst.params.clone(),
+            epilogue: inst.epilogue.clone(),
+            origin: inst.origin.clone(),
+            entry_point: inst.entry_point(),
+            args: ops::signature(inst),
+            launch: ops::launch(inst),
+            config_sha256: config_hash(inst),
+            source,
+            targets,
+        });
+    }
+    if bindings {
+        let mut m = Manifest {
+            format: manifest::FORMAT,
+            tilegen_version: crate::VERSION.into(),
+            nvrtc_version: nvrtc_version.into(),
+            instances: entries.clone(),
+            files: Vec::new(),
+        };
+        m.files = files.keys().cloned().collect();
+        let text = crate::bindings::generate(&m)?;
+        files.insert(crate::bindings::FILE_NAME.into(), text.into_bytes());
+    }
+    let manifest = Manifest {
+        format: manifest::FORMAT,
+        tilegen_version: crate::VERSION.into(),
+        nvrtc_version: nvrtc_version.into(),
+        instances: entries,
+        files: files.keys().cloned().collect(),
+    };
+    files.insert(manifest::FILE_NAME.into(), manifest.to_bytes());
+    Ok((manifest, files))
+}

@@ -1,0 +1,385 @@
+//! The `tilegen` command line: a thin front end over the library.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tilegen::cache::Cache;
+use tilegen::error::Error;
+use tilegen::generate::{self, Event, Options};
+use tilegen::spec::Arch;
+
+#[derive(Parser)]
+#[command(name = "tilegen", version, about = "Generate, compile and cache CUDA tile kernels from YAML specs")]
+struct Cli {
+    /// Output style: `human` text, or `json` (one JSON object per line on stdout).
+    #[arg(long, value_enum, default_value_t = MessageFormat::Human, global = true)]
+    message_format: MessageFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MessageFormat {
+    Human,
+    Json,
+}
+
+#[derive(clap::Args, Clone)]
+struct Inputs {
+    /// Specs folder (every *.yaml under it) or one spec file.
+    #[arg(long, default_value = "specs")]
+    specs: PathBuf,
+    /// Folder of templates overriding the embedded ones by file name.
+    #[arg(long)]
+    templates: Option<PathBuf>,
+    /// Only instances whose name contains this text.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Compile for these archs instead of each spec's (comma-separated, e.g. sm_80,sm_90).
+    #[arg(long, value_delimiter = ',', value_parser = parse_arch)]
+    arch: Option<Vec<Arch>>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Render, compile and write the kernel library.
+    Generate {
+        #[command(flatten)]
+        inputs: Inputs,
+        /// Library folder to write.
+        #[arg(long, short, default_value = "generated")]
+        out: PathBuf,
+        /// Parallel compiles (default: one per core).
+        #[arg(long, short = 'j', default_value_t = 0)]
+        jobs: usize,
+        /// Write nothing; exit 1 if the library on disk differs from what would be written.
+        #[arg(long)]
+        check: bool,
+        /// Cache folder (default: TILEGEN_CACHE_DIR, else the user cache folder).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// Do not write Rust bindings.
+        #[arg(long)]
+        no_bindings: bool,
+    },
+    /// Validate the specs and render every instance; needs no NVRTC.
+    Check {
+        #[command(flatten)]
+        inputs: Inputs,
+    },
+    /// List the instances the specs produce.
+    List {
+        #[command(flatten)]
+        inputs: Inputs,
+    },
+    /// Print one instance's CUDA C, or its PTX for an arch.
+    Show {
+        /// Instance name (see `tilegen list`).
+        name: String,
+        #[command(flatten)]
+        inputs: Inputs,
+        /// Print the PTX for this arch instead (compiles it, through the cache).
+        #[arg(long, value_parser = parse_arch)]
+        ptx: Option<Arch>,
+    },
+    /// Inspect or prune the compile cache.
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
+        /// Cache folder (default: TILEGEN_CACHE_DIR, else the user cache folder).
+        #[arg(long, global = true)]
+        cache_dir: Option<PathBuf>,
+    },
+    /// Report what NVRTC, driver and GPU tilegen finds.
+    Doctor,
+}
+
+#[derive(Subcommand)]
+enum CacheAction {
+    /// Entries and size.
+    Stats,
+    /// Check every entry; remove corrupt ones.
+    Verify,
+    /// Remove every entry.
+    Clean,
+    /// Remove least recently used entries until the cache is at most --max-size.
+    Gc {
+        /// Size such as 500M or 2G.
+        #[arg(long, value_parser = parse_size)]
+        max_size: u64,
+    },
+}
+
+fn parse_arch(s: &str) -> Result<Arch, String> {
+    Arch::parse(s).ok_or_else(|| format!("unknown arch `{s}` (expected one of: {})", Arch::choices()))
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let m = match s[i..].to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+                "" => 1u64,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                _ => return Err(format!("unknown size unit in `{s}` (use K, M, G or T)")),
+            };
+            (&s[..i], m)
+        }
+        None => (s, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("bad size `{s}`"))
+}
+
+fn options(inputs: &Inputs, out: PathBuf) -> Options {
+    let mut o = Options::new(&inputs.specs, out);
+    o.templates = inputs.templates.clone();
+    o.filter = inputs.filter.clone();
+    o.archs = inputs.arch.clone();
+    o
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.message_format == MessageFormat::Json;
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if json {
+                let diagnostics: Vec<serde_json::Value> = match &e {
+                    Error::Spec(d) => d
+                        .0
+                        .iter()
+                        .map(|d| {
+                            serde_json::json!({
+                                "file": d.file, "line": d.mark.line, "column": d.mark.col, "message": d.message
+                            })
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                println!(
+                    "{}",
+                    serde_json::json!({"event": "error", "exit_code": e.exit_code(), "message": e.to_string(), "diagnostics": diagnostics})
+                );
+            } else {
+                eprintln!("{}", e);
+            }
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+fn emit_json(v: serde_json::Value) {
+    println!("{v}");
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Error> {
+    let json = cli.message_format == MessageFormat::Json;
+    match cli.command {
+        Command::Generate { inputs, out, jobs, check, cache_dir, no_bindings } => {
+            let mut o = options(&inputs, out);
+            o.jobs = jobs;
+            o.check = check;
+            o.cache_dir = cache_dir;
+            o.bindings = !no_bindings;
+            let bar: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
+            let show_bar = !json && std::io::stderr().is_terminal();
+            let on_event = |ev: &Event| {
+                if json {
+                    emit_json(serde_json::to_value(ev).unwrap_or_default());
+                    return;
+                }
+                let mut bar = bar.lock().unwrap_or_else(|p| p.into_inner());
+                match ev {
+                    Event::Planned { compiles, .. } if show_bar => {
+                        let pb = indicatif::ProgressBar::new(*compiles as u64);
+                        pb.set_style(
+                            indicatif::ProgressStyle::with_template("{spinner} compiling [{bar:30}] {pos}/{len} {msg}")
+                                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                        );
+                        *bar = Some(pb);
+                    }
+                    Event::Compiled { instance, arch, .. } => {
+                        if let Some(pb) = bar.as_ref() {
+                            pb.set_message(format!("{instance} ({arch})"));
+                            pb.inc(1);
+                        }
+                    }
+                    Event::CacheCorrupt { message } => {
+                        let line = format!("warning: corrupt cache entry rebuilt: {message}");
+                        match bar.as_ref() {
+                            Some(pb) => pb.println(line),
+                            None => eprintln!("{line}"),
+                        }
+                    }
+                    _ => {}
+                }
+            };
+            let report = generate::generate(&o, &on_event)?;
+            if let Some(pb) = bar.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                pb.finish_and_clear();
+            }
+            if json {
+                emit_json(serde_json::json!({"event": "done", "report": report}));
+            } else {
+                let verb = if check { "checked" } else { "generated" };
+                eprintln!(
+                    "{verb} {} instances into {} in {:.2}s: {} compiled, {} from cache, {} files written, {} removed, {} unchanged",
+                    report.instances,
+                    o.out.display(),
+                    report.millis as f64 / 1000.0,
+                    report.compiled,
+                    report.cache_hits,
+                    report.written.len(),
+                    report.removed.len(),
+                    report.unchanged
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { inputs } => {
+            let r = generate::render_all(&options(&inputs, PathBuf::new()))?;
+            if json {
+                emit_json(serde_json::json!({"event": "checked", "instances": r.instances.len()}));
+            } else {
+                eprintln!("{} spec file(s) OK: {} instances rendered", r.inputs.len(), r.instances.len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { inputs } => {
+            let r = generate::render_all(&options(&inputs, PathBuf::new()))?;
+            for inst in &r.instances {
+                let launch = tilegen::ops::launch(inst);
+                if json {
+                    emit_json(serde_json::json!({
+                        "name": inst.name, "op": inst.op, "dtype": inst.dtype, "params": inst.params,
+                        "epilogue": inst.epilogue, "archs": inst.archs, "threads": launch.threads,
+                        "origin": format!("{}:{}", inst.origin.file, inst.origin.line)
+                    }));
+                } else {
+                    let archs: Vec<&str> = inst.archs.iter().map(|a| a.as_str()).collect();
+                    let epi: Vec<&str> = inst.epilogue.iter().map(|e| e.as_str()).collect();
+                    println!(
+                        "{:<44} {:<10} {:<5} threads={:<5} epilogue=[{}] archs={}  ({}:{})",
+                        inst.name,
+                        inst.op,
+                        inst.dtype,
+                        launch.threads,
+                        epi.join(","),
+                        archs.join(","),
+                        inst.origin.file,
+                        inst.origin.line
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { name, inputs, ptx } => {
+            let mut o = options(&inputs, PathBuf::new());
+            o.filter = Some(name.clone());
+            let r = generate::render_all(&o)?;
+            let Some(i) = r.instances.iter().position(|i| i.name == name) else {
+                return Err(Error::Usage(format!("no instance named `{name}`; `tilegen list` shows them")));
+            };
+            match ptx {
+                None => print!("{}", r.sources[i]),
+                Some(arch) => {
+                    let c = tilegen::nvrtc::compile(&name, &r.sources[i], arch).map_err(|(log, options)| {
+                        Error::Compile {
+                            instance: name.clone(),
+                            arch: arch.to_string(),
+                            source_path: PathBuf::from("(rendered in memory)"),
+                            options,
+                            log,
+                        }
+                    })?;
+                    print!("{}", String::from_utf8_lossy(&c.ptx));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cache { action, cache_dir } => {
+            let cache = Cache::open(match cache_dir {
+                Some(d) => d,
+                None => Cache::default_location()?,
+            });
+            match action {
+                CacheAction::Stats => {
+                    let s = cache.stats();
+                    if json {
+                        emit_json(serde_json::json!({"cache": cache.root(), "stats": s}));
+                    } else {
+                        println!(
+                            "{}: {} entries, {:.1} MiB, {} temporary files",
+                            cache.root().display(),
+                            s.entries,
+                            s.bytes as f64 / (1 << 20) as f64,
+                            s.temporary_files
+                        );
+                    }
+                }
+                CacheAction::Verify => {
+                    let (n, bad) = cache.verify();
+                    if json {
+                        emit_json(serde_json::json!({"checked": n, "corrupt_removed": bad}));
+                    } else {
+                        println!("{n} entries checked, {} corrupt (removed)", bad.len());
+                        for b in &bad {
+                            println!("  corrupt: {b}");
+                        }
+                    }
+                    if !bad.is_empty() {
+                        return Ok(ExitCode::from(1));
+                    }
+                }
+                CacheAction::Clean => {
+                    cache.clean()?;
+                    if !json {
+                        println!("removed every entry under {}", cache.root().display());
+                    }
+                }
+                CacheAction::Gc { max_size } => {
+                    let (n, bytes) = cache.gc(max_size);
+                    if json {
+                        emit_json(serde_json::json!({"removed": n, "bytes_freed": bytes}));
+                    } else {
+                        println!("removed {n} entries, freed {:.1} MiB", bytes as f64 / (1 << 20) as f64);
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor => {
+            let mut lines = Vec::new();
+            let nvrtc = match tilegen::nvrtc::load() {
+                Ok(nv) => format!("NVRTC {} at {}", nv.version(), nv.location),
+                Err(e) => format!("NVRTC: not found\n{e}"),
+            };
+            lines.push(nvrtc);
+            lines.push(format!("cache: {}", Cache::default_location().map(|p| p.display().to_string()).unwrap_or_else(|e| e.to_string())));
+            lines.push(tilegen_gpu_line());
+            if json {
+                emit_json(serde_json::json!({"doctor": lines}));
+            } else {
+                for l in lines {
+                    println!("{l}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn tilegen_gpu_line() -> String {
+    "GPU: (runtime checks come with the bindings)".into()
+}

@@ -1,0 +1,311 @@
+//! NVRTC through cudarc: finding the library, compiling one instance for one arch to PTX and a
+//! cubin, and reading the compiler's resource report.
+//!
+//! cudarc opens libnvrtc by bare name only and panics when none loads, so tilegen finds the
+//! library itself and loads it (and its builtins, which libnvrtc opens by bare name at compile
+//! time) with RTLD_GLOBAL first; cudarc's later open of the same soname then finds it loaded.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::spec::model::Arch;
+
+/// The NVRTC release tilegen pins for output that must load on the test machine's driver.
+pub const PINNED_WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
+
+/// Options every compile gets. Part of the cache key.
+pub const BASE_OPTIONS: &[&str] = &["-std=c++17", "--ptxas-options=-v", "-default-device"];
+
+/// How to get NVRTC, for error messages.
+pub const INSTALL_HINT: &str = "install it with `scripts/setup-nvrtc` (pip-installs the pinned \
+     nvidia-cuda-nvrtc wheel into ./.nvrtc), or point TILEGEN_NVRTC at libnvrtc.so.13 or its folder, \
+     or set CUDA_PATH to a CUDA toolkit";
+
+/// A loaded NVRTC.
+#[derive(Debug, Clone)]
+pub struct Nvrtc {
+    pub major: i32,
+    pub minor: i32,
+    /// Where the library was found (or the bare name the loader resolved).
+    pub location: String,
+}
+
+impl Nvrtc {
+    pub fn version(&self) -> String {
+        format!("{}.{}", self.major, self.minor)
+    }
+}
+
+static LOADED: OnceLock<std::result::Result<Nvrtc, String>> = OnceLock::new();
+
+/// Finds and loads NVRTC once per process.
+pub fn load() -> Result<&'static Nvrtc> {
+    LOADED
+        .get_or_init(locate_and_load)
+        .as_ref()
+        .map_err(|e| Error::Environment(e.clone()))
+}
+
+/// Places searched, in order, with what each was. Used by `tilegen doctor` too.
+pub fn candidate_dirs() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    if let Some(p) = crate::env::var_os("TILEGEN_NVRTC") {
+        let p = PathBuf::from(p);
+        let dir = if p.is_file() { p.parent().map(Path::to_path_buf).unwrap_or_default() } else { p };
+        out.push(("TILEGEN_NVRTC".to_string(), dir));
+    }
+    for var in ["CUDA_PATH", "CUDA_HOME"] {
+        if let Some(p) = crate::env::var_os(var) {
+            let p = PathBuf::from(p);
+            out.push((var.to_string(), p.join("lib64")));
+            out.push((var.to_string(), p.join("lib")));
+        }
+    }
+    out.push(("/usr/local/cuda".into(), PathBuf::from("/usr/local/cuda/lib64")));
+    // The project-local wheel install made by scripts/setup-nvrtc, from here upwards.
+    let mut starts = vec![];
+    if let Ok(cwd) = std::env::current_dir() {
+        starts.push(cwd);
+    }
+    if let Some(m) = crate::env::var_os("CARGO_MANIFEST_DIR") {
+        starts.push(PathBuf::from(m));
+    }
+    for start in starts {
+        for dir in start.ancestors() {
+            let cand = dir.join(".nvrtc/nvidia/cu13/lib");
+            if cand.is_dir() && !out.iter().any(|(_, d)| d == &cand) {
+                out.push(("project .nvrtc".into(), cand));
+            }
+        }
+    }
+    out
+}
+
+fn lib_in(dir: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
+    let lib = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())?;
+    let builtins = std::fs::read_dir(dir).ok().and_then(|rd| {
+        let mut names: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("libnvrtc-builtins.so.") && !n.contains(".alt."))
+            })
+            .collect();
+        names.sort();
+        names.pop()
+    });
+    Some((lib, builtins))
+}
+
+/// Python's site-packages, where `pip install nvidia-cuda-nvrtc` puts the library.
+fn python_wheel_dir() -> Option<PathBuf> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import importlib.util as u; s=u.find_spec('nvidia'); print('\\n'.join(s.submodule_search_locations) if s else '')",
+        ])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| PathBuf::from(l.trim()).join("cu13/lib"))
+        .find(|p| p.is_dir())
+}
+
+fn open_global(path: &Path) -> std::result::Result<(), String> {
+    // SAFETY: loading a shared library runs its initialisers; libnvrtc's are benign. The
+    // handle is leaked on purpose so the library stays loaded for cudarc.
+    unsafe {
+        let lib = libloading::os::unix::Library::open(
+            Some(path),
+            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        std::mem::forget(lib);
+    }
+    Ok(())
+}
+
+fn locate_and_load() -> std::result::Result<Nvrtc, String> {
+    let mut tried = Vec::new();
+    let mut dirs = candidate_dirs();
+    let mut location = None;
+    for (what, dir) in dirs.drain(..) {
+        if let Some((lib, builtins)) = lib_in(&dir) {
+            if let Some(b) = &builtins {
+                open_global(b)?;
+            }
+            open_global(&lib)?;
+            location = Some(format!("{} ({what})", lib.display()));
+            break;
+        }
+        tried.push(format!("{} ({what})", dir.display()));
+    }
+    if location.is_none() {
+        // The loader's own search path (LD_LIBRARY_PATH, ldconfig).
+        // SAFETY: as in open_global.
+        let found = unsafe { libloading::Library::new("libnvrtc.so.13").or_else(|_| libloading::Library::new("libnvrtc.so")) };
+        match found {
+            Ok(lib) => {
+                std::mem::forget(lib);
+                location = Some("libnvrtc.so (loader path)".into());
+            }
+            Err(_) => tried.push("the loader path (LD_LIBRARY_PATH, ldconfig)".into()),
+        }
+    }
+    if location.is_none() {
+        if let Some(dir) = python_wheel_dir() {
+            if let Some((lib, builtins)) = lib_in(&dir) {
+                if let Some(b) = &builtins {
+                    open_global(b)?;
+                }
+                open_global(&lib)?;
+                location = Some(format!("{} (python site-packages)", lib.display()));
+            }
+        }
+        if location.is_none() {
+            tried.push("python3's site-packages (nvidia/cu13/lib)".into());
+        }
+    }
+    let Some(location) = location else {
+        return Err(format!(
+            "NVRTC (libnvrtc.so) was not found. Looked in:\n  {}\nTo fix: {INSTALL_HINT}",
+            tried.join("\n  ")
+        ));
+    };
+    // SAFETY: probing only opens the library by the names cudarc uses.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(format!("NVRTC at {location} loaded, but cudarc could not open it by name"));
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+    Ok(Nvrtc { major, minor, location })
+}
+
+/// Registers, shared memory and spills of one kernel on one arch, from ptxas' report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    pub registers: u32,
+    /// Static shared memory (dynamic shared memory is in the launch geometry).
+    pub shared_bytes: u32,
+    pub stack_bytes: u32,
+    pub spill_store_bytes: u32,
+    pub spill_load_bytes: u32,
+}
+
+impl Resources {
+    /// Parses the `--ptxas-options=-v` lines of a compile log.
+    pub fn from_log(log: &str) -> Resources {
+        let mut r = Resources::default();
+        let num_before = |line: &str, unit: &str| -> Option<u32> {
+            let i = line.find(unit)?;
+            line[..i].split_whitespace().last()?.parse().ok()
+        };
+        for line in log.lines() {
+            if line.contains("Used") && line.contains("registers") {
+                r.registers = num_before(line, " registers").unwrap_or(0);
+                r.shared_bytes = num_before(line, " bytes smem").unwrap_or(0);
+            }
+            if line.contains("stack frame") {
+                r.stack_bytes = num_before(line, " bytes stack frame").unwrap_or(0);
+                r.spill_store_bytes = num_before(line, " bytes spill stores").unwrap_or(0);
+                r.spill_load_bytes = num_before(line, " bytes spill loads").unwrap_or(0);
+            }
+        }
+        r
+    }
+}
+
+/// What one compile produced.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub ptx: Vec<u8>,
+    pub cubin: Vec<u8>,
+    pub log: String,
+    pub resources: Resources,
+}
+
+/// The compile options for an arch, in the order given to NVRTC.
+pub fn options(arch: Arch) -> Vec<String> {
+    let mut o = vec![format!("--gpu-architecture={}", arch.as_str())];
+    o.extend(BASE_OPTIONS.iter().map(|s| s.to_string()));
+    o
+}
+
+/// Compiles `source` for `arch`, producing PTX and a cubin in one pass. On failure the error
+/// carries the NVRTC log and options; the caller adds the path of the rendered source.
+pub fn compile(name: &str, source: &str, arch: Arch) -> std::result::Result<Compiled, (String, String)> {
+    load().map_err(|e| (e.to_string(), String::new()))?;
+    let opts = options(arch);
+    let src = CString::new(source).map_err(|_| ("source contains a NUL byte".to_string(), String::new()))?;
+    let file = CString::new(format!("{name}.cu")).unwrap_or_default();
+    use cudarc::nvrtc::{result, sys};
+    let prog = result::create_program(&src, Some(&file)).map_err(|e| (format!("{e:?}"), String::new()))?;
+    // SAFETY: prog is live until destroy_program below; buffers are sized by NVRTC.
+    unsafe {
+        let compiled = result::compile_program(prog, &opts);
+        let log = result::get_program_log(prog)
+            .map(|l| {
+                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            })
+            .unwrap_or_default();
+        if let Err(e) = compiled {
+            let _ = result::destroy_program(prog);
+            return Err((format!("{e:?}\n{log}"), opts.join(" ")));
+        }
+        let ptx: Vec<u8> = result::get_ptx(prog)
+            .map_err(|e| (format!("{e:?}"), opts.join(" ")))?
+            .into_iter()
+            .map(|c| c as u8)
+            .take_while(|&b| b != 0)
+            .collect();
+        let mut size = 0usize;
+        let cubin = match sys::nvrtcGetCUBINSize(prog, &mut size).result() {
+            Ok(()) => {
+                let mut buf = vec![0u8; size];
+                sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _)
+                    .result()
+                    .map_err(|e| (format!("{e:?}"), opts.join(" ")))?;
+                buf
+            }
+            Err(e) => {
+                let _ = result::destroy_program(prog);
+                return Err((format!("nvrtcGetCUBIN: {e:?}"), opts.join(" ")));
+            }
+        };
+        let _ = result::destroy_program(prog);
+        let resources = Resources::from_log(&log);
+        Ok(Compiled { ptx, cubin, log, resources })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ptxas_report() {
+        let log = "ptxas info    : Compiling entry function 'k' for 'sm_90'\n\
+                   ptxas info    : Function properties for k\n\
+                   ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
+                   ptxas info    : Used 40 registers, used 1 barriers, 256 bytes smem\n";
+        let r = Resources::from_log(log);
+        assert_eq!(
+            r,
+            Resources { registers: 40, shared_bytes: 256, stack_bytes: 8, spill_store_bytes: 4, spill_load_bytes: 12 }
+        );
+    }
+}

@@ -1,0 +1,286 @@
+//! What each op family accepts, how it is checked, what its kernel's arguments are and how it
+//! is launched. The spec layer asks here which fields an op takes; the renderer, the manifest
+//! and the bindings ask here for the signature and the launch rule.
+
+mod elementwise;
+mod gemm;
+mod rows;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::model::{Arch, DType, Epilogue, Instance, Op, Params};
+
+/// Kernel fields a spec may give (besides name, op, dtype, archs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Field {
+    Block,
+    Items,
+    Variant,
+    Affine,
+    Tile,
+    Warp,
+    Stages,
+    Layout,
+    Tf32,
+    OutDtype,
+    Epilogue,
+}
+
+impl Field {
+    pub const ALL: &'static [Field] = &[
+        Field::Block,
+        Field::Items,
+        Field::Variant,
+        Field::Affine,
+        Field::Tile,
+        Field::Warp,
+        Field::Stages,
+        Field::Layout,
+        Field::Tf32,
+        Field::OutDtype,
+        Field::Epilogue,
+    ];
+    pub fn key(self) -> &'static str {
+        match self {
+            Field::Block => "block",
+            Field::Items => "items",
+            Field::Variant => "variant",
+            Field::Affine => "affine",
+            Field::Tile => "tile",
+            Field::Warp => "warp",
+            Field::Stages => "stages",
+            Field::Layout => "layout",
+            Field::Tf32 => "tf32",
+            Field::OutDtype => "out_dtype",
+            Field::Epilogue => "epilogue",
+        }
+    }
+    pub fn from_key(key: &str) -> Option<Field> {
+        Field::ALL.iter().copied().find(|f| f.key() == key)
+    }
+}
+
+/// Static description of an op family.
+pub struct OpInfo {
+    /// Template file (under `templates/`) that renders the kernel.
+    pub template: &'static str,
+    pub dtypes: &'static [DType],
+    pub fields: &'static [Field],
+    pub epilogues: &'static [Epilogue],
+}
+
+pub fn info(op: Op) -> &'static OpInfo {
+    match op {
+        Op::VectorAdd => &elementwise::VECTOR_ADD,
+        Op::Fma => &elementwise::FMA,
+        Op::Softmax => &rows::SOFTMAX,
+        Op::LayerNorm => &rows::LAYERNORM,
+        Op::RmsNorm => &rows::RMSNORM,
+        Op::Gemm => &gemm::GEMM,
+    }
+}
+
+/// Fills in the defaults of an op's parameters that a spec left out.
+pub fn apply_defaults(op: Op, params: &mut Params) {
+    match op {
+        Op::VectorAdd | Op::Fma => elementwise::defaults(params),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::defaults(op, params),
+        Op::Gemm => gemm::defaults(params),
+    }
+}
+
+/// Problems with a resolved instance, each attributed to the field that causes it, checked
+/// before anything is rendered or compiled.
+pub fn check(inst: &Instance) -> Vec<(Field, String)> {
+    let mut problems = match inst.op {
+        Op::VectorAdd | Op::Fma => elementwise::check(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::check(inst),
+        Op::Gemm => gemm::check(inst),
+    };
+    let threads = launch(inst).threads;
+    if threads > 1024 {
+        problems.push((
+            Field::Block,
+            format!("{threads} threads per block is over the limit of 1024"),
+        ));
+    }
+    let smem = launch(inst).shared_bytes;
+    for arch in &inst.archs {
+        if smem > arch.max_shared_per_block() {
+            problems.push((
+                shared_memory_field(inst.op),
+                format!(
+                    "needs {smem} bytes of shared memory per block, over {arch}'s limit of {}",
+                    arch.max_shared_per_block()
+                ),
+            ));
+        }
+    }
+    problems
+}
+
+fn shared_memory_field(op: Op) -> Field {
+    match op {
+        Op::Gemm => Field::Stages,
+        _ => Field::Block,
+    }
+}
+
+/// Suffix appended to the spec name to make the instance name, e.g. `_b256_i4`.
+pub fn name_suffix(inst: &Instance) -> String {
+    let p = &inst.params;
+    let mut s = String::new();
+    if let Some(v) = p.variant {
+        s += &format!("_{v}");
+    }
+    if let Some([m, n, k]) = p.tile {
+        s += &format!("_{m}x{n}x{k}");
+    }
+    if let Some([m, n]) = p.warp {
+        s += &format!("_w{m}x{n}");
+    }
+    if let Some(st) = p.stages {
+        s += &format!("_s{st}");
+    }
+    if let Some(l) = p.layout {
+        s += &format!("_{l}");
+    }
+    if let Some(b) = p.block {
+        s += &format!("_b{b}");
+    }
+    if let Some(i) = p.items {
+        s += &format!("_i{i}");
+    }
+    if p.tf32 == Some(true) {
+        s += "_tf32";
+    }
+    s
+}
+
+/// How a kernel argument is passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgKind {
+    /// Device pointer read by the kernel.
+    In,
+    /// Device pointer written by the kernel.
+    Out,
+    /// Scalar by value.
+    Scalar,
+}
+
+/// One kernel argument, in call order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Arg {
+    pub name: String,
+    pub kind: ArgKind,
+    /// Element type for pointers (`f32`, `f16`, `bf16`), value type for scalars (`i64`, `f32`).
+    #[serde(rename = "type")]
+    pub ty: String,
+}
+
+impl Arg {
+    pub fn input(name: &str, dtype: DType) -> Arg {
+        Arg {
+            name: name.into(),
+            kind: ArgKind::In,
+            ty: dtype.as_str().into(),
+        }
+    }
+    pub fn output(name: &str, dtype: DType) -> Arg {
+        Arg {
+            name: name.into(),
+            kind: ArgKind::Out,
+            ty: dtype.as_str().into(),
+        }
+    }
+    pub fn scalar(name: &str, ty: &str) -> Arg {
+        Arg {
+            name: name.into(),
+            kind: ArgKind::Scalar,
+            ty: ty.into(),
+        }
+    }
+    /// The C parameter declaration in the kernel's signature.
+    pub fn c_decl(&self) -> String {
+        let elem = |t: &str| DType::parse(t).map(DType::c_type).unwrap_or("void");
+        match self.kind {
+            ArgKind::In => format!("const {}* __restrict__ {}", elem(&self.ty), self.name),
+            ArgKind::Out => format!("{}* __restrict__ {}", elem(&self.ty), self.name),
+            ArgKind::Scalar => {
+                let t = match self.ty.as_str() {
+                    "i64" => "long long",
+                    "f32" => "float",
+                    other => other,
+                };
+                format!("{t} {}", self.name)
+            }
+        }
+    }
+}
+
+pub fn signature(inst: &Instance) -> Vec<Arg> {
+    match inst.op {
+        Op::VectorAdd | Op::Fma => elementwise::signature(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::signature(inst),
+        Op::Gemm => gemm::signature(inst),
+    }
+}
+
+/// How the grid is sized from the problem at launch time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum GridRule {
+    /// Grid-stride over `n` elements; `elems_per_block` per block per trip.
+    Elements { elems_per_block: u32 },
+    /// One block per `rows_per_block` rows (grid-stride beyond the grid limit).
+    Rows { rows_per_block: u32, max_cols: Option<u32> },
+    /// One block per `tile_m`×`tile_n` output tile, in a grouped order.
+    Tiles { tile_m: u32, tile_n: u32 },
+}
+
+/// Launch geometry of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    pub threads: u32,
+    pub grid: GridRule,
+    /// Dynamic shared memory per block, in bytes (static shared memory is in the resources).
+    pub shared_bytes: u32,
+}
+
+pub fn launch(inst: &Instance) -> Launch {
+    match inst.op {
+        Op::VectorAdd | Op::Fma => elementwise::launch(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::launch(inst),
+        Op::Gemm => gemm::launch(inst),
+    }
+}
+
+/// Op-specific values for the template, beyond the common ones.
+pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
+    match inst.op {
+        Op::Gemm => gemm::template_values(inst),
+        _ => Vec::new(),
+    }
+}
+
+pub(crate) fn is_pow2_in(v: u32, lo: u32, hi: u32) -> bool {
+    v.is_power_of_two() && (lo..=hi).contains(&v)
+}
+
+/// Archs of the instance that lack something it needs, with the reason.
+pub fn arch_problems(inst: &Instance) -> Vec<(Arch, String)> {
+    let mut out = Vec::new();
+    for &arch in &inst.archs {
+        for dt in [inst.dtype, inst.out_dtype] {
+            if arch.sm() < dt.min_sm() {
+                out.push((arch, format!("{dt} needs sm_{}+, and {arch} lacks it", dt.min_sm())));
+            }
+        }
+        if let Some(reason) = gemm::arch_problem(inst, arch) {
+            out.push((arch, reason));
+        }
+    }
+    out.dedup();
+    out
+}

@@ -1,0 +1,112 @@
+//! Row ops over a rows×cols tensor: softmax, layernorm, rmsnorm. One block per row; the
+//! one-pass form keeps the whole row in registers (`block`×`items` 16-byte vectors, so it
+//! reads and writes each element once), the online softmax streams rows of any length.
+
+use super::{is_pow2_in, Arg, Field, GridRule, Launch, OpInfo};
+use crate::spec::model::{DType, Instance, Op, Params, SoftmaxVariant};
+
+const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
+
+pub static SOFTMAX: OpInfo = OpInfo {
+    template: "softmax.cu",
+    dtypes: ALL_DTYPES,
+    fields: &[Field::Block, Field::Items, Field::Variant],
+    epilogues: &[],
+};
+
+pub static LAYERNORM: OpInfo = OpInfo {
+    template: "norm.cu",
+    dtypes: ALL_DTYPES,
+    fields: &[Field::Block, Field::Items, Field::Affine],
+    epilogues: &[],
+};
+
+pub static RMSNORM: OpInfo = OpInfo {
+    template: "norm.cu",
+    dtypes: ALL_DTYPES,
+    fields: &[Field::Block, Field::Items, Field::Affine],
+    epilogues: &[],
+};
+
+pub fn defaults(op: Op, p: &mut Params) {
+    p.block.get_or_insert(256);
+    p.items.get_or_insert(2);
+    match op {
+        Op::Softmax => {
+            p.variant.get_or_insert(SoftmaxVariant::OnePass);
+        }
+        _ => {
+            p.affine.get_or_insert(true);
+        }
+    }
+}
+
+/// Registers one thread may spend on the row before the kernel spills: 64 f32 values.
+const MAX_VALUES_PER_THREAD: u32 = 64;
+
+pub fn check(inst: &Instance) -> Vec<(Field, String)> {
+    let mut out = Vec::new();
+    let p = &inst.params;
+    if let Some(b) = p.block {
+        if !is_pow2_in(b, 32, 1024) {
+            out.push((Field::Block, format!("block must be a power of two from 32 to 1024, not {b}")));
+        }
+    }
+    if let Some(i) = p.items {
+        if !is_pow2_in(i, 1, 32) {
+            out.push((Field::Items, format!("items must be a power of two from 1 to 32, not {i}")));
+        } else if i * inst.dtype.per_16_bytes() > MAX_VALUES_PER_THREAD {
+            out.push((
+                Field::Items,
+                format!(
+                    "items {i} holds {} {} values per thread in registers, over the limit of {MAX_VALUES_PER_THREAD}",
+                    i * inst.dtype.per_16_bytes(),
+                    inst.dtype
+                ),
+            ));
+        }
+    }
+    out
+}
+
+pub fn signature(inst: &Instance) -> Vec<Arg> {
+    let t = inst.dtype;
+    let mut args = vec![Arg::input("x", t)];
+    let affine = inst.params.affine == Some(true);
+    match inst.op {
+        Op::LayerNorm if affine => {
+            args.push(Arg::input("weight", t));
+            args.push(Arg::input("bias", t));
+        }
+        Op::RmsNorm if affine => args.push(Arg::input("weight", t)),
+        _ => {}
+    }
+    args.push(Arg::output("out", t));
+    args.push(Arg::scalar("rows", "i64"));
+    args.push(Arg::scalar("cols", "i64"));
+    if inst.op != Op::Softmax {
+        args.push(Arg::scalar("eps", "f32"));
+    }
+    args
+}
+
+/// Longest row the kernel handles, or None when it streams rows of any length.
+pub fn max_cols(inst: &Instance) -> Option<u32> {
+    if inst.params.variant == Some(SoftmaxVariant::Online) {
+        return None;
+    }
+    let block = inst.params.block.unwrap_or(256);
+    let items = inst.params.items.unwrap_or(1);
+    Some(block * items * inst.dtype.per_16_bytes())
+}
+
+pub fn launch(inst: &Instance) -> Launch {
+    Launch {
+        threads: inst.params.block.unwrap_or(256),
+        grid: GridRule::Rows {
+            rows_per_block: 1,
+            max_cols: max_cols(inst),
+        },
+        shared_bytes: 0,
+    }
+}

@@ -1,0 +1,193 @@
+//! The vocabulary of specs (dtypes, archs, ops, epilogues) and the resolved kernel instance
+//! that everything after parsing works on.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! keyword_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(self) -> &'static str { match self { $($name::$variant => $text),+ } }
+            pub fn parse(s: &str) -> Option<Self> { match s { $($text => Some($name::$variant),)+ _ => None } }
+            /// The accepted spellings, for error messages.
+            pub fn choices() -> String { [$($text),+].join(", ") }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.pad(self.as_str()) }
+        }
+    };
+}
+
+keyword_enum!(
+    /// Element types.
+    DType { F32 = "f32", F16 = "f16", Bf16 = "bf16" }
+);
+
+impl DType {
+    pub fn size(self) -> u32 {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::Bf16 => 2,
+        }
+    }
+    /// Elements in one 16-byte vector access.
+    pub fn per_16_bytes(self) -> u32 {
+        16 / self.size()
+    }
+    /// The C type the templates use (defined by the prelude, no toolkit header needed).
+    pub fn c_type(self) -> &'static str {
+        match self {
+            DType::F32 => "float",
+            DType::F16 => "tg_f16",
+            DType::Bf16 => "tg_bf16",
+        }
+    }
+    /// The Rust element type in generated bindings.
+    pub fn rust_type(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "half::f16",
+            DType::Bf16 => "half::bf16",
+        }
+    }
+    /// The oldest arch that has the type in hardware.
+    pub fn min_sm(self) -> u32 {
+        match self {
+            DType::Bf16 => 80,
+            _ => 70,
+        }
+    }
+}
+
+keyword_enum!(
+    /// Target GPU architectures.
+    Arch { Sm70 = "sm_70", Sm75 = "sm_75", Sm80 = "sm_80", Sm86 = "sm_86", Sm89 = "sm_89", Sm90 = "sm_90", Sm90a = "sm_90a" }
+);
+
+impl Arch {
+    /// Compute capability as major*10+minor.
+    pub fn sm(self) -> u32 {
+        match self {
+            Arch::Sm70 => 70,
+            Arch::Sm75 => 75,
+            Arch::Sm80 => 80,
+            Arch::Sm86 => 86,
+            Arch::Sm89 => 89,
+            Arch::Sm90 | Arch::Sm90a => 90,
+        }
+    }
+    /// Largest shared memory one block may opt into, in bytes (CUDA programming guide,
+    /// compute capabilities table).
+    pub fn max_shared_per_block(self) -> u32 {
+        match self {
+            Arch::Sm70 => 96 * 1024,
+            Arch::Sm75 => 64 * 1024,
+            Arch::Sm80 => 163 * 1024,
+            Arch::Sm86 | Arch::Sm89 => 99 * 1024,
+            Arch::Sm90 | Arch::Sm90a => 227 * 1024,
+        }
+    }
+}
+
+keyword_enum!(
+    /// Kernel families.
+    Op {
+        VectorAdd = "vector_add",
+        Fma = "fma",
+        Softmax = "softmax",
+        LayerNorm = "layernorm",
+        RmsNorm = "rmsnorm",
+        Gemm = "gemm",
+    }
+);
+
+keyword_enum!(
+    /// Steps of a fused epilogue chain, applied in order to each output value in registers.
+    Epilogue {
+        Scale = "scale",
+        Bias = "bias",
+        Relu = "relu",
+        Gelu = "gelu",
+        GeluErf = "gelu_erf",
+        Silu = "silu",
+        Residual = "residual",
+    }
+);
+
+keyword_enum!(
+    /// Softmax algorithms: the whole row in registers, or a streaming (online) pass for long rows.
+    SoftmaxVariant { OnePass = "onepass", Online = "online" }
+);
+
+keyword_enum!(
+    /// GEMM operand layouts: first letter A, second B; n = row-major (not transposed),
+    /// t = column-major (transposed), BLAS-style.
+    Layout { Nn = "nn", Nt = "nt", Tn = "tn", Tt = "tt" }
+);
+
+/// Op parameters after validation. Which are set depends on the op; unset ones are omitted
+/// from the manifest and the template context.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Params {
+    /// Threads per block (elementwise, row ops).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub block: Option<u32>,
+    /// 16-byte vectors each thread handles per row (row ops) or per loop trip (elementwise).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub items: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub variant: Option<SoftmaxVariant>,
+    /// Norms: apply weight (and bias for layernorm).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub affine: Option<bool>,
+    /// GEMM block tile [m, n, k].
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tile: Option<[u32; 3]>,
+    /// GEMM warp tile [m, n].
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub warp: Option<[u32; 2]>,
+    /// GEMM shared-memory pipeline depth.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stages: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub layout: Option<Layout>,
+    /// f32 GEMM on TF32 tensor cores instead of the SIMT path.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tf32: Option<bool>,
+}
+
+/// Where an instance came from, for headers and messages.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Origin {
+    /// Spec path as given relative to the specs folder, with `/` separators.
+    pub file: String,
+    pub line: usize,
+}
+
+/// One fully resolved kernel: a point of a spec's sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    pub name: String,
+    pub op: Op,
+    pub dtype: DType,
+    /// Output element type (GEMM may differ from the inputs; others equal `dtype`).
+    pub out_dtype: DType,
+    pub params: Params,
+    pub epilogue: Vec<Epilogue>,
+    pub archs: Vec<Arch>,
+    pub origin: Origin,
+}
+
+impl Instance {
+    /// The `extern "C"` symbol of the kernel's entry point.
+    pub fn entry_point(&self) -> String {
+        format!("tg_{}", self.name)
+    }
+    pub fn has_epilogue(&self, e: Epilogue) -> bool {
+        self.epilogue.contains(&e)
+    }
+}

@@ -1,0 +1,542 @@
+//! Validation of one spec file and expansion of its sweeps into instances.
+
+use std::collections::BTreeMap;
+
+use super::model::*;
+use super::yaml::{self, Node, Value};
+use super::SpecSource;
+use crate::diagnostics::{Diagnostic, Diagnostics, Mark};
+use crate::ops::{self, Field};
+
+/// Instances one kernel entry may expand to; more is almost surely a mistake.
+const MAX_INSTANCES_PER_KERNEL: usize = 4096;
+/// Longest accepted kernel name.
+const MAX_NAME_LEN: usize = 64;
+const DEFAULT_ARCHS: &[Arch] = &[Arch::Sm80, Arch::Sm90];
+
+pub struct FileContext<'a> {
+    src: &'a SpecSource,
+    pub diags: Diagnostics,
+}
+
+/// A value chosen for one field of one instance, with the node it came from.
+#[derive(Clone)]
+struct Choice<'n, T> {
+    value: T,
+    node: Option<&'n Node>,
+}
+
+/// The entry's fields after `defaults` are merged in: key → (key node, value node).
+type Fields<'n> = BTreeMap<String, (&'n Node, &'n Node)>;
+
+impl<'a> FileContext<'a> {
+    pub fn new(src: &'a SpecSource) -> Self {
+        FileContext {
+            src,
+            diags: Diagnostics::default(),
+        }
+    }
+
+    pub fn error_at(&mut self, mark: Mark, width: usize, message: String) {
+        self.diags.push(
+            Diagnostic::new(&self.src.path, mark, width, message).with_source(&self.src.text),
+        );
+    }
+
+    fn error(&mut self, node: &Node, message: String) {
+        self.error_at(node.mark, node.width, message);
+    }
+
+    /// Validates the file and returns its instances, each with the position of its name.
+    pub fn expand(&mut self) -> Vec<(Instance, Mark)> {
+        let root = match yaml::parse(&self.src.text) {
+            Ok(Some(root)) => root,
+            Ok(None) => {
+                self.error_at(
+                    Mark { line: 1, col: 1 },
+                    1,
+                    "spec file is empty: expected a mapping with a `kernels` list".into(),
+                );
+                return Vec::new();
+            }
+            Err(e) => {
+                self.error_at(e.mark, 1, format!("invalid YAML: {}", e.message));
+                return Vec::new();
+            }
+        };
+        let Some(top) = root.as_map() else {
+            self.error(
+                &root,
+                format!("expected a mapping with `defaults` and `kernels`, found {}", root.kind()),
+            );
+            return Vec::new();
+        };
+        let mut defaults: Option<&Node> = None;
+        let mut kernels: Option<&Node> = None;
+        for (k, v) in top {
+            match k.as_str() {
+                Some("defaults") => defaults = Some(v),
+                Some("kernels") => kernels = Some(v),
+                _ => self.error(
+                    k,
+                    format!("unknown top-level key `{}` (expected `defaults` or `kernels`)", scalar_text(k)),
+                ),
+            }
+        }
+        let mut default_fields = Fields::new();
+        if let Some(d) = defaults {
+            match d.as_map() {
+                Some(entries) => {
+                    for (k, v) in entries {
+                        if k.as_str() == Some("name") {
+                            self.error(k, "`name` cannot be a default: each kernel names itself".into());
+                        } else if self.known_key(k) {
+                            default_fields.insert(scalar_text(k), (k, v));
+                        }
+                    }
+                }
+                None if d.is_null() => {}
+                None => self.error(d, format!("`defaults` must be a mapping, found {}", d.kind())),
+            }
+        }
+        let Some(kernels) = kernels else {
+            self.error_at(root.mark, 1, "missing `kernels`: a spec file lists its kernels under `kernels:`".into());
+            return Vec::new();
+        };
+        let Some(list) = kernels.as_seq() else {
+            self.error(kernels, format!("`kernels` must be a list, found {}", kernels.kind()));
+            return Vec::new();
+        };
+        if list.is_empty() {
+            self.error(kernels, "`kernels` is empty".into());
+        }
+        let mut out = Vec::new();
+        for entry in list {
+            out.extend(self.expand_kernel(entry, &default_fields));
+        }
+        out
+    }
+
+    fn known_key(&mut self, k: &Node) -> bool {
+        let key = scalar_text(k);
+        if matches!(key.as_str(), "name" | "op" | "dtype" | "archs") || Field::from_key(&key).is_some() {
+            return true;
+        }
+        let mut all = vec!["name", "op", "dtype", "archs"];
+        all.extend(Field::ALL.iter().map(|f| f.key()));
+        self.error(k, format!("unknown key `{key}` (expected one of: {})", all.join(", ")));
+        false
+    }
+
+    fn expand_kernel<'n>(&mut self, entry: &'n Node, defaults: &Fields<'n>) -> Vec<(Instance, Mark)> {
+        let Some(entries) = entry.as_map() else {
+            self.error(entry, format!("a kernel must be a mapping, found {}", entry.kind()));
+            return Vec::new();
+        };
+        let mut fields = defaults.clone();
+        for (k, v) in entries {
+            if self.known_key(k) {
+                fields.insert(scalar_text(k), (k, v));
+            }
+        }
+        let errors_before = self.diags.len();
+
+        // name
+        let name = match fields.get("name") {
+            Some((_, v)) => self.identifier(v),
+            None => {
+                self.error(entry, "kernel has no `name`".into());
+                None
+            }
+        };
+        // op
+        let op = match fields.get("op") {
+            Some((_, v)) => self.keyword::<Op>(v, "op", Op::parse, Op::choices),
+            None => {
+                self.error(entry, "kernel has no `op`".into());
+                None
+            }
+        };
+        let Some(op) = op else { return Vec::new() };
+        let info = ops::info(op);
+        // fields the op does not take
+        for (key, (k, _)) in &fields {
+            if let Some(f) = Field::from_key(key) {
+                if !info.fields.contains(&f) {
+                    let takes: Vec<&str> = info.fields.iter().map(|f| f.key()).collect();
+                    self.error(
+                        k,
+                        format!("`{key}` does not apply to op `{op}` (it takes: {})", takes.join(", ")),
+                    );
+                }
+            }
+        }
+        let dtypes = match fields.get("dtype") {
+            Some((_, v)) => self.sweep(v, |c, n| c.keyword(n, "dtype", DType::parse, DType::choices)),
+            None => {
+                self.error(entry, "kernel has no `dtype`".into());
+                Vec::new()
+            }
+        };
+        for d in &dtypes {
+            if !info.dtypes.contains(&d.value) {
+                let node = d.node.unwrap_or(entry);
+                let ok: Vec<&str> = info.dtypes.iter().map(|d| d.as_str()).collect();
+                self.error(node, format!("op `{op}` does not support dtype `{}` (it supports: {})", d.value, ok.join(", ")));
+            }
+        }
+        let archs = match fields.get("archs") {
+            Some((_, v)) => self.archs(v),
+            None => DEFAULT_ARCHS.to_vec(),
+        };
+        let get = |key: &str| fields.get(key).map(|(_, v)| *v);
+        let out_dtypes = self.optional_sweep(get("out_dtype"), |c, n| c.keyword(n, "out_dtype", DType::parse, DType::choices));
+        let blocks = self.optional_sweep(get("block"), |c, n| c.integer(n, "block"));
+        let items = self.optional_sweep(get("items"), |c, n| c.integer(n, "items"));
+        let stages = self.optional_sweep(get("stages"), |c, n| c.integer(n, "stages"));
+        let variants = self.optional_sweep(get("variant"), |c, n| {
+            c.keyword(n, "variant", SoftmaxVariant::parse, SoftmaxVariant::choices)
+        });
+        let layouts = self.optional_sweep(get("layout"), |c, n| c.keyword(n, "layout", Layout::parse, Layout::choices));
+        let affines = self.optional_sweep(get("affine"), |c, n| c.boolean(n, "affine"));
+        let tf32s = self.optional_sweep(get("tf32"), |c, n| c.boolean(n, "tf32"));
+        let tiles = self.optional_sweep_of_lists(get("tile"), |c, n| c.int_array::<3>(n, "tile", "[m, n, k]"));
+        let warps = self.optional_sweep_of_lists(get("warp"), |c, n| c.int_array::<2>(n, "warp", "[m, n]"));
+        let epilogues = match get("epilogue") {
+            Some(v) => self.epilogues(v, op, info.epilogues),
+            None => vec![Choice { value: Vec::new(), node: None }],
+        };
+        let epilogue_swept = epilogues.len() > 1;
+
+        if self.diags.len() > errors_before {
+            return Vec::new();
+        }
+        let Some(name) = name else { return Vec::new() };
+
+        let total = [
+            dtypes.len(),
+            out_dtypes.len(),
+            blocks.len(),
+            items.len(),
+            stages.len(),
+            variants.len(),
+            layouts.len(),
+            affines.len(),
+            tf32s.len(),
+            tiles.len(),
+            warps.len(),
+            epilogues.len(),
+        ]
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n));
+        if total.is_none_or(|t| t > MAX_INSTANCES_PER_KERNEL) {
+            self.error(
+                entry,
+                format!("kernel `{name}` sweeps to more than {MAX_INSTANCES_PER_KERNEL} instances; split it"),
+            );
+            return Vec::new();
+        }
+
+        let name_node = get("name").unwrap_or(entry);
+        let origin = Origin {
+            file: self.src.rel.clone(),
+            line: entry.mark.line,
+        };
+        let mut out = Vec::new();
+        let mut reported = std::collections::BTreeSet::new();
+        for dt in &dtypes {
+            for od in &out_dtypes {
+                for bl in &blocks {
+                    for it in &items {
+                        for st in &stages {
+                            for va in &variants {
+                                for la in &layouts {
+                                    for af in &affines {
+                                        for tf in &tf32s {
+                                            for ti in &tiles {
+                                                for wa in &warps {
+                                                    for ep in &epilogues {
+                                                        let mut params = Params {
+                                                            block: bl.value,
+                                                            items: it.value,
+                                                            variant: va.value,
+                                                            affine: af.value,
+                                                            tile: ti.value,
+                                                            warp: wa.value,
+                                                            stages: st.value,
+                                                            layout: la.value,
+                                                            tf32: tf.value,
+                                                        };
+                                                        ops::apply_defaults(op, &mut params);
+                                                        let mut inst = Instance {
+                                                            name: String::new(),
+                                                            op,
+                                                            dtype: dt.value,
+                                                            out_dtype: od.value.unwrap_or(dt.value),
+                                                            params,
+                                                            epilogue: ep.value.clone(),
+                                                            archs: archs.clone(),
+                                                            origin: origin.clone(),
+                                                        };
+                                                        inst.name = instance_name(&name, &inst, epilogue_swept);
+                                                        let node_of = |f: Field| -> &Node {
+                                                            let n = match f {
+                                                                Field::Block => bl.node,
+                                                                Field::Items => it.node,
+                                                                Field::Stages => st.node,
+                                                                Field::Variant => va.node,
+                                                                Field::Layout => la.node,
+                                                                Field::Affine => af.node,
+                                                                Field::Tf32 => tf.node,
+                                                                Field::Tile => ti.node,
+                                                                Field::Warp => wa.node,
+                                                                Field::OutDtype => od.node,
+                                                                Field::Epilogue => ep.node,
+                                                            };
+                                                            n.or(get(f.key())).unwrap_or(entry)
+                                                        };
+                                                        let mut bad = false;
+                                                        for (field, msg) in ops::check(&inst) {
+                                                            bad = true;
+                                                            let n = node_of(field);
+                                                            if reported.insert((n.mark, msg.clone())) {
+                                                                self.error(n, format!("{}: {msg}", inst.name));
+                                                            }
+                                                        }
+                                                        for (_, msg) in ops::arch_problems(&inst) {
+                                                            bad = true;
+                                                            let n = dt.node.unwrap_or(entry);
+                                                            if reported.insert((n.mark, msg.clone())) {
+                                                                self.error(n, format!("{}: {msg}", inst.name));
+                                                            }
+                                                        }
+                                                        if !bad {
+                                                            out.push((inst, name_node.mark));
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    // ---- field parsers: each reports its own errors and returns None on failure ----
+
+    fn identifier(&mut self, n: &Node) -> Option<String> {
+        let Value::Scalar(s, _) = &n.value else {
+            self.error(n, format!("`name` must be a plain identifier, found {}", n.kind()));
+            return None;
+        };
+        let ok = !s.is_empty()
+            && s.len() <= MAX_NAME_LEN
+            && s.starts_with(|c: char| c.is_ascii_lowercase())
+            && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !s.contains("__");
+        if !ok {
+            self.error(
+                n,
+                format!(
+                    "name `{}` is not a plain identifier: use lowercase letters, digits and single underscores, starting with a letter, at most {MAX_NAME_LEN} characters",
+                    s.escape_debug()
+                ),
+            );
+            return None;
+        }
+        Some(s.clone())
+    }
+
+    fn keyword<T>(&mut self, n: &Node, what: &str, parse: fn(&str) -> Option<T>, choices: fn() -> String) -> Option<T> {
+        match &n.value {
+            Value::Scalar(s, _) => match parse(s) {
+                Some(v) => Some(v),
+                None => {
+                    self.error(n, format!("unknown {what} `{}` (expected one of: {})", s.escape_debug(), choices()));
+                    None
+                }
+            },
+            _ => {
+                self.error(n, format!("`{what}` must be one of {}, found {}", choices(), n.kind()));
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, n: &Node, what: &str) -> Option<u32> {
+        let Value::Scalar(s, quoted) = &n.value else {
+            self.error(n, format!("`{what}` must be a whole number, found {}", n.kind()));
+            return None;
+        };
+        if *quoted || s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) {
+            self.error(n, format!("`{what}` must be a whole number, found `{}`", s.escape_debug()));
+            return None;
+        }
+        match s.parse::<u32>() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.error(n, format!("`{what}` value {s} is too large"));
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, n: &Node, what: &str) -> Option<bool> {
+        match n.as_str() {
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            _ => {
+                self.error(n, format!("`{what}` must be true or false, found `{}`", scalar_text(n)));
+                None
+            }
+        }
+    }
+
+    fn int_array<const N: usize>(&mut self, n: &Node, what: &str, shape: &str) -> Option<[u32; N]> {
+        let items = n.as_seq().filter(|s| s.len() == N);
+        let Some(items) = items else {
+            self.error(n, format!("`{what}` must be a list of {N} whole numbers {shape}"));
+            return None;
+        };
+        let mut out = [0u32; N];
+        for (slot, item) in out.iter_mut().zip(items) {
+            *slot = self.integer(item, what)?;
+        }
+        Some(out)
+    }
+
+    fn archs(&mut self, n: &Node) -> Vec<Arch> {
+        let nodes: Vec<&Node> = match &n.value {
+            Value::Seq(items) => items.iter().collect(),
+            _ => vec![n],
+        };
+        if nodes.is_empty() {
+            self.error(n, "`archs` is empty: name at least one target".into());
+        }
+        let mut archs: Vec<Arch> = nodes
+            .into_iter()
+            .filter_map(|a| self.keyword(a, "arch", Arch::parse, Arch::choices))
+            .collect();
+        archs.sort();
+        archs.dedup();
+        archs
+    }
+
+    fn epilogues<'n>(&mut self, n: &'n Node, op: Op, allowed: &[Epilogue]) -> Vec<Choice<'n, Vec<Epilogue>>> {
+        // A list of lists sweeps; a flat list (or one name) is a single chain.
+        let chains: Vec<&Node> = match &n.value {
+            Value::Seq(items) if items.iter().any(|i| i.as_seq().is_some()) => items.iter().collect(),
+            _ => vec![n],
+        };
+        let mut out = Vec::new();
+        for chain in chains {
+            let steps: Vec<&Node> = match &chain.value {
+                Value::Seq(items) => items.iter().collect(),
+                Value::Null => Vec::new(),
+                _ => vec![chain],
+            };
+            let mut parsed = Vec::new();
+            for s in steps {
+                if let Some(e) = self.keyword(s, "epilogue", Epilogue::parse, Epilogue::choices) {
+                    if !allowed.contains(&e) {
+                        let ok: Vec<&str> = allowed.iter().map(|e| e.as_str()).collect();
+                        let ok = if ok.is_empty() { "none".to_string() } else { ok.join(", ") };
+                        self.error(s, format!("op `{op}` does not support epilogue `{e}` (it supports: {ok})"));
+                    } else if parsed.contains(&e) {
+                        self.error(s, format!("epilogue `{e}` appears twice in one chain"));
+                    } else {
+                        parsed.push(e);
+                    }
+                }
+            }
+            out.push(Choice { value: parsed, node: Some(chain) });
+        }
+        out
+    }
+
+    fn sweep<'n, T>(&mut self, n: &'n Node, mut one: impl FnMut(&mut Self, &'n Node) -> Option<T>) -> Vec<Choice<'n, T>> {
+        let nodes: Vec<&Node> = match &n.value {
+            Value::Seq(items) => items.iter().collect(),
+            _ => vec![n],
+        };
+        if nodes.is_empty() {
+            self.error(n, "empty list: a swept field needs at least one value".into());
+        }
+        nodes
+            .into_iter()
+            .filter_map(|node| one(self, node).map(|value| Choice { value, node: Some(node) }))
+            .collect()
+    }
+
+    fn optional_sweep<'n, T>(
+        &mut self,
+        n: Option<&'n Node>,
+        one: impl FnMut(&mut Self, &'n Node) -> Option<T>,
+    ) -> Vec<Choice<'n, Option<T>>> {
+        match n {
+            None => vec![Choice { value: None, node: None }],
+            Some(n) => self
+                .sweep(n, one)
+                .into_iter()
+                .map(|c| Choice { value: Some(c.value), node: c.node })
+                .collect(),
+        }
+    }
+
+    /// Like `optional_sweep` for fields whose single value is itself a list (`tile: [m, n, k]`):
+    /// a list of lists sweeps.
+    fn optional_sweep_of_lists<'n, T>(
+        &mut self,
+        n: Option<&'n Node>,
+        mut one: impl FnMut(&mut Self, &'n Node) -> Option<T>,
+    ) -> Vec<Choice<'n, Option<T>>> {
+        let Some(n) = n else {
+            return vec![Choice { value: None, node: None }];
+        };
+        let nodes: Vec<&Node> = match &n.value {
+            Value::Seq(items) if items.iter().any(|i| i.as_seq().is_some()) => items.iter().collect(),
+            _ => vec![n],
+        };
+        nodes
+            .into_iter()
+            .filter_map(|node| one(self, node).map(|v| Choice { value: Some(v), node: Some(node) }))
+            .collect()
+    }
+}
+
+fn scalar_text(n: &Node) -> String {
+    match &n.value {
+        Value::Scalar(s, _) => s.escape_debug().to_string(),
+        Value::Null => "null".into(),
+        _ => n.kind().to_string(),
+    }
+}
+
+/// `{name}_{dtype}[_{out}]{params}[_{epilogue}]`: readable, stable, and unique within a sweep.
+fn instance_name(name: &str, inst: &Instance, epilogue_swept: bool) -> String {
+    let mut s = format!("{name}_{}", inst.dtype);
+    if inst.out_dtype != inst.dtype {
+        s += &format!("_to_{}", inst.out_dtype);
+    }
+    s += &ops::name_suffix(inst);
+    if inst.params.affine == Some(false) {
+        s += "_noaffine";
+    }
+    if epilogue_swept {
+        if inst.epilogue.is_empty() {
+            s += "_plain";
+        } else {
+            for e in &inst.epilogue {
+                s += "_";
+                s += e.as_str();
+            }
+        }
+    }
+    s
+}

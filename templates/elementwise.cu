@@ -1,0 +1,110 @@
+{{ header }}
+//
+// {{ op }}: {% if op == "vector_add" %}out = a + b{% else %}out = epilogue(x * w + b), epilogue = [{{ epilogue | join(sep=", ") }}]{% endif %}, {{ dtype }}.
+// Memory-bound: each thread moves {{ items }} 16-byte vectors per operand per trip, all loads
+// issued before any use; grid-stride over the tensor; scalar tail for n % {{ vec }}.
+// Launch: {{ block }} threads; grid = ceil(n / {{ block * items * vec }}) (capped; the loop strides).
+// Pointers must be 16-byte aligned.
+
+{% include "prelude.cuh" %}
+
+#define TG_THREADS {{ block }}
+#define TG_ITEMS {{ items }}
+#define TG_VEC {{ vec }}
+typedef {{ T }} T;
+{% set has_bias = "bias" in epilogue %}
+{% if op == "vector_add" %}
+__device__ __forceinline__ float tg_combine(float a, float b) { return a + b; }
+{% else %}
+// x * w + b, then the epilogue chain, in fp32.
+__device__ __forceinline__ float tg_combine(float x, float w, float b, float bias) {
+    float v = fmaf(x, w, b);
+{%- for step in epilogue %}
+{%- if step == "bias" %}
+    v += bias;
+{%- elif step == "relu" %}
+    v = tg_relu(v);
+{%- elif step == "gelu" %}
+    v = tg_gelu(v);
+{%- elif step == "gelu_erf" %}
+    v = tg_gelu_erf(v);
+{%- elif step == "silu" %}
+    v = tg_silu(v);
+{%- endif %}
+{%- endfor %}
+    return v;
+}
+{% endif %}
+extern "C" __global__ void __launch_bounds__(TG_THREADS) {{ kernel }}({{ params }}) {
+    const long long nvec = n / TG_VEC;
+    const long long stride = (long long)gridDim.x * TG_THREADS * TG_ITEMS;
+    for (long long base = (long long)blockIdx.x * TG_THREADS * TG_ITEMS + threadIdx.x; base < nvec; base += stride) {
+{%- if op == "vector_add" %}
+        float va[TG_ITEMS][TG_VEC], vb[TG_ITEMS][TG_VEC];
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            const long long v = base + (long long)j * TG_THREADS;
+            if (v < nvec) {
+                tg_load16_stream(a + v * TG_VEC, va[j]);
+                tg_load16_stream(b + v * TG_VEC, vb[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            const long long v = base + (long long)j * TG_THREADS;
+            if (v < nvec) {
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) va[j][e] = tg_combine(va[j][e], vb[j][e]);
+                tg_store16(out + v * TG_VEC, va[j]);
+            }
+        }
+{%- else %}
+        float vx[TG_ITEMS][TG_VEC], vw[TG_ITEMS][TG_VEC], vb[TG_ITEMS][TG_VEC];
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            const long long v = base + (long long)j * TG_THREADS;
+            if (v < nvec) {
+                tg_load16_stream(x + v * TG_VEC, vx[j]);
+                tg_load16_stream(w + v * TG_VEC, vw[j]);
+                tg_load16_stream(b + v * TG_VEC, vb[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            const long long v = base + (long long)j * TG_THREADS;
+            if (v < nvec) {
+{%- if has_bias %}
+                // Column of the vector's first element; the bias row repeats every `cols`.
+                long long col = (v * TG_VEC) % cols;
+{%- endif %}
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) {
+{%- if has_bias %}
+                    const float bv = tg_to_float(bias[col]);
+                    if (++col == cols) col = 0;
+{%- else %}
+                    const float bv = 0.0f;
+{%- endif %}
+                    vx[j][e] = tg_combine(vx[j][e], vw[j][e], vb[j][e], bv);
+                }
+                tg_store16(out + v * TG_VEC, vx[j]);
+            }
+        }
+{%- endif %}
+    }
+    // Scalar tail: the last n % VEC elements, one per thread of the first block.
+    const long long first = nvec * TG_VEC;
+    if (blockIdx.x == 0 && first + threadIdx.x < n) {
+        const long long i = first + threadIdx.x;
+{%- if op == "vector_add" %}
+        out[i] = tg_from_float<T>(tg_combine(tg_to_float(a[i]), tg_to_float(b[i])));
+{%- else %}
+{%- if has_bias %}
+        const float bv = tg_to_float(bias[i % cols]);
+{%- else %}
+        const float bv = 0.0f;
+{%- endif %}
+        out[i] = tg_from_float<T>(tg_combine(tg_to_float(x[i]), tg_to_float(w[i]), tg_to_float(b[i]), bv));
+{%- endif %}
+    }
+}

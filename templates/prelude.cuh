@@ -1,0 +1,127 @@
+// ---- tilegen prelude: element types, conversions, epilogues and reductions ----
+// Needs no CUDA toolkit header: half types are plain 16-bit structs and every conversion is
+// one PTX instruction, so libnvrtc alone compiles the kernels.
+
+#define TG_NEG_INF __int_as_float(0xff800000u)
+
+struct __align__(2) tg_f16 { unsigned short bits; };
+struct __align__(2) tg_bf16 { unsigned short bits; };
+
+__device__ __forceinline__ float tg_to_float(float x) { return x; }
+__device__ __forceinline__ float tg_to_float(tg_f16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+__device__ __forceinline__ float tg_to_float(tg_bf16 x) {
+    return __uint_as_float(((unsigned int)x.bits) << 16);
+}
+
+template <typename T> __device__ __forceinline__ T tg_from_float(float f);
+template <> __device__ __forceinline__ float tg_from_float<float>(float f) { return f; }
+template <> __device__ __forceinline__ tg_f16 tg_from_float<tg_f16>(float f) {
+    tg_f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+    return h;
+}
+template <> __device__ __forceinline__ tg_bf16 tg_from_float<tg_bf16>(float f) {
+    tg_bf16 h;
+#if __CUDA_ARCH__ >= 800
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+#else
+    // Round to nearest even by hand where the instruction is missing; NaN stays NaN.
+    unsigned int u = __float_as_uint(f);
+    h.bits = (f != f) ? (unsigned short)0x7fc0
+                      : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
+    return h;
+}
+
+// ---- 16-byte vector access: VEC = 16 / sizeof(T) elements, converted to float ----
+template <typename T> struct tg_vec { static constexpr int N = 16 / sizeof(T); };
+
+__device__ __forceinline__ void tg_unpack(const uint4& u, float (&v)[4]) {
+    v[0] = __uint_as_float(u.x); v[1] = __uint_as_float(u.y);
+    v[2] = __uint_as_float(u.z); v[3] = __uint_as_float(u.w);
+}
+template <typename H> __device__ __forceinline__ void tg_unpack_half(const uint4& u, float (&v)[8]) {
+    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        H lo, hi;
+        lo.bits = (unsigned short)(w[i] & 0xffffu);
+        hi.bits = (unsigned short)(w[i] >> 16);
+        v[2 * i] = tg_to_float(lo);
+        v[2 * i + 1] = tg_to_float(hi);
+    }
+}
+template <typename H> __device__ __forceinline__ uint4 tg_pack_half(const float (&v)[8]) {
+    unsigned int w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        w[i] = (unsigned int)tg_from_float<H>(v[2 * i]).bits |
+               ((unsigned int)tg_from_float<H>(v[2 * i + 1]).bits << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Loads one 16-byte vector. `p` must be 16-byte aligned (the launchers check it).
+__device__ __forceinline__ void tg_load16(const float* p, float (&v)[4]) { tg_unpack(__ldg(reinterpret_cast<const uint4*>(p)), v); }
+__device__ __forceinline__ void tg_load16(const tg_f16* p, float (&v)[8]) { tg_unpack_half<tg_f16>(__ldg(reinterpret_cast<const uint4*>(p)), v); }
+__device__ __forceinline__ void tg_load16(const tg_bf16* p, float (&v)[8]) { tg_unpack_half<tg_bf16>(__ldg(reinterpret_cast<const uint4*>(p)), v); }
+// Streaming loads for data read once (evict-first), so reused inputs keep the cache.
+__device__ __forceinline__ void tg_load16_stream(const float* p, float (&v)[4]) { tg_unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
+__device__ __forceinline__ void tg_load16_stream(const tg_f16* p, float (&v)[8]) { tg_unpack_half<tg_f16>(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
+__device__ __forceinline__ void tg_load16_stream(const tg_bf16* p, float (&v)[8]) { tg_unpack_half<tg_bf16>(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
+
+__device__ __forceinline__ void tg_store16(float* p, const float (&v)[4]) {
+    __stcs(reinterpret_cast<uint4*>(p), make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3])));
+}
+__device__ __forceinline__ void tg_store16(tg_f16* p, const float (&v)[8]) { __stcs(reinterpret_cast<uint4*>(p), tg_pack_half<tg_f16>(v)); }
+__device__ __forceinline__ void tg_store16(tg_bf16* p, const float (&v)[8]) { __stcs(reinterpret_cast<uint4*>(p), tg_pack_half<tg_bf16>(v)); }
+
+// ---- epilogue steps (fp32 in registers) ----
+__device__ __forceinline__ float tg_relu(float x) { return fmaxf(x, 0.0f); }
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+__device__ __forceinline__ float tg_gelu(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * fmaf(0.044715f * x, x * x, x)));
+}
+// GELU, exact: 0.5 x (1 + erf(x / sqrt(2))).
+__device__ __forceinline__ float tg_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ float tg_silu(float x) { return x / (1.0f + __expf(-x)); }
+
+// ---- reductions ----
+__device__ __forceinline__ float tg_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float tg_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Block-wide reductions; every thread gets the result. `scratch` holds 32 floats; the leading
+// barrier makes back-to-back calls on the same scratch safe.
+template <int THREADS> __device__ __forceinline__ float tg_block_sum(float v, float* scratch) {
+    v = tg_warp_sum(v);
+    if (THREADS <= 32) return v;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < THREADS / 32 ? scratch[lane] : 0.0f;
+    return tg_warp_sum(v);
+}
+template <int THREADS> __device__ __forceinline__ float tg_block_max(float v, float* scratch) {
+    v = tg_warp_max(v);
+    if (THREADS <= 32) return v;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < THREADS / 32 ? scratch[lane] : TG_NEG_INF;
+    return tg_warp_max(v);
+}
+// ---- end of prelude ----

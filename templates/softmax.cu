@@ -1,0 +1,122 @@
+{{ header }}
+//
+// softmax over the last dimension of a rows x cols {{ dtype }} tensor, fp32 arithmetic,
+// numerically stable (the row maximum is subtracted before exponentiation).
+{%- if variant == "online" %}
+// Online variant: rows of any length. Pass 1 keeps a running (max, sum) per thread, rescaling
+// the sum when the max grows; pass 2 re-reads the row (mostly from L2) and writes.
+{%- else %}
+// One-pass variant: the row lives in registers ({{ block }} threads x {{ items }} vectors x
+// {{ vec }} elements = at most {{ block * items * vec }} columns), read once and written once.
+{%- endif %}
+// Launch: {{ block }} threads, one block per row (grid-stride over rows).
+// Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.
+
+{% include "prelude.cuh" %}
+
+#define TG_THREADS {{ block }}
+#define TG_ITEMS {{ items }}
+#define TG_VEC {{ vec }}
+#define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
+typedef {{ T }} T;
+
+// Loads this thread's share of columns [c0, c0 + TG_CHUNK) of a row, -inf where out of range.
+__device__ __forceinline__ void tg_load_chunk(const T* __restrict__ row, int c0, int cols, bool vec_ok,
+                                              float (&v)[TG_ITEMS][TG_VEC]) {
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j) {
+        const int c = c0 + (j * TG_THREADS + (int)threadIdx.x) * TG_VEC;
+        if (vec_ok) {
+            if (c < cols) {
+                tg_load16(row + c, v[j]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) v[j][e] = TG_NEG_INF;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) v[j][e] = (c + e < cols) ? tg_to_float(row[c + e]) : TG_NEG_INF;
+        }
+    }
+}
+
+__device__ __forceinline__ void tg_store_chunk(T* __restrict__ row, int c0, int cols, bool vec_ok,
+                                               const float (&v)[TG_ITEMS][TG_VEC]) {
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j) {
+        const int c = c0 + (j * TG_THREADS + (int)threadIdx.x) * TG_VEC;
+        if (vec_ok) {
+            if (c < cols) tg_store16(row + c, v[j]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e)
+                if (c + e < cols) row[c + e] = tg_from_float<T>(v[j][e]);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(TG_THREADS, 1) {{ kernel }}({{ params }}) {
+    __shared__ float scratch[32];
+    // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
+    const int ncols = (int)cols;
+    const bool vec_ok = (ncols % TG_VEC) == 0;
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* __restrict__ xr = x + r * cols;
+        T* __restrict__ yr = out + r * cols;
+        float v[TG_ITEMS][TG_VEC];
+{%- if variant == "online" %}
+        float m = TG_NEG_INF, s = 0.0f;
+        for (int c0 = 0; c0 < ncols; c0 += TG_CHUNK) {
+            tg_load_chunk(xr, c0, ncols, vec_ok, v);
+            float cm = TG_NEG_INF;
+#pragma unroll
+            for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) cm = fmaxf(cm, v[j][e]);
+            if (cm > m) {
+                s *= __expf(m - cm);
+                m = cm;
+            }
+            if (m != TG_NEG_INF) {
+#pragma unroll
+                for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+                    for (int e = 0; e < TG_VEC; ++e) s += __expf(v[j][e] - m);
+            }
+        }
+        const float row_max = tg_block_max<TG_THREADS>(m, scratch);
+        const float mine = (m == TG_NEG_INF) ? 0.0f : s * __expf(m - row_max);
+        const float inv = 1.0f / tg_block_sum<TG_THREADS>(mine, scratch);
+        for (int c0 = 0; c0 < ncols; c0 += TG_CHUNK) {
+            tg_load_chunk(xr, c0, ncols, vec_ok, v);
+#pragma unroll
+            for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) v[j][e] = __expf(v[j][e] - row_max) * inv;
+            tg_store_chunk(yr, c0, ncols, vec_ok, v);
+        }
+{%- else %}
+        tg_load_chunk(xr, 0, ncols, vec_ok, v);
+        float m = TG_NEG_INF;
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) m = fmaxf(m, v[j][e]);
+        const float row_max = tg_block_max<TG_THREADS>(m, scratch);
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) {
+                v[j][e] = __expf(v[j][e] - row_max);  // exp(-inf) = 0 for padding
+                s += v[j][e];
+            }
+        const float inv = 1.0f / tg_block_sum<TG_THREADS>(s, scratch);
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) v[j][e] *= inv;
+        tg_store_chunk(yr, 0, ncols, vec_ok, v);
+{%- endif %}
+    }
+}
