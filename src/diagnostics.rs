@@ -59,12 +59,20 @@ impl fmt::Display for Diagnostic {
         if let Some(line) = &self.source_line {
             let gutter = self.mark.line.to_string();
             let pad = " ".repeat(gutter.len());
-            // Tabs would shift the caret; show the line with tabs as single spaces.
-            let shown: String = line.chars().map(|c| if c == '\t' { ' ' } else { c }).collect();
+            // Tabs would shift the caret: show them as single spaces. Other control characters
+            // (a NUL, a terminal escape sequence) are shown as U+FFFD, never sent raw.
+            let shown: String = line
+                .chars()
+                .map(|c| match c {
+                    '\t' => ' ',
+                    c if c.is_control() => '\u{fffd}',
+                    c => c,
+                })
+                .collect();
             let lead = " ".repeat(self.mark.col.saturating_sub(1));
             let width = self
                 .width
-                .min(shown.chars().count().saturating_sub(self.mark.col - 1).max(1));
+                .min(shown.chars().count().saturating_sub(self.mark.col.saturating_sub(1)).max(1));
             write!(
                 f,
                 "\n{pad} |\n{gutter} | {shown}\n{pad} | {lead}{}",

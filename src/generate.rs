@@ -34,6 +34,10 @@ pub struct Options {
     pub cache_dir: Option<PathBuf>,
     /// Also write `bindings.rs` (Rust bindings over the library).
     pub bindings: bool,
+    /// Compile the kernels. When false (docs.rs builds, where NVRTC is absent), nothing is
+    /// compiled and NVRTC is not loaded: the library lists its instances without binaries,
+    /// and its bindings compile but fail at load time.
+    pub compile: bool,
     /// Only instances whose name contains this.
     pub filter: Option<String>,
 }
@@ -49,6 +53,7 @@ impl Options {
             check: false,
             cache_dir: None,
             bindings: true,
+            compile: true,
             filter: None,
         }
     }
@@ -115,8 +120,7 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
 pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Report> {
     let start = Instant::now();
     let rendered = render_all(opts)?;
-    let nv = nvrtc::load()?;
-    let nvrtc_version = nv.version();
+    let nvrtc_version = if opts.compile { nvrtc::load()?.version() } else { "none".to_string() };
     let cache = Cache::open(match &opts.cache_dir {
         Some(d) => d.clone(),
         None => Cache::default_location()?,
@@ -128,6 +132,7 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
         .iter()
         .enumerate()
         .flat_map(|(i, inst)| inst.archs.iter().map(move |&a| (i, a)))
+        .filter(|_| opts.compile)
         .collect();
     on_event(&Event::Planned { instances: rendered.instances.len(), compiles: jobs.len() });
 

@@ -25,11 +25,11 @@ __device__ __forceinline__ float tg_combine(float x, float w, float b, float bia
 {%- elif step == "relu" %}
     v = tg_relu(v);
 {%- elif step == "gelu" %}
-    v = tg_gelu(v);
+    v = {% if dtype == "f32" %}tg_gelu(v){% else %}tg_gelu_fast(v){% endif %};
 {%- elif step == "gelu_erf" %}
     v = tg_gelu_erf(v);
 {%- elif step == "silu" %}
-    v = tg_silu(v);
+    v = {% if dtype == "f32" %}tg_silu(v){% else %}tg_silu_fast(v){% endif %};
 {%- endif %}
 {%- endfor %}
     return v;

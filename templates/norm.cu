@@ -2,8 +2,7 @@
 //
 // {{ op }} over the last dimension of a rows x cols {{ dtype }} tensor, fp32 arithmetic{% if affine %}, with weight{% if op == "layernorm" %} and bias{% endif %}{% endif %}.
 {%- if op == "layernorm" %}
-// out = (x - mean) / sqrt(var + eps){% if affine %} * weight + bias{% endif %}; the variance is taken around the
-// mean from registers (two passes over registers, one over memory), so it never goes negative.
+// out = (x - mean) / sqrt(var + eps){% if affine %} * weight + bias{% endif %}; one pass over memory.
 {%- else %}
 // out = x / sqrt(mean(x^2) + eps){% if affine %} * weight{% endif %}.
 {%- endif %}
@@ -15,6 +14,10 @@
 
 #define TG_THREADS {{ block }}
 #define TG_ITEMS {{ items }}
+// Small rows: ask for a full SM (2048 threads) so enough loads are in flight; large rows need
+// their registers more than occupancy.
+{%- if items * vec > 16 %}{% set per_sm = block %}{% elif op == "rmsnorm" and items * vec <= 8 %}{% set per_sm = 2048 %}{% elif items * vec <= 8 or op == "rmsnorm" %}{% set per_sm = 1536 %}{% else %}{% set per_sm = 1024 %}{% endif %}
+#define TG_MIN_BLOCKS {{ per_sm / block }}
 #define TG_VEC {{ vec }}
 typedef {{ T }} T;
 
@@ -37,8 +40,9 @@ __device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, in
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
 __device__ __forceinline__ int tg_col(int j) { return (j * TG_THREADS + (int)threadIdx.x) * TG_VEC; }
 
-extern "C" __global__ void __launch_bounds__(TG_THREADS, 1) {{ kernel }}({{ params }}) {
-    __shared__ float scratch[32];
+{%- set preload = affine and items * vec <= 8 %}
+extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
+    __shared__ float scratch[64];
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
@@ -46,31 +50,41 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, 1) {{ kernel }}({{ para
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* __restrict__ xr = x + r * cols;
         T* __restrict__ yr = out + r * cols;
+{%- if op == "layernorm" %}
+        // Statistics of the row shifted by its first element, in one pass over registers:
+        // padding takes the shift's value and so adds nothing, no per-element masks are
+        // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
+        const float shift = tg_to_float(xr[0]);
         float v[TG_ITEMS][TG_VEC];
 #pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(xr, tg_col(j), ncols, vec_ok, 0.0f, v[j]);
-{%- if op == "layernorm" %}
-        float s = 0.0f;
+        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(xr, tg_col(j), ncols, vec_ok, shift, v[j]);
+{%- if preload %}
+        // Small rows: fetch weight and bias now, so their latency hides behind the reductions.
+        float wv[TG_ITEMS][TG_VEC], bv[TG_ITEMS][TG_VEC];
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wv[j]);
+            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bv[j]);
+        }
+{%- endif %}
+        float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j)
 #pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) s += v[j][e];
-        const float mean = tg_block_sum<TG_THREADS>(s, scratch) * inv_cols;
-        float q = 0.0f;
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) {
-            const int c = tg_col(j);
-#pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
-                const float d = (c + e < ncols) ? v[j][e] - mean : 0.0f;
-                q = fmaf(d, d, q);
+                const float d = v[j][e] - shift;
+                s1 += d;
+                s2 = fmaf(d, d, s2);
             }
-        }
-        const float rstd = rsqrtf(tg_block_sum<TG_THREADS>(q, scratch) * inv_cols + eps);
-        // Weight and bias are shared by every row, so their re-reads hit the cache.
+        tg_block_sum2<TG_THREADS>(s1, s2, scratch);
+        const float dmean = s1 * inv_cols;
+        const float mean = shift + dmean;
+        const float var = fmaxf(s2 * inv_cols - dmean * dmean, 0.0f);
+        const float rstd = rsqrtf(var + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
-{%- if affine %}
+{%- if affine and not preload %}
+            // Large rows: weight and bias re-reads hit the cache (every row shares them).
             float wj[TG_VEC], bj[TG_VEC];
             tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
             tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
@@ -78,13 +92,23 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, 1) {{ kernel }}({{ para
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (v[j][e] - mean) * rstd;
-{%- if affine %}
+{%- if preload %}
+                y = fmaf(y, wv[j][e], bv[j][e]);
+{%- elif affine %}
                 y = fmaf(y, wj[e], bj[e]);
 {%- endif %}
                 v[j][e] = y;
             }
         }
 {%- else %}
+        float v[TG_ITEMS][TG_VEC];
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(xr, tg_col(j), ncols, vec_ok, 0.0f, v[j]);
+{%- if preload %}
+        float wv[TG_ITEMS][TG_VEC];
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wv[j]);
+{%- endif %}
         float q = 0.0f;
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j)
@@ -93,14 +117,16 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, 1) {{ kernel }}({{ para
         const float rstd = rsqrtf(tg_block_sum<TG_THREADS>(q, scratch) * inv_cols + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
-{%- if affine %}
+{%- if affine and not preload %}
             float wj[TG_VEC];
             tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
 {%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = v[j][e] * rstd;
-{%- if affine %}
+{%- if preload %}
+                y *= wv[j][e];
+{%- elif affine %}
                 y *= wj[e];
 {%- endif %}
                 v[j][e] = y;

@@ -16,6 +16,9 @@
 
 #define TG_THREADS {{ block }}
 #define TG_ITEMS {{ items }}
+// Small rows: ask for a full SM (2048 threads) so enough loads are in flight; large rows need
+// their registers more than occupancy.
+#define TG_MIN_BLOCKS {% if items * vec <= 16 %}{{ 2048 / block }}{% else %}1{% endif %}
 #define TG_VEC {{ vec }}
 #define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
 typedef {{ T }} T;
@@ -55,7 +58,7 @@ __device__ __forceinline__ void tg_store_chunk(T* __restrict__ row, int c0, int 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(TG_THREADS, 1) {{ kernel }}({{ params }}) {
+extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
     __shared__ float scratch[32];
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
     const int ncols = (int)cols;

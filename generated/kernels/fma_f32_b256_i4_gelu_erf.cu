@@ -101,6 +101,20 @@ __device__ __forceinline__ float tg_gelu(float x) {
 __device__ __forceinline__ float tg_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
 __device__ __forceinline__ float tg_silu(float x) { return x / (1.0f + __expf(-x)); }
 
+// Fast forms for 16-bit outputs, whose rounding (2^-9 for bf16, 2^-12 for f16) dwarfs the
+// approximation error of the hardware tanh (~2^-11) and exp2.
+__device__ __forceinline__ float tg_tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float tg_gelu_fast(float x) {
+    const float k = 0.7978845608028654f;
+    const float hx = 0.5f * x;
+    return fmaf(hx, tg_tanh_approx(k * fmaf(0.044715f * x, x * x, x)), hx);
+}
+__device__ __forceinline__ float tg_silu_fast(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+
 // ---- reductions ----
 __device__ __forceinline__ float tg_warp_sum(float v) {
 #pragma unroll
@@ -133,6 +147,21 @@ template <int THREADS> __device__ __forceinline__ float tg_block_max(float v, fl
     __syncthreads();
     v = lane < THREADS / 32 ? scratch[lane] : TG_NEG_INF;
     return tg_warp_max(v);
+}
+// Two block-wide sums at once (one pair of barriers instead of two); `scratch` holds 64 floats.
+template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, float& b, float* scratch) {
+    a = tg_warp_sum(a);
+    b = tg_warp_sum(b);
+    if (THREADS <= 32) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) {
+        scratch[warp] = a;
+        scratch[32 + warp] = b;
+    }
+    __syncthreads();
+    a = tg_warp_sum(lane < THREADS / 32 ? scratch[lane] : 0.0f);
+    b = tg_warp_sum(lane < THREADS / 32 ? scratch[32 + lane] : 0.0f);
 }
 // ---- end of prelude ----
 

@@ -3,8 +3,7 @@
 // config sha256: d0943882d747344fd2499d1d12f2d305dd4ace6ad58312fb15ec61ad41364694
 //
 // layernorm over the last dimension of a rows x cols f32 tensor, fp32 arithmetic, with weight and bias.
-// out = (x - mean) / sqrt(var + eps) * weight + bias; the variance is taken around the
-// mean from registers (two passes over registers, one over memory), so it never goes negative.
+// out = (x - mean) / sqrt(var + eps) * weight + bias; one pass over memory.
 // The row lives in registers: 128 threads x 2 vectors x 4 elements = at most
 // 1024 columns. Launch: 128 threads, one block per row (grid-stride).
 // Vector path when cols % 4 == 0 (pointers 16-byte aligned), else a scalar path.
@@ -102,6 +101,20 @@ __device__ __forceinline__ float tg_gelu(float x) {
 __device__ __forceinline__ float tg_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
 __device__ __forceinline__ float tg_silu(float x) { return x / (1.0f + __expf(-x)); }
 
+// Fast forms for 16-bit outputs, whose rounding (2^-9 for bf16, 2^-12 for f16) dwarfs the
+// approximation error of the hardware tanh (~2^-11) and exp2.
+__device__ __forceinline__ float tg_tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float tg_gelu_fast(float x) {
+    const float k = 0.7978845608028654f;
+    const float hx = 0.5f * x;
+    return fmaf(hx, tg_tanh_approx(k * fmaf(0.044715f * x, x * x, x)), hx);
+}
+__device__ __forceinline__ float tg_silu_fast(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+
 // ---- reductions ----
 __device__ __forceinline__ float tg_warp_sum(float v) {
 #pragma unroll
@@ -135,10 +148,28 @@ template <int THREADS> __device__ __forceinline__ float tg_block_max(float v, fl
     v = lane < THREADS / 32 ? scratch[lane] : TG_NEG_INF;
     return tg_warp_max(v);
 }
+// Two block-wide sums at once (one pair of barriers instead of two); `scratch` holds 64 floats.
+template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, float& b, float* scratch) {
+    a = tg_warp_sum(a);
+    b = tg_warp_sum(b);
+    if (THREADS <= 32) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) {
+        scratch[warp] = a;
+        scratch[32 + warp] = b;
+    }
+    __syncthreads();
+    a = tg_warp_sum(lane < THREADS / 32 ? scratch[lane] : 0.0f);
+    b = tg_warp_sum(lane < THREADS / 32 ? scratch[32 + lane] : 0.0f);
+}
 // ---- end of prelude ----
 
 #define TG_THREADS 128
 #define TG_ITEMS 2
+// Small rows: ask for a full SM (2048 threads) so enough loads are in flight; large rows need
+// their registers more than occupancy.
+#define TG_MIN_BLOCKS 12
 #define TG_VEC 4
 typedef float T;
 
@@ -160,9 +191,8 @@ __device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, in
 
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
 __device__ __forceinline__ int tg_col(int j) { return (j * TG_THREADS + (int)threadIdx.x) * TG_VEC; }
-
-extern "C" __global__ void __launch_bounds__(TG_THREADS, 1) tg_layernorm_f32_b128_i2(const float* __restrict__ x, const float* __restrict__ weight, const float* __restrict__ bias, float* __restrict__ out, long long rows, long long cols, float eps) {
-    __shared__ float scratch[32];
+extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layernorm_f32_b128_i2(const float* __restrict__ x, const float* __restrict__ weight, const float* __restrict__ bias, float* __restrict__ out, long long rows, long long cols, float eps) {
+    __shared__ float scratch[64];
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
@@ -170,36 +200,40 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, 1) tg_layernorm_f32_b12
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* __restrict__ xr = x + r * cols;
         T* __restrict__ yr = out + r * cols;
+        // Statistics of the row shifted by its first element, in one pass over registers:
+        // padding takes the shift's value and so adds nothing, no per-element masks are
+        // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
+        const float shift = tg_to_float(xr[0]);
         float v[TG_ITEMS][TG_VEC];
 #pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(xr, tg_col(j), ncols, vec_ok, 0.0f, v[j]);
-        float s = 0.0f;
+        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(xr, tg_col(j), ncols, vec_ok, shift, v[j]);
+        // Small rows: fetch weight and bias now, so their latency hides behind the reductions.
+        float wv[TG_ITEMS][TG_VEC], bv[TG_ITEMS][TG_VEC];
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wv[j]);
+            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bv[j]);
+        }
+        float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j)
 #pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) s += v[j][e];
-        const float mean = tg_block_sum<TG_THREADS>(s, scratch) * inv_cols;
-        float q = 0.0f;
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) {
-            const int c = tg_col(j);
-#pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
-                const float d = (c + e < ncols) ? v[j][e] - mean : 0.0f;
-                q = fmaf(d, d, q);
+                const float d = v[j][e] - shift;
+                s1 += d;
+                s2 = fmaf(d, d, s2);
             }
-        }
-        const float rstd = rsqrtf(tg_block_sum<TG_THREADS>(q, scratch) * inv_cols + eps);
-        // Weight and bias are shared by every row, so their re-reads hit the cache.
+        tg_block_sum2<TG_THREADS>(s1, s2, scratch);
+        const float dmean = s1 * inv_cols;
+        const float mean = shift + dmean;
+        const float var = fmaxf(s2 * inv_cols - dmean * dmean, 0.0f);
+        const float rstd = rsqrtf(var + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
-            float wj[TG_VEC], bj[TG_VEC];
-            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (v[j][e] - mean) * rstd;
-                y = fmaf(y, wj[e], bj[e]);
+                y = fmaf(y, wv[j][e], bv[j][e]);
                 v[j][e] = y;
             }
         }

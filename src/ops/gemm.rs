@@ -1,6 +1,10 @@
 //! GEMM: D = epilogue(A·B), A M×K and B K×N, f32 accumulation. f16/bf16 run on the
 //! tensor-core path (cp.async multistage pipeline, ldmatrix, mma.sync.m16n8k16); f32 runs on
-//! a register-tiled SIMT path, or TF32 tensor cores when `tf32: true`.
+//! a register-tiled SIMT path, or TF32 tensor cores (mma.sync.m16n8k8) when `tf32: true`.
+//!
+//! Every number the template needs about shared memory (row pitches, stage sizes, how the
+//! threads split the tile copies) is derived here once, in [`Plan`], so that the launch's
+//! dynamic shared memory and the kernel's own layout cannot disagree.
 
 use super::{is_pow2_in, Arg, Field, GridRule, Launch, OpInfo};
 use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
@@ -28,10 +32,24 @@ pub static GEMM: OpInfo = OpInfo {
     ],
 };
 
+/// Output tiles of one group in the block order: GROUP_M tile rows are walked column by column
+/// so that consecutive blocks share A and B panels in L2.
+pub const GROUP_M: u32 = 8;
+/// Pipeline depth when a spec gives none: 3 on tensor cores, 2 (double-buffered through
+/// registers, the only depth it has) on the SIMT path.
+const DEFAULT_TC_STAGES: u32 = 3;
+const SIMT_STAGES: u32 = 2;
+/// The SIMT path computes an 8×8 block of D per thread (as 2×2 blocks of 4×4).
+const SIMT_THREAD_TILE: u32 = 8;
+/// Accumulators plus double-buffered fragments per thread above which ptxas is expected to
+/// spill (it has 255 registers; addresses, masks and the loop need the rest).
+const MAX_FRAGMENT_REGS: u32 = 192;
+
 pub fn defaults(p: &mut Params) {
     p.tile.get_or_insert([128, 128, 32]);
     p.warp.get_or_insert([64, 64]);
-    p.stages.get_or_insert(3);
+    // `stages` is left unset when the spec gives none: its default depends on the path
+    // (tensor cores or SIMT), which depends on the dtype, which is not known here.
     p.layout.get_or_insert(Layout::Nn);
     p.tf32.get_or_insert(false);
 }
@@ -41,33 +59,132 @@ pub fn tensor_cores(inst: &Instance) -> bool {
     inst.dtype != DType::F32 || inst.params.tf32 == Some(true)
 }
 
-fn tiles(inst: &Instance) -> ([u32; 3], [u32; 2]) {
-    (
-        inst.params.tile.unwrap_or([128, 128, 32]),
-        inst.params.warp.unwrap_or([64, 64]),
-    )
+/// How one operand tile (A or B) sits in shared memory and how the threads copy it in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OperandPlan {
+    /// k is the contiguous dimension in global memory (A row-major, B column-major). The
+    /// tensor-core path keeps the global order in shared memory; the SIMT path always stores
+    /// k-major ([k][m] / [k][n]) and transposes k-contiguous operands on the way in.
+    k_contiguous: bool,
+    /// Rows of the shared-memory tile (its columns are contiguous).
+    rows: u32,
+    /// Row pitch in elements: the tile's columns plus padding.
+    ld: u32,
+    /// Global-memory tile as the copy sees it: `outer` rows of `inner` contiguous elements.
+    outer: u32,
+    inner: u32,
+    /// 16-byte chunks per global row, chunks per thread, rows one pass of all threads covers.
+    chunks_per_row: u32,
+    iters: u32,
+    rows_per_pass: u32,
 }
 
-fn threads(inst: &Instance) -> u32 {
-    let ([tm, tn, _], [wm, wn]) = tiles(inst);
-    (tm / wm.max(1)).max(1) * (tn / wn.max(1)).max(1) * 32
+/// Everything derived from an instance's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    tc: bool,
+    tile: [u32; 3],
+    warp: [u32; 2],
+    warps_m: u32,
+    warps_n: u32,
+    threads: u32,
+    stages: u32,
+    elem: u32,
+    a: OperandPlan,
+    b: OperandPlan,
 }
 
-/// Shared memory per pipeline stage: an A tile and a B tile, each row padded by 16 bytes so
-/// that ldmatrix and cp.async touch distinct banks.
-fn shared_bytes(inst: &Instance) -> u32 {
-    let ([tm, tn, tk], _) = tiles(inst);
-    let stages = inst.params.stages.unwrap_or(3);
-    let e = inst.dtype.size();
-    let pad = 16 / e;
-    let a = tm * (tk + pad);
-    let b = tk * (tn + pad);
-    stages * (a + b) * e
+impl Plan {
+    fn new(inst: &Instance) -> Plan {
+        let p = &inst.params;
+        let tile = p.tile.unwrap_or([128, 128, 32]);
+        let warp = p.warp.unwrap_or([64, 64]);
+        let [tm, tn, tk] = tile;
+        let (wm, wn) = (warp[0].max(1), warp[1].max(1));
+        let (warps_m, warps_n) = ((tm / wm).max(1), (tn / wn).max(1));
+        let threads = warps_m * warps_n * 32;
+        let tc = tensor_cores(inst);
+        let stages = p.stages.unwrap_or(if tc { DEFAULT_TC_STAGES } else { SIMT_STAGES });
+        let layout = p.layout.unwrap_or(Layout::Nn).as_str().as_bytes();
+        let elem = inst.dtype.size();
+        let vec = 16 / elem;
+        // (A: m is its non-k dimension, k-contiguous when row-major; B: n, k-contiguous when
+        // column-major.)
+        let operand = |mn: u32, k_contiguous: bool| -> OperandPlan {
+            let (outer, inner) = if k_contiguous { (mn, tk) } else { (tk, mn) };
+            let (rows, cols, pad) = if tc {
+                // Global order kept. Pads keep ldmatrix and the tf32 scalar fragment loads
+                // conflict-free: 16 bytes (odd number of 16-byte units per row, as every
+                // power-of-two tile edge ≥ 16 gives) except f32 [k][mn] tiles, read by 32-bit
+                // loads at (k = lane%4, mn = lane/4), which need a pitch ≡ 8 (mod 32) words.
+                let pad = if !k_contiguous && elem == 4 { 8 } else { 16 / elem };
+                (outer, inner, pad)
+            } else {
+                // SIMT: always [k][mn], 4 floats of padding (transposing stores then hit 32
+                // distinct banks; reads are 16-byte vectors along mn).
+                (tk, mn, 4)
+            };
+            let chunks_per_row = (inner / vec).max(1);
+            let chunks = outer * inner / vec;
+            OperandPlan {
+                k_contiguous,
+                rows,
+                ld: cols + pad,
+                outer,
+                inner,
+                chunks_per_row,
+                iters: chunks / threads.max(1),
+                rows_per_pass: threads / chunks_per_row,
+            }
+        };
+        Plan {
+            tc,
+            tile,
+            warp,
+            warps_m,
+            warps_n,
+            threads,
+            stages,
+            elem,
+            a: operand(tm, layout[0] == b'n'),
+            b: operand(tn, layout[1] == b't'),
+        }
+    }
+
+    /// `__launch_bounds__` minimum blocks per SM. Tensor-core tiles get 1, so ptxas may use
+    /// up to 255 registers (64x64 warp tiles need ~250). The SIMT path gets the minimum that
+    /// caps it at 128 registers per thread (two blocks of 256 threads per SM, which hides the
+    /// per-k-tile barrier) when its estimate fits: 64 accumulators, 32 for double-buffered
+    /// operands, 4 per staged chunk and ~24 for addressing. Larger staging (tile k 16+)
+    /// would spill under the cap, so it runs uncapped at one block per SM.
+    fn min_blocks(&self) -> u32 {
+        const SIMT_REG_CAP: u32 = 128;
+        if self.tc {
+            return 1;
+        }
+        let estimate = 64 + 32 + 4 * (self.a.iters + self.b.iters) + 24;
+        if estimate <= SIMT_REG_CAP {
+            (65536 / (self.threads * SIMT_REG_CAP)).max(1)
+        } else {
+            1
+        }
+    }
+
+    fn stage_bytes(&self, o: &OperandPlan) -> u32 {
+        o.rows * o.ld * self.elem
+    }
+
+    /// Dynamic shared memory: `stages` copies of the A tile then the B tile.
+    fn shared_bytes(&self) -> u32 {
+        self.stages * (self.stage_bytes(&self.a) + self.stage_bytes(&self.b))
+    }
 }
 
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let mut out = Vec::new();
-    let ([tm, tn, tk], [wm, wn]) = tiles(inst);
+    let [tm, tn, tk] = inst.params.tile.unwrap_or([128, 128, 32]);
+    let [wm, wn] = inst.params.warp.unwrap_or([64, 64]);
+    let tc = tensor_cores(inst);
     for (v, what) in [(tm, "tile m"), (tn, "tile n")] {
         if !is_pow2_in(v, 16, 256) {
             out.push((Field::Tile, format!("{what} must be a power of two from 16 to 256, not {v}")));
@@ -76,40 +193,118 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     if !is_pow2_in(tk, 8, 128) {
         out.push((Field::Tile, format!("tile k must be a power of two from 8 to 128, not {tk}")));
     }
-    let (min_wm, min_wn) = if tensor_cores(inst) { (16, 8) } else { (8, 8) };
-    if !is_pow2_in(wm, min_wm, 128) || !is_pow2_in(wn, min_wn, 128) {
-        out.push((
-            Field::Warp,
-            format!("warp tile must be powers of two, m from {min_wm} and n from {min_wn} to 128, not {wm}x{wn}"),
-        ));
-    } else if wm > tm || wn > tn {
-        out.push((Field::Warp, format!("warp tile {wm}x{wn} does not fit in block tile {tm}x{tn}")));
-    } else {
-        let warps = (tm / wm) * (tn / wn);
-        if !(1..=16).contains(&warps) {
-            out.push((Field::Warp, format!("{tm}x{tn} tile over {wm}x{wn} warp tiles makes {warps} warps; 1 to 16 work")));
-        }
-        let acc = wm * wn / 32;
-        if acc > 128 {
-            out.push((
-                Field::Warp,
-                format!("warp tile {wm}x{wn} needs {acc} f32 accumulators per thread, over 128 (it would spill)"),
-            ));
-        }
-    }
-    if tensor_cores(inst) && tk < 16 {
-        out.push((Field::Tile, format!("tensor-core tiles need k of at least 16, not {tk}")));
-    }
-    if let Some(s) = inst.params.stages {
-        if !(2..=8).contains(&s) {
-            out.push((Field::Stages, format!("stages must be from 2 to 8, not {s}")));
-        }
-    }
     if inst.dtype == DType::F32 && inst.out_dtype != DType::F32 {
         out.push((Field::OutDtype, "an f32 GEMM writes f32".to_string()));
     }
     if inst.dtype != DType::F32 && inst.params.tf32 == Some(true) {
         out.push((Field::Tf32, format!("tf32 applies to f32 inputs, not {}", inst.dtype)));
+    }
+    if let Some(s) = inst.params.stages {
+        if !tc && s != SIMT_STAGES {
+            out.push((
+                Field::Stages,
+                format!(
+                    "the f32 SIMT path double-buffers shared memory through registers: stages must be \
+                     {SIMT_STAGES} (or left out), not {s}; `tf32: true` gives a multistage pipeline"
+                ),
+            ));
+        } else if tc && !(2..=8).contains(&s) {
+            out.push((Field::Stages, format!("stages must be from 2 to 8, not {s}")));
+        }
+    }
+    if !out.is_empty() {
+        return out;
+    }
+
+    // Warp tiling.
+    let min_w = 16;
+    if !is_pow2_in(wm, min_w, 128) || !is_pow2_in(wn, min_w, 128) {
+        out.push((
+            Field::Warp,
+            format!("warp tile must be powers of two from {min_w} to 128, not {wm}x{wn}"),
+        ));
+        return out;
+    }
+    if wm > tm || wn > tn {
+        out.push((Field::Warp, format!("warp tile {wm}x{wn} does not fit in block tile {tm}x{tn}")));
+        return out;
+    }
+    let warps = (tm / wm) * (tn / wn);
+    if !(1..=16).contains(&warps) {
+        out.push((Field::Warp, format!("{tm}x{tn} tile over {wm}x{wn} warp tiles makes {warps} warps; 1 to 16 work")));
+        return out;
+    }
+    if tc {
+        // mma.sync m16n8k16 (k8 for tf32); B fragments come two n8 tiles per ldmatrix.x4, so
+        // both warp edges are multiples of 16 (the power-of-two rule above gives that).
+        let mma_k = if inst.dtype == DType::F32 { 8 } else { 16 };
+        if tk < 2 * mma_k {
+            out.push((
+                Field::Tile,
+                format!(
+                    "tile k must be at least {} on this path: each k tile is walked in an even number of \
+                     k{mma_k} mma steps (fragments are double-buffered in registers), not {tk}",
+                    2 * mma_k
+                ),
+            ));
+        }
+        let acc = wm * wn / 32;
+        let frags = 2 * ((wm / 16) * 4 + (wn / 8) * 2);
+        if acc + frags > MAX_FRAGMENT_REGS {
+            out.push((
+                Field::Warp,
+                format!(
+                    "warp tile {wm}x{wn} needs {acc} f32 accumulators and {frags} fragment registers per \
+                     thread, over {MAX_FRAGMENT_REGS} (it would spill); 64x64 is the largest that fits"
+                ),
+            ));
+        }
+    } else {
+        let per_thread = SIMT_THREAD_TILE * SIMT_THREAD_TILE;
+        if wm * wn != 32 * per_thread {
+            out.push((
+                Field::Warp,
+                format!(
+                    "the f32 SIMT path computes {SIMT_THREAD_TILE}x{SIMT_THREAD_TILE} outputs per thread, so a \
+                     warp tile covers {} elements (64x32, 32x64, 128x16 or 16x128), not {wm}x{wn}; \
+                     e.g. `tile: [128, 128, 8]`, `warp: [64, 32]`",
+                    32 * per_thread
+                ),
+            ));
+        }
+        if tk > 32 {
+            out.push((Field::Tile, format!("the f32 SIMT path takes tile k from 8 to 32, not {tk}")));
+        }
+    }
+    if !out.is_empty() {
+        return out;
+    }
+
+    // Tile copies: each thread moves a whole number of 16-byte chunks, and one pass of all
+    // threads covers whole rows (so a thread's chunks sit in one column of the tile).
+    let plan = Plan::new(inst);
+    for (o, name) in [(&plan.a, "A"), (&plan.b, "B")] {
+        let chunks = o.outer * o.inner * inst.dtype.size() / 16;
+        let ok = o.chunks_per_row <= plan.threads
+            && plan.threads % o.chunks_per_row == 0
+            && chunks % plan.threads == 0
+            && chunks >= plan.threads;
+        if !ok {
+            out.push((
+                Field::Tile,
+                format!(
+                    "the {name} tile ({} x {} {} elements, {chunks} 16-byte chunks of which {} per row) does not \
+                     split evenly over {} threads ({} warps): each thread must copy the same whole number of \
+                     chunks, and the threads whole rows",
+                    o.outer,
+                    o.inner,
+                    inst.dtype,
+                    o.chunks_per_row,
+                    plan.threads,
+                    warps
+                ),
+            ));
+        }
     }
     out
 }
@@ -142,31 +337,202 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
     args
 }
 
+/// What a launcher must check before calling a GEMM instance, in words (the same list heads
+/// `templates/gemm.cu`). Sizes are in elements.
+///
+/// - Grid `(ceil(M/tile_m) * ceil(N/tile_n), 1, 1)` (the kernel orders the tiles itself),
+///   block `(threads, 1, 1)`, `shared_bytes` of dynamic shared memory; above 48 KiB the
+///   function's `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` must be raised first.
+/// - `m, n ≥ 1`, `k ≥ 0` (k = 0 gives D = epilogue(0)); `m, n, k ≤ 2^31 - 1`.
+/// - `a`, `b`, `d` (and `c` with `residual`) 16-byte aligned; `bias` element-aligned.
+/// - `lda` and `ldb` multiples of 16 bytes' worth of input elements (8 for f16/bf16, 4 for
+///   f32), `ldd` (and `ldc`) multiples of 16 bytes' worth of output elements.
+/// - A is M×K: row-major (`lda ≥ K`) for layouts nn/nt, column-major (stored K×M,
+///   `lda ≥ M`) for tn/tt. B is K×N: row-major (`ldb ≥ N`) for nn/tn, column-major (stored
+///   N×K, `ldb ≥ K`) for nt/tt. D (and C) are M×N row-major, `ldd ≥ N` (`ldc ≥ N`).
+/// - Buffers hold at least (rows - 1) * ld + row length elements; `bias` holds N.
+/// - `d` overlaps no input (`a`, `b`, `bias`, `c`): every pointer is `__restrict__`.
+pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
+    let plan = Plan::new(inst);
+    let [tm, tn, _] = plan.tile;
+    let in_vec = 16 / inst.dtype.size();
+    let out_vec = 16 / inst.out_dtype.size();
+    let layout = inst.params.layout.unwrap_or(Layout::Nn);
+    let (a_desc, a_ld) = if plan.a.k_contiguous {
+        ("A (M x K) is row-major", "lda >= K")
+    } else {
+        ("A (M x K) is column-major, stored K x M", "lda >= M")
+    };
+    let (b_desc, b_ld) = if plan.b.k_contiguous {
+        ("B (K x N) is column-major, stored N x K", "ldb >= K")
+    } else {
+        ("B (K x N) is row-major", "ldb >= N")
+    };
+    let has_bias = inst.has_epilogue(Epilogue::Bias);
+    let has_c = inst.has_epilogue(Epilogue::Residual);
+    let mut r = vec![
+        format!(
+            "launch: grid = (ceil(M / {tm}) * ceil(N / {tn}), 1, 1), block = ({}, 1, 1), {} bytes of dynamic \
+             shared memory{}",
+            plan.threads,
+            plan.shared_bytes(),
+            if plan.shared_bytes() > 48 * 1024 {
+                " (over 48 KiB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)"
+            } else {
+                ""
+            }
+        ),
+        "M >= 1 and N >= 1; K >= 0 (K = 0 writes epilogue(0)); M, N, K <= 2^31 - 1".to_string(),
+        format!(
+            "a, b and d{} 16-byte aligned{}",
+            if has_c { " and c" } else { "" },
+            if has_bias { "; bias aligned to its element size" } else { "" }
+        ),
+        format!("lda and ldb multiples of {in_vec} ({} elements are 16 bytes)", inst.dtype),
+        format!(
+            "ldd{} a multiple of {out_vec} ({} elements are 16 bytes)",
+            if has_c { " and ldc" } else { "" },
+            inst.out_dtype
+        ),
+        format!("layout {layout}: {a_desc}, {a_ld}; {b_desc}, {b_ld}"),
+        format!("D{} is M x N row-major, ldd >= N{}", if has_c { " (and C)" } else { "" }, if has_c { ", ldc >= N" } else { "" }),
+        "each matrix buffer holds at least (rows - 1) * ld + (row length) elements".to_string(),
+    ];
+    if has_bias {
+        r.push("bias holds at least N elements (one per output column)".to_string());
+    }
+    let inputs = ["a", "b"]
+        .into_iter()
+        .chain(has_bias.then_some("bias"))
+        .chain(has_c.then_some("c"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    r.push(format!("d overlaps no input ({inputs}): the kernel's pointers are __restrict__"));
+    r
+}
+
 pub fn launch(inst: &Instance) -> Launch {
-    let ([tm, tn, _], _) = tiles(inst);
+    let plan = Plan::new(inst);
     Launch {
-        threads: threads(inst),
-        grid: GridRule::Tiles { tile_m: tm, tile_n: tn },
-        shared_bytes: shared_bytes(inst),
+        threads: plan.threads,
+        grid: GridRule::Tiles { tile_m: plan.tile[0], tile_n: plan.tile[1] },
+        shared_bytes: plan.shared_bytes(),
     }
 }
 
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
-    let ([tm, tn, tk], [wm, wn]) = tiles(inst);
-    let layout = inst.params.layout.unwrap_or(Layout::Nn);
-    let s = layout.as_str().as_bytes();
-    vec![
+    let plan = Plan::new(inst);
+    let [tm, tn, tk] = plan.tile;
+    let [wm, wn] = plan.warp;
+    let mut v: Vec<(&'static str, serde_json::Value)> = vec![
         ("tile_m", tm.into()),
         ("tile_n", tn.into()),
         ("tile_k", tk.into()),
         ("warp_m", wm.into()),
         ("warp_n", wn.into()),
-        ("warps_m", (tm / wm.max(1)).into()),
-        ("warps_n", (tn / wn.max(1)).into()),
-        ("stages", inst.params.stages.unwrap_or(3).into()),
-        ("a_row_major", (s[0] == b'n').into()),
-        ("b_row_major", (s[1] == b'n').into()),
-        ("tensor_cores", tensor_cores(inst).into()),
-        ("shared_bytes", shared_bytes(inst).into()),
-    ]
+        ("warps_m", plan.warps_m.into()),
+        ("warps_n", plan.warps_n.into()),
+        ("stages", plan.stages.into()),
+        ("group_m", GROUP_M.into()),
+        ("layout", inst.params.layout.unwrap_or(Layout::Nn).as_str().into()),
+        ("a_row_major", plan.a.k_contiguous.into()),
+        ("b_row_major", (!plan.b.k_contiguous).into()),
+        ("tensor_cores", plan.tc.into()),
+        ("tf32", (plan.tc && inst.dtype == DType::F32).into()),
+        ("shared_bytes", plan.shared_bytes().into()),
+        ("min_blocks", plan.min_blocks().into()),
+        ("has_bias", inst.has_epilogue(Epilogue::Bias).into()),
+        ("has_residual", inst.has_epilogue(Epilogue::Residual).into()),
+        ("has_scale", inst.has_epilogue(Epilogue::Scale).into()),
+        ("requirements", runtime_requirements(inst).into()),
+    ];
+    for (o, keys) in [
+        (&plan.a, ["a_ld", "a_rows", "a_cpr", "a_iters", "a_rows_per_pass"]),
+        (&plan.b, ["b_ld", "b_rows", "b_cpr", "b_iters", "b_rows_per_pass"]),
+    ] {
+        for (key, value) in keys.into_iter().zip([o.ld, o.rows, o.chunks_per_row, o.iters, o.rows_per_pass]) {
+            v.push((key, value.into()));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::model::{Op, Origin};
+
+    fn inst(dtype: DType, tile: [u32; 3], warp: [u32; 2], stages: Option<u32>, layout: Layout, tf32: bool) -> Instance {
+        Instance {
+            name: "t".into(),
+            op: Op::Gemm,
+            dtype,
+            out_dtype: dtype,
+            params: Params {
+                tile: Some(tile),
+                warp: Some(warp),
+                stages,
+                layout: Some(layout),
+                tf32: Some(tf32),
+                ..Default::default()
+            },
+            epilogue: vec![],
+            archs: vec![Arch::Sm80, Arch::Sm90],
+            origin: Origin { file: "t.yaml".into(), line: 1 },
+        }
+    }
+
+    #[test]
+    fn shared_memory_sizes() {
+        // 16-bit, nn: A [128][32+8], B [32][128+8], 3 stages.
+        let i = inst(DType::Bf16, [128, 128, 32], [64, 64], Some(3), Layout::Nn, false);
+        assert_eq!(launch(&i).shared_bytes, 3 * (128 * 40 + 32 * 136) * 2);
+        assert_eq!(launch(&i).threads, 128);
+        // nt: B [128][32+8].
+        let i = inst(DType::F16, [128, 256, 32], [64, 64], Some(3), Layout::Nt, false);
+        assert_eq!(launch(&i).shared_bytes, 3 * (128 * 40 + 256 * 40) * 2);
+        assert_eq!(launch(&i).threads, 256);
+        // SIMT: [k][m+4] and [k][n+4], 2 buffers.
+        let i = inst(DType::F32, [128, 128, 8], [64, 32], None, Layout::Nn, false);
+        assert_eq!(launch(&i).shared_bytes, 2 * (8 * 132 + 8 * 132) * 4);
+        assert!(check(&i).is_empty(), "{:?}", check(&i));
+        // tf32 nn: A [128][32+4], B [32][128+8].
+        let i = inst(DType::F32, [128, 128, 32], [64, 64], Some(3), Layout::Nn, true);
+        assert_eq!(launch(&i).shared_bytes, 3 * (128 * 36 + 32 * 136) * 4);
+        assert!(check(&i).is_empty(), "{:?}", check(&i));
+    }
+
+    #[test]
+    fn states_runtime_requirements() {
+        let mut i = inst(DType::Bf16, [128, 128, 32], [64, 64], Some(4), Layout::Nt, false);
+        i.out_dtype = DType::F32;
+        i.epilogue = vec![Epilogue::Bias, Epilogue::Residual];
+        let r = runtime_requirements(&i).join("\n");
+        for needle in [
+            "grid = (ceil(M / 128) * ceil(N / 128), 1, 1), block = (128, 1, 1), 81920 bytes",
+            "a, b and d and c 16-byte aligned; bias aligned to its element size",
+            "lda and ldb multiples of 8",
+            "ldd and ldc a multiple of 4",
+            "B (K x N) is column-major, stored N x K, ldb >= K",
+            "bias holds at least N",
+            "d overlaps no input (a, b, bias, c)",
+        ] {
+            assert!(r.contains(needle), "{needle:?} not in:\n{r}");
+        }
+    }
+
+    #[test]
+    fn rejects_unworkable_configs() {
+        let bad = |i: Instance, needle: &str| {
+            let p = check(&i);
+            assert!(p.iter().any(|(_, m)| m.contains(needle)), "{needle:?} not in {p:?}");
+        };
+        bad(inst(DType::Bf16, [128, 128, 16], [64, 64], Some(3), Layout::Nn, false), "at least 32");
+        bad(inst(DType::Bf16, [128, 128, 32], [128, 64], Some(3), Layout::Nn, false), "spill");
+        bad(inst(DType::F32, [128, 128, 8], [64, 64], None, Layout::Nn, false), "8x8 outputs per thread");
+        bad(inst(DType::F32, [128, 128, 8], [64, 32], Some(3), Layout::Nn, false), "stages must be 2");
+        // 16 warps of 16x16 on a 64x64x32 tile: 256 A chunks over 512 threads.
+        bad(inst(DType::Bf16, [64, 64, 32], [16, 16], Some(3), Layout::Nn, false), "split evenly");
+        assert!(check(&inst(DType::Bf16, [64, 64, 32], [32, 32], Some(4), Layout::Nt, false)).is_empty());
+    }
 }

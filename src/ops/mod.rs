@@ -3,7 +3,7 @@
 //! and the bindings ask here for the signature and the launch rule.
 
 mod elementwise;
-mod gemm;
+pub mod gemm;
 mod rows;
 
 use serde::{Deserialize, Serialize};

@@ -50,6 +50,13 @@ pub fn find_spec_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
             files.push(p.to_path_buf());
         }
     }
+    // Most likely a wrong path; generating from nothing would also empty the library.
+    if files.is_empty() {
+        return Err(Error::Usage(format!(
+            "no spec files (*.yaml, *.yml) under {}",
+            dir.display()
+        )));
+    }
     Ok(files)
 }
 
@@ -121,17 +128,18 @@ pub fn load(sources: &[SpecSource]) -> Result<Vec<Instance>, Diagnostics> {
         let found = ctx.expand();
         for (inst, mark) in found {
             if let Some((file, first)) = seen.get(&inst.name) {
-                ctx.error_at(
-                    mark,
-                    inst.name.len(),
+                let message = if *file == src.path && *first == mark {
+                    format!("this kernel produces instance `{}` twice", inst.name)
+                } else {
                     format!(
-                        "instance name `{}` is already produced at {}:{}:{}",
+                        "instance name `{}` is already produced at {}:{}:{}; rename one of the kernels",
                         inst.name,
                         file.display(),
                         first.line,
                         first.col
-                    ),
-                );
+                    )
+                };
+                ctx.error_at(mark, inst.name.len(), message);
                 continue;
             }
             seen.insert(inst.name.clone(), (src.path.clone(), mark));

@@ -52,10 +52,15 @@ impl<'a> FileContext<'a> {
         let root = match yaml::parse(&self.src.text) {
             Ok(Some(root)) => root,
             Ok(None) => {
+                let what = if self.src.text.trim().is_empty() {
+                    "spec file is empty"
+                } else {
+                    "spec file holds only comments"
+                };
                 self.error_at(
                     Mark { line: 1, col: 1 },
                     1,
-                    "spec file is empty: expected a mapping with a `kernels` list".into(),
+                    format!("{what}: expected a mapping with a `kernels` list"),
                 );
                 return Vec::new();
             }
@@ -77,10 +82,13 @@ impl<'a> FileContext<'a> {
             match k.as_str() {
                 Some("defaults") => defaults = Some(v),
                 Some("kernels") => kernels = Some(v),
-                _ => self.error(
-                    k,
-                    format!("unknown top-level key `{}` (expected `defaults` or `kernels`)", scalar_text(k)),
-                ),
+                _ => {
+                    let hint = did_you_mean(&scalar_text(k), &["defaults", "kernels"]);
+                    self.error(
+                        k,
+                        format!("unknown top-level key `{}` (expected `defaults` or `kernels`){hint}", scalar_text(k)),
+                    )
+                }
             }
         }
         let mut default_fields = Fields::new();
@@ -104,11 +112,14 @@ impl<'a> FileContext<'a> {
             return Vec::new();
         };
         let Some(list) = kernels.as_seq() else {
-            self.error(kernels, format!("`kernels` must be a list, found {}", kernels.kind()));
+            self.error(
+                kernels,
+                format!("`kernels` must be a list, found {}: start each kernel with `- name: ...`", kernels.kind()),
+            );
             return Vec::new();
         };
         if list.is_empty() {
-            self.error(kernels, "`kernels` is empty".into());
+            self.error(kernels, "`kernels` is empty: list at least one kernel".into());
         }
         let mut out = Vec::new();
         for entry in list {
@@ -118,13 +129,22 @@ impl<'a> FileContext<'a> {
     }
 
     fn known_key(&mut self, k: &Node) -> bool {
-        let key = scalar_text(k);
-        if matches!(key.as_str(), "name" | "op" | "dtype" | "archs") || Field::from_key(&key).is_some() {
-            return true;
-        }
         let mut all = vec!["name", "op", "dtype", "archs"];
         all.extend(Field::ALL.iter().map(|f| f.key()));
-        self.error(k, format!("unknown key `{key}` (expected one of: {})", all.join(", ")));
+        let Value::Scalar(key, _) = &k.value else {
+            self.error(k, format!("a key must be a plain word such as `block`, found {}", k.kind()));
+            return false;
+        };
+        if all.contains(&key.as_str()) {
+            return true;
+        }
+        let key = shown(key);
+        let hint = if key == "<<" {
+            " (YAML merge keys are not supported; shared fields go under `defaults`)".to_string()
+        } else {
+            did_you_mean(&key, &all)
+        };
+        self.error(k, format!("unknown key `{key}` (expected one of: {}){hint}", all.join(", ")));
         false
     }
 
@@ -145,7 +165,7 @@ impl<'a> FileContext<'a> {
         let name = match fields.get("name") {
             Some((_, v)) => self.identifier(v),
             None => {
-                self.error(entry, "kernel has no `name`".into());
+                self.error(entry, "kernel has no `name`: give it a plain identifier, e.g. `name: my_kernel`".into());
                 None
             }
         };
@@ -153,7 +173,7 @@ impl<'a> FileContext<'a> {
         let op = match fields.get("op") {
             Some((_, v)) => self.keyword::<Op>(v, "op", Op::parse, Op::choices),
             None => {
-                self.error(entry, "kernel has no `op`".into());
+                self.error(entry, format!("kernel has no `op` (expected one of: {})", Op::choices()));
                 None
             }
         };
@@ -172,9 +192,9 @@ impl<'a> FileContext<'a> {
             }
         }
         let dtypes = match fields.get("dtype") {
-            Some((_, v)) => self.sweep(v, |c, n| c.keyword(n, "dtype", DType::parse, DType::choices)),
+            Some((_, v)) => self.sweep(v, "dtype", |c, n| c.keyword(n, "dtype", DType::parse, DType::choices)),
             None => {
-                self.error(entry, "kernel has no `dtype`".into());
+                self.error(entry, format!("kernel has no `dtype` (expected one of: {}, or a list of them)", DType::choices()));
                 Vec::new()
             }
         };
@@ -185,23 +205,28 @@ impl<'a> FileContext<'a> {
                 self.error(node, format!("op `{op}` does not support dtype `{}` (it supports: {})", d.value, ok.join(", ")));
             }
         }
-        let archs = match fields.get("archs") {
-            Some((_, v)) => self.archs(v),
-            None => DEFAULT_ARCHS.to_vec(),
+        let arch_nodes: Vec<(Arch, Option<&Node>)> = match fields.get("archs") {
+            Some((_, v)) => self.archs(v).into_iter().map(|(a, n)| (a, Some(n))).collect(),
+            None => DEFAULT_ARCHS.iter().map(|&a| (a, None)).collect(),
         };
-        let get = |key: &str| fields.get(key).map(|(_, v)| *v);
-        let out_dtypes = self.optional_sweep(get("out_dtype"), |c, n| c.keyword(n, "out_dtype", DType::parse, DType::choices));
-        let blocks = self.optional_sweep(get("block"), |c, n| c.integer(n, "block"));
-        let items = self.optional_sweep(get("items"), |c, n| c.integer(n, "items"));
-        let stages = self.optional_sweep(get("stages"), |c, n| c.integer(n, "stages"));
-        let variants = self.optional_sweep(get("variant"), |c, n| {
+        let archs: Vec<Arch> = arch_nodes.iter().map(|(a, _)| *a).collect();
+        // A field the op does not take was reported above; it is not parsed as well.
+        let get = |key: &str| {
+            let applies = Field::from_key(key).map_or(true, |f| info.fields.contains(&f));
+            fields.get(key).filter(|_| applies).map(|(_, v)| *v)
+        };
+        let out_dtypes = self.optional_sweep(get("out_dtype"), "out_dtype", |c, n| c.keyword(n, "out_dtype", DType::parse, DType::choices));
+        let blocks = self.optional_sweep(get("block"), "block", |c, n| c.integer(n, "block"));
+        let items = self.optional_sweep(get("items"), "items", |c, n| c.integer(n, "items"));
+        let stages = self.optional_sweep(get("stages"), "stages", |c, n| c.integer(n, "stages"));
+        let variants = self.optional_sweep(get("variant"), "variant", |c, n| {
             c.keyword(n, "variant", SoftmaxVariant::parse, SoftmaxVariant::choices)
         });
-        let layouts = self.optional_sweep(get("layout"), |c, n| c.keyword(n, "layout", Layout::parse, Layout::choices));
-        let affines = self.optional_sweep(get("affine"), |c, n| c.boolean(n, "affine"));
-        let tf32s = self.optional_sweep(get("tf32"), |c, n| c.boolean(n, "tf32"));
-        let tiles = self.optional_sweep_of_lists(get("tile"), |c, n| c.int_array::<3>(n, "tile", "[m, n, k]"));
-        let warps = self.optional_sweep_of_lists(get("warp"), |c, n| c.int_array::<2>(n, "warp", "[m, n]"));
+        let layouts = self.optional_sweep(get("layout"), "layout", |c, n| c.keyword(n, "layout", Layout::parse, Layout::choices));
+        let affines = self.optional_sweep(get("affine"), "affine", |c, n| c.boolean(n, "affine"));
+        let tf32s = self.optional_sweep(get("tf32"), "tf32", |c, n| c.boolean(n, "tf32"));
+        let tiles = self.optional_sweep_of_lists(get("tile"), "tile", |c, n| c.int_array::<3>(n, "tile", "[m, n, k]"));
+        let warps = self.optional_sweep_of_lists(get("warp"), "warp", |c, n| c.int_array::<2>(n, "warp", "[m, n]"));
         let epilogues = match get("epilogue") {
             Some(v) => self.epilogues(v, op, info.epilogues),
             None => vec![Choice { value: Vec::new(), node: None }],
@@ -213,7 +238,7 @@ impl<'a> FileContext<'a> {
         }
         let Some(name) = name else { return Vec::new() };
 
-        let total = [
+        let counts = [
             dtypes.len(),
             out_dtypes.len(),
             blocks.len(),
@@ -226,13 +251,18 @@ impl<'a> FileContext<'a> {
             tiles.len(),
             warps.len(),
             epilogues.len(),
-        ]
-        .iter()
-        .try_fold(1usize, |acc, &n| acc.checked_mul(n));
-        if total.is_none_or(|t| t > MAX_INSTANCES_PER_KERNEL) {
+        ];
+        let total = counts.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n));
+        if total.map_or(true, |t| t > MAX_INSTANCES_PER_KERNEL) {
+            let swept: Vec<String> = counts.iter().filter(|&&n| n > 1).map(|n| n.to_string()).collect();
+            let total = total.map_or_else(|| "too many".to_string(), |t| t.to_string());
             self.error(
                 entry,
-                format!("kernel `{name}` sweeps to more than {MAX_INSTANCES_PER_KERNEL} instances; split it"),
+                format!(
+                    "kernel `{name}` sweeps to {} = {total} instances, over the limit of {MAX_INSTANCES_PER_KERNEL}; \
+                     split it into several kernels",
+                    swept.join(" x ")
+                ),
             );
             return Vec::new();
         }
@@ -303,9 +333,20 @@ impl<'a> FileContext<'a> {
                                                                 self.error(n, format!("{}: {msg}", inst.name));
                                                             }
                                                         }
-                                                        for (_, msg) in ops::arch_problems(&inst) {
+                                                        for (arch, msg) in ops::arch_problems(&inst) {
                                                             bad = true;
-                                                            let n = dt.node.unwrap_or(entry);
+                                                            // A dtype the arch lacks points at the
+                                                            // dtype; anything else the op needs
+                                                            // from newer hardware, at the arch.
+                                                            let lacks = |d: DType| msg.starts_with(&format!("{d} needs sm_"));
+                                                            let n = if lacks(inst.dtype) {
+                                                                dt.node
+                                                            } else if lacks(inst.out_dtype) {
+                                                                od.node.or(get("out_dtype")).or(dt.node)
+                                                            } else {
+                                                                arch_nodes.iter().find(|(a, _)| *a == arch).and_then(|(_, n)| *n)
+                                                            }
+                                                            .unwrap_or(entry);
                                                             if reported.insert((n.mark, msg.clone())) {
                                                                 self.error(n, format!("{}: {msg}", inst.name));
                                                             }
@@ -335,17 +376,34 @@ impl<'a> FileContext<'a> {
             self.error(n, format!("`name` must be a plain identifier, found {}", n.kind()));
             return None;
         };
-        let ok = !s.is_empty()
-            && s.len() <= MAX_NAME_LEN
-            && s.starts_with(|c: char| c.is_ascii_lowercase())
-            && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-            && !s.contains("__");
-        if !ok {
+        if s.is_empty() {
+            self.error(n, "`name` is empty: expected a plain identifier such as `my_kernel`".into());
+            return None;
+        }
+        // Names become C symbols, Rust identifiers and file names: anything beyond this
+        // alphabet could inject code or paths.
+        let bad_char = s.chars().find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        let problem = if let Some(c) = bad_char {
+            Some(match c {
+                ' ' => "it contains a space".to_string(),
+                c if c.is_uppercase() => format!("it contains the uppercase letter `{c}`"),
+                c => format!("it contains `{}`", shown(&c.to_string())),
+            })
+        } else if !s.starts_with(|c: char| c.is_ascii_lowercase()) {
+            Some("it does not start with a letter".to_string())
+        } else if s.contains("__") {
+            Some("it contains `__`".to_string())
+        } else if s.chars().count() > MAX_NAME_LEN {
+            Some(format!("it is {} characters long", s.chars().count()))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
             self.error(
                 n,
                 format!(
-                    "name `{}` is not a plain identifier: use lowercase letters, digits and single underscores, starting with a letter, at most {MAX_NAME_LEN} characters",
-                    s.escape_debug()
+                    "name `{}` is not a plain identifier ({problem}): use lowercase letters, digits and single underscores, starting with a letter, at most {MAX_NAME_LEN} characters",
+                    shown(s)
                 ),
             );
             return None;
@@ -358,7 +416,7 @@ impl<'a> FileContext<'a> {
             Value::Scalar(s, _) => match parse(s) {
                 Some(v) => Some(v),
                 None => {
-                    self.error(n, format!("unknown {what} `{}` (expected one of: {})", s.escape_debug(), choices()));
+                    self.error(n, format!("unknown {what} `{}` (expected one of: {})", shown(s), choices()));
                     None
                 }
             },
@@ -374,14 +432,24 @@ impl<'a> FileContext<'a> {
             self.error(n, format!("`{what}` must be a whole number, found {}", n.kind()));
             return None;
         };
-        if *quoted || s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) {
-            self.error(n, format!("`{what}` must be a whole number, found `{}`", s.escape_debug()));
+        if *quoted {
+            self.error(n, format!("`{what}` must be a whole number, found the quoted text \"{}\" (remove the quotes)", shown(s)));
             return None;
         }
+        if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) {
+            self.error(n, format!("`{what}` must be a whole number, found `{}`", shown(s)));
+            return None;
+        }
+        if s.len() > 1 && s.starts_with('0') {
+            // YAML 1.1 reads `0256` as octal and YAML 1.2 as decimal: refuse to guess.
+            self.error(n, format!("`{what}` must be written without leading zeros, found `{s}`"));
+            return None;
+        }
+        let ceiling = integer_ceiling(what);
         match s.parse::<u32>() {
-            Ok(v) => Some(v),
-            Err(_) => {
-                self.error(n, format!("`{what}` value {s} is too large"));
+            Ok(v) if v <= ceiling => Some(v),
+            _ => {
+                self.error(n, format!("`{what}` value {s} is out of range (at most {ceiling})"));
                 None
             }
         }
@@ -392,7 +460,12 @@ impl<'a> FileContext<'a> {
             Some("true") => Some(true),
             Some("false") => Some(false),
             _ => {
-                self.error(n, format!("`{what}` must be true or false, found `{}`", scalar_text(n)));
+                let found = match &n.value {
+                    Value::Scalar(s, true) => format!("the quoted text \"{}\"", shown(s)),
+                    Value::Scalar(s, false) => format!("`{}`", shown(s)),
+                    _ => n.kind().to_string(),
+                };
+                self.error(n, format!("`{what}` must be true or false, found {found}"));
                 None
             }
         }
@@ -411,7 +484,8 @@ impl<'a> FileContext<'a> {
         Some(out)
     }
 
-    fn archs(&mut self, n: &Node) -> Vec<Arch> {
+    /// The target archs, each with the node that names it, sorted and without repeats.
+    fn archs<'n>(&mut self, n: &'n Node) -> Vec<(Arch, &'n Node)> {
         let nodes: Vec<&Node> = match &n.value {
             Value::Seq(items) => items.iter().collect(),
             _ => vec![n],
@@ -419,12 +493,12 @@ impl<'a> FileContext<'a> {
         if nodes.is_empty() {
             self.error(n, "`archs` is empty: name at least one target".into());
         }
-        let mut archs: Vec<Arch> = nodes
+        let mut archs: Vec<(Arch, &Node)> = nodes
             .into_iter()
-            .filter_map(|a| self.keyword(a, "arch", Arch::parse, Arch::choices))
+            .filter_map(|a| self.keyword(a, "arch", Arch::parse, Arch::choices).map(|v| (v, a)))
             .collect();
-        archs.sort();
-        archs.dedup();
+        archs.sort_by_key(|(a, _)| *a);
+        archs.dedup_by_key(|(a, _)| *a);
         archs
     }
 
@@ -457,10 +531,28 @@ impl<'a> FileContext<'a> {
             }
             out.push(Choice { value: parsed, node: Some(chain) });
         }
+        self.no_repeats("epilogue", &out);
         out
     }
 
-    fn sweep<'n, T>(&mut self, n: &'n Node, mut one: impl FnMut(&mut Self, &'n Node) -> Option<T>) -> Vec<Choice<'n, T>> {
+    /// Reports a value given twice in one sweep: both would make the same instance.
+    fn no_repeats<T: PartialEq>(&mut self, what: &str, choices: &[Choice<'_, T>]) {
+        for (i, c) in choices.iter().enumerate() {
+            if let Some(first) = choices[..i].iter().find(|f| f.value == c.value) {
+                if let (Some(node), Some(first)) = (c.node, first.node) {
+                    self.error(
+                        node,
+                        format!(
+                            "this `{what}` value repeats the one at {}:{}; each value in a sweep makes one instance",
+                            first.mark.line, first.mark.col
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    fn sweep<'n, T: PartialEq>(&mut self, n: &'n Node, what: &str, mut one: impl FnMut(&mut Self, &'n Node) -> Option<T>) -> Vec<Choice<'n, T>> {
         let nodes: Vec<&Node> = match &n.value {
             Value::Seq(items) => items.iter().collect(),
             _ => vec![n],
@@ -468,21 +560,24 @@ impl<'a> FileContext<'a> {
         if nodes.is_empty() {
             self.error(n, "empty list: a swept field needs at least one value".into());
         }
-        nodes
+        let choices: Vec<Choice<T>> = nodes
             .into_iter()
             .filter_map(|node| one(self, node).map(|value| Choice { value, node: Some(node) }))
-            .collect()
+            .collect();
+        self.no_repeats(what, &choices);
+        choices
     }
 
-    fn optional_sweep<'n, T>(
+    fn optional_sweep<'n, T: PartialEq>(
         &mut self,
         n: Option<&'n Node>,
+        what: &str,
         one: impl FnMut(&mut Self, &'n Node) -> Option<T>,
     ) -> Vec<Choice<'n, Option<T>>> {
         match n {
             None => vec![Choice { value: None, node: None }],
             Some(n) => self
-                .sweep(n, one)
+                .sweep(n, what, one)
                 .into_iter()
                 .map(|c| Choice { value: Some(c.value), node: c.node })
                 .collect(),
@@ -491,9 +586,10 @@ impl<'a> FileContext<'a> {
 
     /// Like `optional_sweep` for fields whose single value is itself a list (`tile: [m, n, k]`):
     /// a list of lists sweeps.
-    fn optional_sweep_of_lists<'n, T>(
+    fn optional_sweep_of_lists<'n, T: PartialEq>(
         &mut self,
         n: Option<&'n Node>,
+        what: &str,
         mut one: impl FnMut(&mut Self, &'n Node) -> Option<T>,
     ) -> Vec<Choice<'n, Option<T>>> {
         let Some(n) = n else {
@@ -503,16 +599,69 @@ impl<'a> FileContext<'a> {
             Value::Seq(items) if items.iter().any(|i| i.as_seq().is_some()) => items.iter().collect(),
             _ => vec![n],
         };
-        nodes
+        let choices: Vec<Choice<Option<T>>> = nodes
             .into_iter()
             .filter_map(|node| one(self, node).map(|v| Choice { value: Some(v), node: Some(node) }))
-            .collect()
+            .collect();
+        self.no_repeats(what, &choices);
+        choices
     }
+}
+
+/// Ceiling on an integer field, checked before any op sees the value. It lies far above every
+/// op's own range (the ops report those, with better messages) and low enough that no size an
+/// op computes from the fields (threads, elements per block, shared memory bytes) can
+/// overflow 32 bits: a spec like `tile: [4000000000, ...]` must be an error, not a panic.
+fn integer_ceiling(what: &str) -> u32 {
+    match what {
+        // Shared memory grows with stages times the tile area.
+        "stages" => 64,
+        "tile" | "warp" => 1024,
+        _ => 4096,
+    }
+}
+
+/// User text for a message: control characters escaped, everything else as written.
+fn shown(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
+/// ` (did you mean `x`?)` when exactly one candidate is a small typo away from `word`.
+fn did_you_mean(word: &str, candidates: &[&str]) -> String {
+    let close: Vec<&&str> = candidates
+        .iter()
+        .filter(|c| {
+            let d = edit_distance(word, c);
+            d <= 2 && d < c.len().min(word.len().max(1))
+        })
+        .collect();
+    match close.as_slice() {
+        [one] => format!(" (did you mean `{one}`?)"),
+        _ => String::new(),
+    }
+}
+
+/// Levenshtein distance, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 fn scalar_text(n: &Node) -> String {
     match &n.value {
-        Value::Scalar(s, _) => s.escape_debug().to_string(),
+        Value::Scalar(s, _) => shown(s),
         Value::Null => "null".into(),
         _ => n.kind().to_string(),
     }

@@ -1,7 +1,9 @@
-//! YAML with positions. serde_yaml is the gate for syntax (its messages and its limits on
-//! recursion and alias expansion are good), but its values carry no positions; this module
-//! rebuilds the document as a tree of nodes that remember where they came from, so every
-//! validation error can name file:line:col.
+//! YAML with positions. serde_yaml is the gate for syntax (libyaml's messages name what it
+//! expected and where the enclosing collection began), but its values carry no positions;
+//! this module rebuilds the document as a tree of nodes that remember where they came from,
+//! so every validation error can name file:line:col. The tree builder also enforces what a
+//! spec needs beyond syntax, each at the offending text: one document per file, no duplicate
+//! keys, bounded nesting and bounded alias expansion (alias bombs).
 
 use std::collections::HashMap;
 
@@ -10,8 +12,7 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use crate::diagnostics::Mark;
 
-/// Upper bound on nodes produced while expanding aliases: a defence against alias bombs
-/// that is independent of serde_yaml's own.
+/// Upper bound on nodes produced while expanding aliases: a defence against alias bombs.
 const MAX_NODES: usize = 100_000;
 /// Specs are small; anything deeper than this is not a spec.
 const MAX_DEPTH: usize = 64;
@@ -29,7 +30,8 @@ pub enum Value {
 pub struct Node {
     pub value: Value,
     pub mark: Mark,
-    /// Characters of source this node's text spans (for underlines); 1 for collections.
+    /// Characters of source this node's text spans (for underlines); 1 for collections, 0 for
+    /// a value left empty (`key:` with nothing after it).
     pub width: usize,
 }
 
@@ -58,7 +60,7 @@ impl Node {
     /// Short description of the node's kind for "expected X, found Y" messages.
     pub fn kind(&self) -> &'static str {
         match &self.value {
-            Value::Null => "nothing",
+            Value::Null => "an empty value",
             Value::Scalar(..) => "a scalar",
             Value::Seq(_) => "a list",
             Value::Map(_) => "a mapping",
@@ -82,39 +84,147 @@ pub struct ParseError {
 
 /// Parses one YAML document. An empty document yields `Ok(None)`.
 pub fn parse(source: &str) -> Result<Option<Node>, ParseError> {
-    // serde_yaml first: it rejects malformed YAML, duplicate keys and alias bombs with
-    // precise messages before we build anything.
-    if let Err(e) = serde_yaml::from_str::<serde_yaml::Value>(source) {
-        let mark = e
-            .location()
-            .map(|l| Mark {
-                line: l.line(),
-                col: l.column(),
-            })
-            .unwrap_or(Mark { line: 1, col: 1 });
-        let message = strip_location_suffix(&e.to_string());
-        return Err(ParseError { mark, message });
+    parse_document(source).map_err(|mut e| {
+        // An error past the last line (an unclosed bracket) has no source line to show.
+        if e.mark.line > source.lines().count() {
+            e.message += " at the end of the file";
+        }
+        e
+    })
+}
+
+fn parse_document(source: &str) -> Result<Option<Node>, ParseError> {
+    // The syntax gate. Deserializing into `IgnoredAny` checks the syntax without building
+    // values, so numbers too large for any Rust integer reach validation (which says which
+    // field is out of range) instead of failing here with serde's internal wording.
+    let gate: Result<serde::de::IgnoredAny, _> =
+        serde::Deserialize::deserialize(serde_yaml::Deserializer::from_str(source));
+    let mut gate_error = None;
+    if let Err(e) = gate {
+        let message = libyaml_message(&e.to_string());
+        match e.location() {
+            // libyaml's reader (bad characters) gives a byte offset in its message, and a
+            // location of 1:1 that means nothing.
+            _ if byte_offset(&message).is_some() => return Err(reader_error(source, &message)),
+            // A positioned error is a syntax error, best told in libyaml's words.
+            Some(l) => {
+                let mark = Mark {
+                    line: l.line(),
+                    col: l.column(),
+                };
+                let message = match alias_at(source, mark) {
+                    Some(name) if message.starts_with("unknown anchor") => format!(
+                        "alias `*{name}` refers to no anchor; define `&{name}` on a value before it"
+                    ),
+                    _ => message,
+                };
+                return Err(ParseError { mark, message });
+            }
+            // An error without a position (a second document) is found again by the builder
+            // below, which knows where it is; this is the fallback.
+            None => {
+                gate_error = Some(ParseError {
+                    mark: Mark { line: 1, col: 1 },
+                    message,
+                })
+            }
+        }
     }
     let mut builder = TreeBuilder::default();
     let mut parser = Parser::new_from_str(source);
-    if let Err(e) = parser.load(&mut builder, false) {
-        return Err(ParseError {
-            mark: to_mark(e.marker()),
-            message: e.info().to_string(),
-        });
-    }
+    let parsed = parser.load(&mut builder, true);
+    // The builder stops at its first error; anything the parser said after that is a
+    // consequence, so the builder's error wins.
     if let Some(err) = builder.error {
         return Err(err);
+    }
+    if let Err(e) = parsed {
+        let mut message = e.info().to_string();
+        if message.contains("recursion limit") {
+            message += &format!("; a spec nests a handful of levels, at most {MAX_DEPTH}");
+        }
+        return Err(ParseError {
+            mark: to_mark(e.marker()),
+            message,
+        });
+    }
+    if let Some(e) = gate_error {
+        return Err(e);
     }
     Ok(builder.root)
 }
 
-/// serde_yaml appends " at line L column C" to its messages; we print the position ourselves.
-fn strip_location_suffix(msg: &str) -> String {
-    match msg.find(" at line ") {
-        Some(i) => msg[..i].to_string(),
-        None => msg.to_string(),
+/// Rewrites a serde_yaml (libyaml) message for a diagnostic that already shows the
+/// position: `did not find expected ',' or ']' at line 5 column 10, while parsing a flow
+/// sequence at line 4 column 12` becomes `did not find expected ',' or ']' (while parsing a
+/// flow sequence that starts at 4:12)`.
+fn libyaml_message(msg: &str) -> String {
+    let (problem, context) = match msg.split_once(", while ") {
+        Some((p, c)) => (p, Some(c)),
+        None => (msg, None),
+    };
+    let problem = match problem.find(" at line ") {
+        Some(i) => &problem[..i],
+        None => problem,
+    };
+    let mut out = problem.to_string();
+    if let Some(context) = context {
+        let context = match context.split_once(" at line ") {
+            Some((what, pos)) => match pos.split_once(" column ") {
+                Some((line, col)) => format!("{what} that starts at {line}:{col}"),
+                None => what.to_string(),
+            },
+            None => context.to_string(),
+        };
+        out += &format!(" (while {context})");
     }
+    if problem.contains("tab character") {
+        out += "; YAML indents with spaces only";
+    } else if context.is_some_and(|c| c.contains("block")) {
+        out += "; check the indentation";
+    }
+    out
+}
+
+/// The byte offset in a libyaml reader message (`... at position 41`).
+fn byte_offset(message: &str) -> Option<usize> {
+    message.rsplit_once(" at position ")?.1.parse().ok()
+}
+
+/// A reader error (a character YAML does not allow) at its line and column, naming the
+/// character, which may well be invisible.
+fn reader_error(source: &str, message: &str) -> ParseError {
+    let offset = byte_offset(message).unwrap_or(0).min(source.len());
+    let problem = message
+        .rsplit_once(" at position ")
+        .map_or(message, |(p, _)| p);
+    let mut offset_ok = offset;
+    while !source.is_char_boundary(offset_ok) {
+        offset_ok -= 1;
+    }
+    let before = &source[..offset_ok];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    let found = source[offset_ok..]
+        .chars()
+        .next()
+        .map_or(String::new(), |c| format!(" (found U+{:04X})", c as u32));
+    ParseError {
+        mark: Mark { line, col },
+        message: format!("{problem}{found}"),
+    }
+}
+
+/// The name of the alias (`*name`) that starts at `mark`, if one does.
+fn alias_at(source: &str, mark: Mark) -> Option<String> {
+    let line = source.lines().nth(mark.line.checked_sub(1)?)?;
+    let rest: String = line.chars().skip(mark.col.checked_sub(1)?).collect();
+    let name: String = rest
+        .strip_prefix('*')?
+        .chars()
+        .take_while(|c| !c.is_whitespace() && !matches!(c, ',' | '[' | ']' | '{' | '}'))
+        .collect();
+    (!name.is_empty()).then_some(name)
 }
 
 fn to_mark(m: &Marker) -> Mark {
@@ -136,16 +246,14 @@ struct TreeBuilder {
     anchors: HashMap<usize, Node>,
     root: Option<Node>,
     nodes: usize,
+    documents: usize,
     error: Option<ParseError>,
 }
 
 impl TreeBuilder {
-    fn fail(&mut self, mark: Mark, message: &str) {
+    fn fail(&mut self, mark: Mark, message: String) {
         if self.error.is_none() {
-            self.error = Some(ParseError {
-                mark,
-                message: message.to_string(),
-            });
+            self.error = Some(ParseError { mark, message });
         }
     }
 
@@ -154,17 +262,31 @@ impl TreeBuilder {
         if self.nodes > MAX_NODES {
             self.fail(
                 mark,
-                "document expands to too many nodes (alias bomb?); specs are limited to 100000",
+                format!(
+                    "document expands to more than {MAX_NODES} nodes here (an alias bomb?); \
+                     a spec has no use for that many"
+                ),
             );
             return false;
         }
         true
     }
 
-    fn finish(&mut self, node: Node, anchor: usize) {
+    fn open(&mut self, open: Open, mark: Mark) {
+        if self.stack.len() >= MAX_DEPTH {
+            return self.fail(
+                mark,
+                format!("document nests more than {MAX_DEPTH} levels deep; a spec needs a handful"),
+            );
+        }
+        self.stack.push(open);
+    }
+
+    fn finish(&mut self, mut node: Node, anchor: usize) {
         if anchor != 0 {
             self.anchors.insert(anchor, node.clone());
         }
+        let mut duplicate = None;
         match self.stack.last_mut() {
             None => self.root = Some(node),
             Some(Open::Seq(seq, _)) => {
@@ -173,9 +295,42 @@ impl TreeBuilder {
                 }
             }
             Some(Open::Map(_, entries, pending, _)) => match pending.take() {
-                None => *pending = Some(node),
-                Some(key) => entries.push((key, node)),
+                None => {
+                    // A key. Two equal keys in one mapping are an error (YAML says so, and
+                    // silently keeping either would hide a mistake).
+                    if let Value::Scalar(text, _) = &node.value {
+                        if let Some((first, _)) = entries
+                            .iter()
+                            .find(|(k, _)| k.as_str() == Some(text.as_str()))
+                        {
+                            duplicate = Some((node.mark, text.clone(), first.mark));
+                        }
+                    }
+                    *pending = Some(node);
+                }
+                Some(key) => {
+                    // `key:` with nothing after it: the parser places the empty value at the
+                    // next token, often on a later line; put it right after its key instead.
+                    if node.width == 0 && key.mark.line > 0 {
+                        node.mark = Mark {
+                            line: key.mark.line,
+                            col: key.mark.col + key.width,
+                        };
+                    }
+                    entries.push((key, node));
+                }
             },
+        }
+        if let Some((mark, key, first)) = duplicate {
+            self.fail(
+                mark,
+                format!(
+                    "duplicate key `{}` (first given at {}:{}); each key may appear once per mapping",
+                    key.escape_debug(),
+                    first.line,
+                    first.col
+                ),
+            );
         }
     }
 }
@@ -200,41 +355,46 @@ impl MarkedEventReceiver for TreeBuilder {
         }
         let mark = to_mark(&marker);
         match ev {
+            Event::DocumentStart => {
+                self.documents += 1;
+                if self.documents > 1 {
+                    self.fail(
+                        mark,
+                        "a second YAML document starts here; a spec file holds one document \
+                         (remove the `---`, or put the second one in its own file)"
+                            .into(),
+                    );
+                }
+            }
             Event::Scalar(text, style, anchor, _tag) => {
                 if !self.count(1, mark) {
                     return;
                 }
                 let quoted = !matches!(style, TScalarStyle::Plain);
                 let width = text.chars().count() + if quoted { 2 } else { 0 };
-                let value = if !quoted && matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL")
-                {
-                    Value::Null
-                } else {
-                    Value::Scalar(text, quoted)
-                };
+                let value =
+                    if !quoted && matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL") {
+                        Value::Null
+                    } else {
+                        Value::Scalar(text, quoted)
+                    };
                 self.finish(Node { value, mark, width }, anchor);
             }
             Event::SequenceStart(anchor, _) => {
-                if self.stack.len() >= MAX_DEPTH {
-                    return self.fail(mark, "document nests too deeply");
-                }
                 let node = Node {
                     value: Value::Seq(Vec::new()),
                     mark,
                     width: 1,
                 };
-                self.stack.push(Open::Seq(node, anchor));
+                self.open(Open::Seq(node, anchor), mark);
             }
             Event::MappingStart(anchor, _) => {
-                if self.stack.len() >= MAX_DEPTH {
-                    return self.fail(mark, "document nests too deeply");
-                }
                 let node = Node {
                     value: Value::Null,
                     mark,
                     width: 1,
                 };
-                self.stack.push(Open::Map(node, Vec::new(), None, anchor));
+                self.open(Open::Map(node, Vec::new(), None, anchor), mark);
             }
             Event::SequenceEnd => {
                 if let Some(Open::Seq(node, anchor)) = self.stack.pop() {
@@ -243,20 +403,26 @@ impl MarkedEventReceiver for TreeBuilder {
             }
             Event::MappingEnd => {
                 if let Some(Open::Map(mut node, entries, _, anchor)) = self.stack.pop() {
+                    // The parser marks a block mapping at its first `:`; the mapping starts at
+                    // its first key (a flow mapping's `{` comes before its first key and stays).
+                    if let Some((first_key, _)) = entries.first() {
+                        node.mark = node.mark.min(first_key.mark);
+                    }
                     node.value = Value::Map(entries);
                     self.finish(node, anchor);
                 }
             }
-            Event::Alias(id) => match self.anchors.get(&id).cloned() {
-                Some(mut node) => {
-                    if !self.count(node_count(&node), mark) {
-                        return;
-                    }
+            Event::Alias(id) => {
+                let Some(size) = self.anchors.get(&id).map(node_count) else {
+                    return self.fail(mark, "alias to an unknown anchor".into());
+                };
+                // Count before copying, so a bomb is stopped before it is built.
+                if self.count(size, mark) {
+                    let mut node = self.anchors[&id].clone();
                     node.mark = mark;
                     self.finish(node, 0);
                 }
-                None => self.fail(mark, "alias to an unknown anchor"),
-            },
+            }
             _ => {}
         }
     }
@@ -286,6 +452,62 @@ mod tests {
     fn syntax_error_has_position() {
         let e = parse("a: [1, 2\nb: 3\n").unwrap_err();
         assert!(e.mark.line >= 1, "{e:?}");
+    }
+
+    #[test]
+    fn mappings_start_at_their_first_key() {
+        let root = parse("k:\n  - name: a\n    op: b\n").unwrap().unwrap();
+        assert_eq!(root.mark, Mark { line: 1, col: 1 });
+        let entry = &root.get("k").unwrap().as_seq().unwrap()[0];
+        assert_eq!(entry.mark, Mark { line: 2, col: 5 });
+    }
+
+    #[test]
+    fn empty_value_sits_after_its_key() {
+        let root = parse("a:\nb: 1\n").unwrap().unwrap();
+        let a = root.get("a").unwrap();
+        assert!(a.is_null());
+        assert_eq!(a.mark, Mark { line: 1, col: 2 });
+    }
+
+    #[test]
+    fn duplicate_keys_point_at_the_second() {
+        let e = parse("a: 1\nb: 2\na: 3\n").unwrap_err();
+        assert_eq!(e.mark, Mark { line: 3, col: 1 });
+        assert!(e.message.contains("duplicate key `a`"), "{e:?}");
+    }
+
+    #[test]
+    fn second_document_is_an_error_at_its_start() {
+        let e = parse("a: 1\n---\nb: 2\n").unwrap_err();
+        assert_eq!(e.mark, Mark { line: 2, col: 1 });
+    }
+
+    #[test]
+    fn huge_numbers_pass_the_syntax_gate() {
+        let root = parse("a: 99999999999999999999999999999\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            root.get("a").unwrap().as_str(),
+            Some("99999999999999999999999999999")
+        );
+    }
+
+    #[test]
+    fn alias_bombs_stop_at_the_node_limit() {
+        let mut doc = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (prev, name) in ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .zip(["b", "c", "d", "e", "f", "g"])
+        {
+            doc += &format!(
+                "{name}: &{name} [{}]\n",
+                vec![format!("*{prev}"); 10].join(", ")
+            );
+        }
+        let e = parse(&doc).unwrap_err();
+        assert!(e.message.contains("alias bomb"), "{e:?}");
     }
 
     #[test]

@@ -1,0 +1,135 @@
+//! Doc comments of the generated methods: what each op computes, what a call must pass, and
+//! how a typed method picks among its instances.
+
+use crate::manifest::InstanceEntry;
+use crate::ops::GridRule;
+use crate::spec::model::{Epilogue, Layout, Op};
+
+use super::group::{Family, Group};
+
+/// What the instance computes, as one sentence.
+pub fn what(inst: &InstanceEntry) -> String {
+    let affine = inst.params.affine != Some(false);
+    match inst.op {
+        Op::VectorAdd => "`out[i] = a[i] + b[i]` for `i < n`.".into(),
+        Op::Fma => {
+            let mut e = "x[i] * w[i] + b[i]".to_string();
+            for step in &inst.epilogue {
+                e = match step {
+                    Epilogue::Bias => format!("{e} + bias[i % cols]"),
+                    other => format!("{}({e})", other.as_str()),
+                };
+            }
+            let mut s = format!("`out[i] = {e}` for `i < n`, in f32 arithmetic.");
+            if inst.epilogue.contains(&Epilogue::Bias) {
+                s += " `bias` is a row of `cols` elements broadcast over the `n / cols` rows.";
+            }
+            if inst.epilogue.contains(&Epilogue::Gelu) {
+                s += " `gelu` is the tanh approximation.";
+            }
+            s
+        }
+        Op::Softmax => "Softmax of each row of the row-major `rows`×`cols` tensor `x`, into `out` (f32 arithmetic, max-subtracted).".into(),
+        Op::LayerNorm if affine => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps) * weight + bias`, with `weight` and `bias` of `cols` elements (f32 arithmetic).".into(),
+        Op::LayerNorm => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps)` (f32 arithmetic).".into(),
+        Op::RmsNorm if affine => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps) * weight`, with `weight` of `cols` elements (f32 arithmetic).".into(),
+        Op::RmsNorm => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps)` (f32 arithmetic).".into(),
+        Op::Gemm => {
+            let layout = inst.params.layout.unwrap_or(Layout::Nn).as_str().as_bytes().to_vec();
+            let major = |c: u8| if c == b'n' { "row-major" } else { "column-major" };
+            let chain: Vec<&str> = inst.epilogue.iter().map(|e| e.as_str()).collect();
+            format!(
+                "`d = epilogue(a · b)`, `a` m×k {} (leading dimension `lda`), `b` k×n {} (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [{}].",
+                major(layout[0]),
+                major(layout[1]),
+                chain.join(", ")
+            )
+        }
+    }
+}
+
+/// What a call must pass, beyond the types.
+pub fn requirements(inst: &InstanceEntry) -> String {
+    let pointers: Vec<String> = inst
+        .args
+        .iter()
+        .filter(|a| a.kind != crate::ops::ArgKind::Scalar)
+        .map(|a| format!("`{}`", a.name))
+        .collect();
+    match super::group::family(inst.op) {
+        Family::Elements => {
+            let full: Vec<&str> = pointers.iter().map(String::as_str).filter(|p| *p != "`bias`").collect();
+            let mut s = format!(
+                "{} must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused).",
+                full.join(", ")
+            );
+            if pointers.iter().any(|p| p == "`bias`") {
+                s += " `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.";
+            }
+            s
+        }
+        Family::Rows => {
+            let per_col: Vec<&str> =
+                pointers.iter().map(String::as_str).filter(|p| *p == "`weight`" || *p == "`bias`").collect();
+            format!(
+                "`x` and `out` must hold at least `rows * cols` elements{}; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of {} (one 16-byte vector), every pointer must start 16-byte aligned.",
+                if per_col.is_empty() { String::new() } else { format!(" and {} at least `cols`", per_col.join(" and ")) },
+                inst.dtype.per_16_bytes()
+            )
+        }
+        Family::Gemm => format!(
+            "`m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of {} and `ldc`/`ldd` of {} (16 bytes of elements){}.",
+            inst.dtype.per_16_bytes(),
+            inst.out_dtype.per_16_bytes(),
+            if inst.args.iter().any(|a| a.name == "bias") { "; `bias` holds `n` elements" } else { "" }
+        ),
+    }
+}
+
+/// One instance's niche, for dispatch lists.
+pub fn niche(inst: &InstanceEntry) -> String {
+    let p = &inst.params;
+    let mut how = Vec::new();
+    if let Some(v) = p.variant {
+        how.push(v.as_str().to_string());
+    }
+    if let Some([m, n, k]) = p.tile {
+        how.push(format!("tile {m}x{n}x{k}"));
+    }
+    if let Some(b) = p.block {
+        how.push(format!("block {b}"));
+    }
+    if let Some(i) = p.items {
+        how.push(format!("items {i}"));
+    }
+    match &inst.launch.grid {
+        GridRule::Rows {
+            max_cols: Some(c), ..
+        } => how.push(format!("cols ≤ {c}")),
+        GridRule::Rows { max_cols: None, .. } => how.push("any cols".into()),
+        GridRule::Elements { elems_per_block } => {
+            how.push(format!("{elems_per_block} elements per block"))
+        }
+        GridRule::Tiles { .. } => {}
+    }
+    how.join(", ")
+}
+
+/// How a group's method picks its instance.
+pub fn dispatch(g: &Group, m: &crate::manifest::Manifest) -> Vec<String> {
+    if g.members.len() == 1 {
+        let inst = &m.instances[g.members[0]];
+        return vec![format!("Runs [`Self::{}`] ({}).", inst.name, niche(inst))];
+    }
+    let rule = match g.family {
+        Family::Elements => "Picks the instance with the most elements per block that still gives every SM two blocks, else the one with the fewest:",
+        Family::Rows => "Picks the one-pass instance with the smallest row limit that fits `cols`, else one that takes any length:",
+        Family::Gemm => "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:",
+    };
+    let mut lines = vec![rule.to_string()];
+    for &i in &g.members {
+        let inst = &m.instances[i];
+        lines.push(format!("- [`Self::{}`]: {}", inst.name, niche(inst)));
+    }
+    lines
+}

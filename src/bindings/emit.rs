@@ -1,0 +1,526 @@
+//! The generated items, as tokens: the kernel table, the `Kernels` type with one typed method
+//! per group and per instance, and the `plan` module of pure checks those methods run first.
+
+use proc_macro2::{Ident, Literal, Span, TokenStream};
+use quote::{format_ident, quote};
+
+use crate::error::Result;
+use crate::manifest::{InstanceEntry, Manifest};
+use crate::ops::{ArgKind, GridRule};
+use crate::spec::model::{DType, Layout};
+
+use super::docs;
+use super::group::{role, Family, Group, Role};
+
+fn ident(name: &str) -> Ident {
+    // Raw identifiers for names that are Rust keywords.
+    syn::parse_str::<Ident>(name).unwrap_or_else(|_| Ident::new_raw(name, Span::call_site()))
+}
+
+fn u32_lit(v: u32) -> Literal {
+    Literal::u32_unsuffixed(v)
+}
+
+fn u64_lit(v: u64) -> Literal {
+    Literal::u64_unsuffixed(v)
+}
+
+fn usize_lit(v: usize) -> Literal {
+    Literal::usize_unsuffixed(v)
+}
+
+fn elem_type(ty: &str) -> TokenStream {
+    match DType::parse(ty) {
+        Some(DType::F16) => quote!(::half::f16),
+        Some(DType::Bf16) => quote!(::half::bf16),
+        _ => quote!(f32),
+    }
+}
+
+fn doc_lines<S: AsRef<str>>(lines: &[S]) -> TokenStream {
+    let lines = lines.iter().map(|l| {
+        let l = l.as_ref();
+        let text = if l.is_empty() {
+            String::new()
+        } else {
+            format!(" {l}")
+        };
+        quote!(#[doc = #text])
+    });
+    quote!(#(#lines)*)
+}
+
+/// The table of every kernel and its embedded binaries, in manifest order.
+pub fn kernel_table(m: &Manifest) -> TokenStream {
+    let entries = m.instances.iter().map(|inst| {
+        let name = &inst.name;
+        let entry = &inst.entry_point;
+        let shared = u32_lit(inst.launch.shared_bytes);
+        let binaries = inst.targets.iter().flat_map(|t| {
+            let arch = t.arch.as_str();
+            let (cubin, ptx) = (&t.cubin.path, &t.ptx.path);
+            [
+                quote!(loader::Binary { arch: #arch, kind: loader::BinaryKind::Cubin, bytes: include_bytes!(#cubin) }),
+                quote!(loader::Binary { arch: #arch, kind: loader::BinaryKind::Ptx, bytes: include_bytes!(#ptx) }),
+            ]
+        });
+        quote!(loader::KernelInfo { name: #name, entry_point: #entry, shared_bytes: #shared, binaries: &[#(#binaries),*] })
+    });
+    quote! {
+        /// Every kernel of the library with its embedded binaries, in manifest order.
+        /// [`Plan::kernel`] indexes it.
+        #[allow(dead_code)]
+        pub static KERNELS: &[loader::KernelInfo] = &[#(#entries),*];
+    }
+}
+
+/// The `Kernels` type and its fixed methods.
+pub fn kernels_type(m: &Manifest) -> TokenStream {
+    let summary = format!(
+        " The library's {} kernels in one CUDA context: typed launchers that check every call",
+        m.instances.len()
+    );
+    quote! {
+        #[doc = #summary]
+        /// before launching, over modules loaded on first use. `Kernels` is `Send + Sync`.
+        #[allow(dead_code)]
+        #[derive(Debug)]
+        pub struct Kernels {
+            loader: loader::Loader,
+        }
+
+        #[allow(dead_code)]
+        impl Kernels {
+            /// Prepares the kernels for `ctx`'s device: reads its architecture and loads
+            /// nothing yet (each kernel's module loads on its first call).
+            pub fn load(ctx: &::std::sync::Arc<::cudarc::driver::CudaContext>) -> Result<Self, Error> {
+                Ok(Kernels { loader: loader::Loader::new(ctx, KERNELS)? })
+            }
+
+            /// The context the kernels load into.
+            pub fn context(&self) -> &::std::sync::Arc<::cudarc::driver::CudaContext> {
+                self.loader.context()
+            }
+
+            /// The device's architecture and SM count, as read at [`Kernels::load`].
+            pub fn device(&self) -> loader::Device {
+                self.loader.device()
+            }
+
+            /// Loads every kernel now, so that a missing binary or a driver problem shows at
+            /// start-up instead of at the first call.
+            pub fn load_all(&self) -> Result<(), Error> {
+                self.loader.load_all()
+            }
+
+            /// The binary the kernel named `kernel` (an instance name) loads on this device,
+            /// or None when the library has no such kernel.
+            pub fn binary(&self, kernel: &str) -> Option<Result<&'static loader::Binary, Error>> {
+                KERNELS.iter().position(|k| k.name == kernel).map(|i| self.loader.binary(i))
+            }
+
+            /// Every kernel of the library.
+            pub fn kernels() -> &'static [loader::KernelInfo] {
+                KERNELS
+            }
+        }
+    }
+}
+
+/// A plan function's parameters after `sm_count`: buffers and sizes in kernel order.
+fn plan_params(first: &InstanceEntry) -> Result<(Vec<TokenStream>, Vec<Ident>)> {
+    let mut decls = Vec::new();
+    let mut names = Vec::new();
+    for a in &first.args {
+        let name = ident(&a.name);
+        match role(first, a)? {
+            Role::Value => continue,
+            Role::Size => decls.push(quote!(#name: usize)),
+            _ => decls.push(quote!(#name: Buf)),
+        }
+        names.push(name);
+    }
+    Ok((decls, names))
+}
+
+/// The checks of one instance, as a plan function's body.
+fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
+    let inst = &m.instances[index];
+    let mut full = Vec::new();
+    let mut per_col = Vec::new();
+    for a in &inst.args {
+        match role(inst, a)? {
+            Role::Full => full.push(ident(&a.name)),
+            Role::PerCol => per_col.push(ident(&a.name)),
+            _ => {}
+        }
+    }
+    let threads = u32_lit(inst.launch.threads);
+    let kernel = usize_lit(index);
+    let shared = inst.launch.shared_bytes;
+    let dims = match (&inst.launch.grid, super::group::family(inst.op)) {
+        (GridRule::Elements { elems_per_block }, Family::Elements) => {
+            let epb = u32_lit(*elems_per_block);
+            let row = per_col
+                .first()
+                .map(|b| quote!(call_checks::broadcast_row(n, cols, &#b)?;));
+            quote! {
+                #row
+                let dims = call_checks::elements(n, &[#(#full),*], #epb, #threads)?;
+            }
+        }
+        (
+            GridRule::Rows {
+                rows_per_block,
+                max_cols,
+            },
+            Family::Rows,
+        ) => {
+            let rpb = u32_lit(*rows_per_block);
+            let max = match max_cols {
+                Some(c) => {
+                    let c = u32_lit(*c);
+                    quote!(Some(#c))
+                }
+                None => quote!(None),
+            };
+            let vec = u32_lit(inst.dtype.per_16_bytes());
+            quote! {
+                let dims = call_checks::rows(rows, cols, #max, #vec, &[#(#full),*], &[#(#per_col),*], #rpb, #threads)?;
+            }
+        }
+        (GridRule::Tiles { tile_m, tile_n }, Family::Gemm) => gemm_body(inst, *tile_m, *tile_n)?,
+        (rule, _) => {
+            return Err(crate::error::Error::Usage(format!(
+                "bindings: `{}` ({}) has launch rule {rule:?}, which its op family does not use",
+                inst.name, inst.op
+            )))
+        }
+    };
+    // Dynamic shared memory rides along the geometry (GEMM's check sets it itself).
+    let with_shared =
+        (shared > 0 && !matches!(inst.launch.grid, GridRule::Tiles { .. })).then(|| {
+            let s = u32_lit(shared);
+            quote!(let dims = dims.map(|d| LaunchDims { shared_bytes: #s, ..d });)
+        });
+    Ok(quote! {
+        #dims
+        #with_shared
+        Ok(Plan { kernel: #kernel, dims })
+    })
+}
+
+/// What a GEMM instance needs of a call, as `ops::gemm::runtime_requirements` states it:
+/// 16-byte aligned matrices; `lda`/`ldb` multiples of 16 bytes of input elements, `ldc`/`ldd`
+/// of output elements; any m, n, k (edges are masked in the kernel).
+/// Returns [align, ld_in_multiple, ld_out_multiple, m_multiple, n_multiple, k_multiple].
+pub fn gemm_needs(inst: &InstanceEntry) -> [u64; 6] {
+    let in_vec = inst.dtype.per_16_bytes() as u64;
+    let out_vec = inst.out_dtype.per_16_bytes() as u64;
+    [16, in_vec, out_vec, 1, 1, 1]
+}
+
+fn gemm_body(inst: &InstanceEntry, tile_m: u32, tile_n: u32) -> Result<TokenStream> {
+    let layout = inst
+        .params
+        .layout
+        .unwrap_or(Layout::Nn)
+        .as_str()
+        .as_bytes()
+        .to_vec();
+    let (at, bt) = (layout[0] == b't', layout[1] == b't');
+    let has = |n: &str| {
+        inst.args
+            .iter()
+            .any(|a| a.name == n && a.kind != ArgKind::Scalar)
+    };
+    let c = if has("c") {
+        quote!(Some(Matrix {
+            buf: c,
+            ld: ldc,
+            transposed: false
+        }))
+    } else {
+        quote!(None)
+    };
+    let bias = if has("bias") {
+        quote!(Some(bias))
+    } else {
+        quote!(None)
+    };
+    let [align, ld_in, ld_out, mm, nm, km] = gemm_needs(inst).map(u64_lit);
+    let (tm, tn) = (u32_lit(tile_m), u32_lit(tile_n));
+    let threads = u32_lit(inst.launch.threads);
+    let shared = u32_lit(inst.launch.shared_bytes);
+    Ok(quote! {
+        let call = GemmCall {
+            m, n, k,
+            a: Matrix { buf: a, ld: lda, transposed: #at },
+            b: Matrix { buf: b, ld: ldb, transposed: #bt },
+            c: #c,
+            d: Matrix { buf: d, ld: ldd, transposed: false },
+            bias: #bias,
+        };
+        let needs = GemmNeeds {
+            align: #align,
+            ld_in_multiple: #ld_in,
+            ld_out_multiple: #ld_out,
+            m_multiple: #mm,
+            n_multiple: #nm,
+            k_multiple: #km,
+        };
+        let dims = call_checks::gemm(&call, &needs, (#tm, #tn), #threads, #shared)?;
+    })
+}
+
+/// How a group's plan function picks its instance and calls that instance's plan.
+fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> TokenStream {
+    let call = |i: usize| {
+        let f = ident(&m.instances[i].name);
+        quote!(#f(sm_count, #(#args),*))
+    };
+    if g.members.len() == 1 {
+        return call(g.members[0]);
+    }
+    let arms = |calls: Vec<TokenStream>| {
+        let last = calls.len() - 1;
+        let arms = calls.into_iter().enumerate().map(|(i, c)| {
+            if i == last {
+                quote!(_ => #c,)
+            } else {
+                let i = usize_lit(i);
+                quote!(#i => #c,)
+            }
+        });
+        quote!(#(#arms)*)
+    };
+    let calls: Vec<TokenStream> = g.members.iter().map(|&i| call(i)).collect();
+    match g.family {
+        Family::Elements => {
+            let epb = g.members.iter().map(|&i| match m.instances[i].launch.grid {
+                GridRule::Elements { elems_per_block } => u32_lit(elems_per_block),
+                _ => u32_lit(1),
+            });
+            let arms = arms(calls);
+            quote!(match call_checks::pick_elements(n, sm_count, &[#(#epb),*]) { #arms })
+        }
+        Family::Rows => {
+            let max = g.members.iter().map(|&i| match m.instances[i].launch.grid {
+                GridRule::Rows {
+                    max_cols: Some(c), ..
+                } => {
+                    let c = u32_lit(c);
+                    quote!(Some(#c))
+                }
+                _ => quote!(None),
+            });
+            let arms = arms(calls);
+            quote!(match call_checks::pick_rows(cols, &[#(#max),*])? { #arms })
+        }
+        Family::Gemm => {
+            let tiles = g.members.iter().map(|&i| match m.instances[i].launch.grid {
+                GridRule::Tiles { tile_m, tile_n } => {
+                    let (a, b) = (u32_lit(tile_m), u32_lit(tile_n));
+                    quote!((#a, #b))
+                }
+                _ => quote!((1, 1)),
+            });
+            let arms = arms(calls);
+            quote! {
+                let mut refused = None;
+                for i in call_checks::tile_order(m, n, sm_count, &[#(#tiles),*]) {
+                    match match i { #arms } {
+                        Ok(plan) => return Ok(plan),
+                        Err(e) => {
+                            refused.get_or_insert(e);
+                        }
+                    }
+                }
+                Err(refused.unwrap_or(ArgError::NoInstance { op: "gemm", reason: "for this call" }))
+            }
+        }
+    }
+}
+
+/// The `plan` module: one pure function per group and per instance.
+pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
+    let mut fns = Vec::new();
+    for g in groups {
+        let (decls, names) = plan_params(g.first(m))?;
+        let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
+        if !sole {
+            let f = ident(&g.method);
+            let body = group_plan_body(m, g, &names);
+            let doc = format!(
+                " Checks a [`super::Kernels::{}`] call and picks its instance.",
+                g.method
+            );
+            fns.push(quote! {
+                #[doc = #doc]
+                pub fn #f(sm_count: u32, #(#decls),*) -> Result<Plan, ArgError> { #body }
+            });
+        }
+        for &i in &g.members {
+            let f = ident(&m.instances[i].name);
+            let body = instance_plan_body(m, i)?;
+            let doc = format!(" Checks a [`super::Kernels::{}`] call.", m.instances[i].name);
+            fns.push(quote! {
+                #[doc = #doc]
+                pub fn #f(_sm_count: u32, #(#decls),*) -> Result<Plan, ArgError> { #body }
+            });
+        }
+    }
+    Ok(quote! {
+        /// The checks every method runs before it launches, as pure functions of lengths,
+        /// device addresses and sizes (no GPU needed): which kernel a call would launch with
+        /// which geometry, or why it is refused. `sm_count` is the device's SM count.
+        #[allow(dead_code, unused_imports, clippy::too_many_arguments)]
+        pub mod plan {
+            use super::call_checks::{self, Buf, GemmCall, GemmNeeds, Matrix, Plan};
+            use super::launch_rules::{ArgError, LaunchDims};
+            #(#fns)*
+        }
+    })
+}
+
+/// The typed methods of one group: the dispatching one, one per instance, and the shared
+/// launcher they call. (`//` comments inside `quote!` never reach the output, so the
+/// reasoning the generated code needs is in its doc comments.)
+pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
+    let first = g.first(m);
+    let run = format_ident!("run_{}", g.method);
+    // Method parameters, plan arguments and launch arguments, in kernel order.
+    let mut params = Vec::new();
+    let mut forward = Vec::new();
+    let mut checks = Vec::new();
+    let mut lens = Vec::new();
+    let mut ptrs = Vec::new();
+    let mut plan_types = Vec::new();
+    let mut plan_args = Vec::new();
+    let mut launch_args = Vec::new();
+    let mut to_i64 = Vec::new();
+    for a in &first.args {
+        let name = ident(&a.name);
+        forward.push(quote!(#name));
+        let r = role(first, a)?;
+        match r {
+            Role::Size => {
+                params.push(quote!(#name: usize));
+                plan_types.push(quote!(usize));
+                plan_args.push(quote!(#name));
+                to_i64.push(quote!(let #name = #name as i64;));
+                launch_args.push(quote!(.arg(&#name)));
+            }
+            Role::Value => {
+                params.push(quote!(#name: f32));
+                launch_args.push(quote!(.arg(&#name)));
+            }
+            _ => {
+                let t = elem_type(&a.ty);
+                let arg_name = &a.name;
+                let len = format_ident!("{}_len", a.name);
+                let ptr = format_ident!("{}_ptr", a.name);
+                let sync = format_ident!("_{}_sync", a.name);
+                if a.kind == ArgKind::Out {
+                    params.push(quote!(#name: &mut impl ::cudarc::driver::DevicePtrMut<#t>));
+                    ptrs.push(quote!(let (#ptr, #sync) = #name.device_ptr_mut(stream);));
+                } else {
+                    params.push(quote!(#name: &impl ::cudarc::driver::DevicePtr<#t>));
+                    ptrs.push(quote!(let (#ptr, #sync) = #name.device_ptr(stream);));
+                }
+                checks
+                    .push(quote!(self.loader.same_context(#arg_name, #name.stream().context())?;));
+                lens.push(quote!(let #len = #name.len();));
+                plan_types.push(quote!(Buf));
+                plan_args.push(quote!(call_checks::Buf::of::<#t>(#arg_name, #len, #ptr)));
+                launch_args.push(quote!(.arg(&#ptr)));
+            }
+        }
+    }
+
+    let mut methods = Vec::new();
+    let what = docs::what(first);
+    let req = docs::requirements(first);
+    let errors = [
+        "",
+        "# Errors",
+        "[`Error::Arg`] before anything launches when the call breaks a requirement above;",
+        "[`Error::WrongContext`] when a buffer or the stream belongs to another context;",
+        "[`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.",
+    ];
+    let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
+    if !sole {
+        let f = ident(&g.method);
+        let mut lines = vec![what.clone(), String::new()];
+        lines.extend(docs::dispatch(g, m));
+        lines.push(String::new());
+        lines.push(req.clone());
+        lines.extend(errors.iter().map(|s| s.to_string()));
+        let doc = doc_lines(&lines);
+        methods.push(quote! {
+            #doc
+            pub fn #f(&self, stream: &::cudarc::driver::CudaStream, #(#params),*) -> Result<(), Error> {
+                self.#run(plan::#f, stream, #(#forward),*)
+            }
+        });
+    }
+    for &i in &g.members {
+        let inst = &m.instances[i];
+        let f = ident(&inst.name);
+        let mut lines = vec![what.clone(), String::new()];
+        if sole {
+            lines.push(format!("Instance `{}`: {}.", inst.name, docs::niche(inst)));
+        } else {
+            lines.push(format!(
+                "Always runs instance `{}` ({}); [`Self::{}`] picks among its family by shape.",
+                inst.name,
+                docs::niche(inst),
+                g.method
+            ));
+        }
+        lines.push(String::new());
+        lines.push(req.clone());
+        lines.extend(errors.iter().map(|s| s.to_string()));
+        let doc = doc_lines(&lines);
+        methods.push(quote! {
+            #doc
+            pub fn #f(&self, stream: &::cudarc::driver::CudaStream, #(#params),*) -> Result<(), Error> {
+                self.#run(plan::#f, stream, #(#forward),*)
+            }
+        });
+    }
+
+    Ok(quote! {
+        #[allow(dead_code, clippy::too_many_arguments, clippy::type_complexity)]
+        impl Kernels {
+            #(#methods)*
+
+            /// The launcher behind this family's methods. It launches only after `checks`
+            /// (a `plan` function) accepted the call: every buffer holds what the kernel reads
+            /// and writes for these sizes and is aligned as its vector accesses need, and every
+            /// size fits the kernel's i64. The arguments follow the kernel's signature,
+            /// generated from the same manifest, and the `_sync` guards record the accesses for
+            /// cudarc's stream ordering: that is what makes the `unsafe` launch sound.
+            fn #run(
+                &self,
+                checks: fn(u32, #(#plan_types),*) -> Result<Plan, ArgError>,
+                stream: &::cudarc::driver::CudaStream,
+                #(#params),*
+            ) -> Result<(), Error> {
+                use ::cudarc::driver::PushKernelArg as _;
+                self.loader.same_context("stream", stream.context())?;
+                #(#checks)*
+                #(#lens)*
+                #(#ptrs)*
+                let plan = checks(self.loader.device().sm_count, #(#plan_args),*)?;
+                let Some(dims) = plan.dims else {
+                    return Ok(());
+                };
+                let function = self.loader.function(plan.kernel)?;
+                #(#to_i64)*
+                unsafe { stream.launch_builder(function) #(#launch_args)* .launch(loader::launch_config(dims)) }?;
+                Ok(())
+            }
+        }
+    })
+}

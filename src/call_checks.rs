@@ -1,0 +1,303 @@
+//! The checks one kernel call must pass before it launches, and the choice among an op's
+//! instances. Shared like `launch_rules`: compiled into tilegen as a module and emitted
+//! verbatim into every generated `bindings.rs` (beside `launch_rules`, which it uses), so
+//! the tool and the bindings agree. Pure functions over lengths, device addresses and sizes:
+//! tests call them with no GPU. Standard library only.
+
+use super::launch_rules::{self, ArgError, LaunchDims};
+
+/// Bytes of one vector access in every tilegen kernel.
+pub const VECTOR_BYTES: u64 = 16;
+
+/// A device buffer as a call passes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buf {
+    /// The argument's name, for messages.
+    pub arg: &'static str,
+    /// Length in elements.
+    pub len: usize,
+    /// Bytes per element.
+    pub elem_bytes: u64,
+    /// Device address of the first element.
+    pub address: u64,
+}
+
+impl Buf {
+    /// A buffer of `len` elements of `T` at `address`.
+    pub fn of<T>(arg: &'static str, len: usize, address: u64) -> Buf {
+        Buf {
+            arg,
+            len,
+            elem_bytes: core::mem::size_of::<T>() as u64,
+            address,
+        }
+    }
+}
+
+/// What a checked call launches: which kernel (an index into the library's kernel table) and
+/// with which geometry; `dims` is None when the problem is empty and nothing need run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Index of the instance in the library's kernel table.
+    pub kernel: usize,
+    /// Launch geometry, or None for an empty problem.
+    pub dims: Option<LaunchDims>,
+}
+
+/// Kernels take sizes as signed 64-bit integers.
+fn size(what: &'static str, value: usize) -> Result<u64, ArgError> {
+    launch_rules::check_range(what, value as u64, 0, i64::MAX as u64)?;
+    Ok(value as u64)
+}
+
+/// Every buffer must be aligned to its element; `vectors` adds the 16-byte alignment of
+/// vector accesses.
+fn aligned(b: &Buf, vectors: bool) -> Result<(), ArgError> {
+    let align = if vectors {
+        VECTOR_BYTES.max(b.elem_bytes)
+    } else {
+        b.elem_bytes
+    };
+    launch_rules::check_aligned(b.arg, b.address, align)
+}
+
+/// Elementwise kernels (`vector_add`, `fma`): each buffer of `full` holds at least `n`
+/// elements and is 16-byte aligned (the kernels use vector accesses, with a scalar tail).
+pub fn elements(
+    n: usize,
+    full: &[Buf],
+    elems_per_block: u32,
+    threads: u32,
+) -> Result<Option<LaunchDims>, ArgError> {
+    let n = size("n", n)?;
+    for b in full {
+        launch_rules::check_len(b.arg, b.len, n)?;
+        aligned(b, true)?;
+    }
+    Ok((n > 0).then(|| launch_rules::elements_dims(n, elems_per_block, threads)))
+}
+
+/// A row vector of `cols` elements broadcast over the `n / cols` rows of an elementwise call
+/// (the `bias` of `fma` with a bias epilogue): `cols` ≥ 1 divides `n`, the row holds `cols`.
+pub fn broadcast_row(n: usize, cols: usize, row: &Buf) -> Result<(), ArgError> {
+    let cols = size("cols", cols)?;
+    launch_rules::check_range("cols", cols, 1, i64::MAX as u64)?;
+    launch_rules::check_multiple("n (whole rows of `cols` elements)", n as u64, cols)?;
+    launch_rules::check_len(row.arg, row.len, cols)?;
+    aligned(row, false)
+}
+
+/// Row kernels (softmax, layernorm, rmsnorm) over a `rows`×`cols` row-major tensor: `full`
+/// buffers hold `rows * cols` elements, `per_col` buffers (weight, bias) hold `cols`.
+/// `max_cols` is the longest row the instance handles (None: any length below
+/// `MAX_COLS`). The kernels use 16-byte vectors when `cols` is a multiple of `vec`, and then
+/// every pointer must be 16-byte aligned; otherwise they fall back to scalar accesses.
+#[allow(clippy::too_many_arguments)]
+pub fn rows(
+    rows: usize,
+    cols: usize,
+    max_cols: Option<u32>,
+    vec: u32,
+    full: &[Buf],
+    per_col: &[Buf],
+    rows_per_block: u32,
+    threads: u32,
+) -> Result<Option<LaunchDims>, ArgError> {
+    let rows = size("rows", rows)?;
+    let cols = cols as u64;
+    let limit = max_cols.map_or(launch_rules::MAX_COLS - 1, |m| {
+        (m as u64).min(launch_rules::MAX_COLS - 1)
+    });
+    launch_rules::check_range("cols", cols, 0, limit)?;
+    let area = launch_rules::checked_area("rows * cols", rows, cols)?;
+    let vectors = vec > 1 && cols % vec as u64 == 0;
+    for b in full {
+        launch_rules::check_len(b.arg, b.len, area)?;
+        aligned(b, vectors)?;
+    }
+    for b in per_col {
+        launch_rules::check_len(b.arg, b.len, cols)?;
+        aligned(b, vectors)?;
+    }
+    Ok((area > 0).then(|| launch_rules::rows_dims(rows, rows_per_block, threads)))
+}
+
+/// Which instance of a row op handles rows of `cols` elements, given each instance's
+/// `max_cols` (None: any length): the one-pass instance with the smallest `max_cols` ≥
+/// `cols` (it reads each element once, with the fewest idle threads), else the first that
+/// takes any length. Ties go to the first listed.
+pub fn pick_rows(cols: usize, max_cols: &[Option<u32>]) -> Result<usize, ArgError> {
+    let cols = cols as u64;
+    let one_pass = max_cols
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.map(|m| (m as u64, i)))
+        .filter(|&(m, _)| m >= cols)
+        .min();
+    if let Some((_, i)) = one_pass {
+        return Ok(i);
+    }
+    if let Some(i) = max_cols.iter().position(Option::is_none) {
+        return Ok(i);
+    }
+    let longest = max_cols.iter().flatten().copied().max().unwrap_or(0) as u64;
+    Err(ArgError::OutOfRange {
+        what: "cols (no instance of this op takes longer rows)",
+        value: cols,
+        min: 0,
+        max: longest,
+    })
+}
+
+/// Which elementwise instance runs `n` elements, given each instance's elements per block:
+/// the one with the most elements per block that still gives each of the device's
+/// `sm_count` SMs at least two blocks; when none does (small `n`), the one with the fewest
+/// elements per block, which spreads the work widest. Ties go to the first listed.
+pub fn pick_elements(n: usize, sm_count: u32, elems_per_block: &[u32]) -> usize {
+    let enough = |e: u32| (n as u64) >= 2 * (sm_count.max(1) as u64) * e as u64;
+    let mut best: Option<usize> = None;
+    for (i, &e) in elems_per_block.iter().enumerate() {
+        if enough(e) && best.map_or(true, |b| e > elems_per_block[b]) {
+            best = Some(i);
+        }
+    }
+    best.unwrap_or_else(|| {
+        let mut small = 0;
+        for (i, &e) in elems_per_block.iter().enumerate() {
+            if e < elems_per_block[small] {
+                small = i;
+            }
+        }
+        small
+    })
+}
+
+/// What a GEMM instance needs of a call beyond staying in bounds: pointer alignment and the
+/// multiples its tiling and 16-byte copies assume (`ops::gemm::runtime_requirements` in
+/// tilegen states them in words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmNeeds {
+    /// Alignment of `a`, `b`, `c` and `d`, in bytes (`bias` needs only its element's).
+    pub align: u64,
+    /// `lda` and `ldb` must be multiples of this (16 bytes of input elements).
+    pub ld_in_multiple: u64,
+    /// `ldc` and `ldd` must be multiples of this (16 bytes of output elements).
+    pub ld_out_multiple: u64,
+    /// `m`, `n` and `k` must be multiples of these (1: any size, edges are masked).
+    pub m_multiple: u64,
+    pub n_multiple: u64,
+    pub k_multiple: u64,
+}
+
+/// GEMM kernels index rows and columns in 32 bits.
+pub const MAX_GEMM_DIM: u64 = (1 << 31) - 1;
+
+/// One matrix operand: its buffer, leading dimension and whether it is stored transposed
+/// (column-major).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Matrix {
+    pub buf: Buf,
+    pub ld: usize,
+    pub transposed: bool,
+}
+
+/// A GEMM call, `d = epilogue(a · b)` with `a` m×k, `b` k×n, `d` (and the residual `c`)
+/// m×n row-major, and a `bias` of `n` elements broadcast over rows. That `d` overlaps no
+/// input follows from Rust's borrow rules on cudarc's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmCall {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: Matrix,
+    pub b: Matrix,
+    pub c: Option<Matrix>,
+    pub d: Matrix,
+    pub bias: Option<Buf>,
+}
+
+/// Checks one operand that is `rows`×`cols` (stored `cols`×`rows` when transposed) with
+/// leading dimension `ld`, a multiple of `ld_multiple`.
+fn matrix(
+    name: &'static str,
+    mat: &Matrix,
+    rows: u64,
+    cols: u64,
+    ld_multiple: u64,
+    align: u64,
+) -> Result<(), ArgError> {
+    let (rows, cols) = if mat.transposed {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    let ld = size(name, mat.ld)?;
+    launch_rules::check_range(name, ld, cols, i64::MAX as u64)?;
+    launch_rules::check_multiple(name, ld, ld_multiple)?;
+    let needed = if rows == 0 || cols == 0 {
+        0
+    } else {
+        (rows - 1)
+            .checked_mul(ld)
+            .and_then(|v| v.checked_add(cols))
+            .ok_or(ArgError::OutOfRange {
+                what: name,
+                value: ld,
+                min: cols,
+                max: i64::MAX as u64,
+            })?
+    };
+    launch_rules::check_len(mat.buf.arg, mat.buf.len, needed)?;
+    launch_rules::check_aligned(mat.buf.arg, mat.buf.address, align.max(mat.buf.elem_bytes))
+}
+
+/// GEMM: sizes up to 2^31 - 1 and multiples of what the instance needs, every operand in
+/// bounds for its shape and leading dimension and aligned. `k` = 0 is allowed (the kernel
+/// writes `epilogue(0)`); an empty output launches nothing.
+pub fn gemm(
+    call: &GemmCall,
+    needs: &GemmNeeds,
+    tile: (u32, u32),
+    threads: u32,
+    shared_bytes: u32,
+) -> Result<Option<LaunchDims>, ArgError> {
+    let m = call.m as u64;
+    let n = call.n as u64;
+    let k = call.k as u64;
+    launch_rules::check_range("m", m, 0, MAX_GEMM_DIM)?;
+    launch_rules::check_range("n", n, 0, MAX_GEMM_DIM)?;
+    launch_rules::check_range("k", k, 0, MAX_GEMM_DIM)?;
+    launch_rules::check_multiple("m", m, needs.m_multiple)?;
+    launch_rules::check_multiple("n", n, needs.n_multiple)?;
+    launch_rules::check_multiple("k", k, needs.k_multiple)?;
+    matrix("lda", &call.a, m, k, needs.ld_in_multiple, needs.align)?;
+    matrix("ldb", &call.b, k, n, needs.ld_in_multiple, needs.align)?;
+    if let Some(c) = &call.c {
+        matrix("ldc", c, m, n, needs.ld_out_multiple, needs.align)?;
+    }
+    matrix("ldd", &call.d, m, n, needs.ld_out_multiple, needs.align)?;
+    if let Some(bias) = &call.bias {
+        launch_rules::check_len(bias.arg, bias.len, n)?;
+        aligned(bias, false)?;
+    }
+    if m == 0 || n == 0 {
+        return Ok(None);
+    }
+    launch_rules::tiles_dims(m, n, tile.0, tile.1, threads, shared_bytes).map(Some)
+}
+
+/// The order in which to try GEMM instances with these output tiles for an m×n output:
+/// tiles that make at least one tile per SM first, largest tile first (more reuse per
+/// block), then the rest smallest first (more blocks). Ties keep the listed order.
+pub fn tile_order(m: usize, n: usize, sm_count: u32, tiles: &[(u32, u32)]) -> Vec<usize> {
+    let count = |&(tm, tn): &(u32, u32)| {
+        (m as u64).div_ceil(tm.max(1) as u64) * (n as u64).div_ceil(tn.max(1) as u64)
+    };
+    let area = |&(tm, tn): &(u32, u32)| tm as u64 * tn as u64;
+    let (mut fill, mut rest): (Vec<usize>, Vec<usize>) =
+        (0..tiles.len()).partition(|&i| count(&tiles[i]) >= sm_count.max(1) as u64);
+    fill.sort_by_key(|&i| core::cmp::Reverse(area(&tiles[i])));
+    rest.sort_by_key(|&i| area(&tiles[i]));
+    fill.extend(rest);
+    fill
+}

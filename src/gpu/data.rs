@@ -1,0 +1,82 @@
+//! Host-side tensors: random data quantized to a dtype, and conversions between dtype bytes
+//! and f64 for references and comparisons.
+
+use rand::{Rng, SeedableRng};
+
+use crate::spec::model::DType;
+
+/// A host tensor: its bytes in the kernel's dtype and the same values exactly as f64.
+pub struct HostTensor {
+    pub dtype: DType,
+    pub bytes: Vec<u8>,
+    pub values: Vec<f64>,
+}
+
+/// Rounds `x` to the dtype, returning the dtype's bytes.
+fn encode(dtype: DType, x: f32, out: &mut Vec<u8>) {
+    match dtype {
+        DType::F32 => out.extend_from_slice(&x.to_le_bytes()),
+        DType::F16 => out.extend_from_slice(&half::f16::from_f32(x).to_le_bytes()),
+        DType::Bf16 => out.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes()),
+    }
+}
+
+/// Decodes dtype bytes to f64.
+pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    match dtype {
+        DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
+        DType::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
+        DType::Bf16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
+    }
+}
+
+/// A seeded generator (the seed is printed so a failure can be replayed).
+pub fn rng(seed: u64) -> rand::rngs::StdRng {
+    rand::rngs::StdRng::seed_from_u64(seed)
+}
+
+/// `len` values uniform in [lo, hi), rounded to the dtype.
+pub fn uniform(rng: &mut impl Rng, dtype: DType, len: usize, lo: f32, hi: f32) -> HostTensor {
+    let mut bytes = Vec::with_capacity(len * dtype.size() as usize);
+    for _ in 0..len {
+        encode(dtype, rng.random_range(lo..hi), &mut bytes);
+    }
+    let values = decode(dtype, &bytes);
+    HostTensor { dtype, bytes, values }
+}
+
+/// Relative error ‖out − ref‖₂ / ‖ref‖₂, and whether every output is finite where the
+/// reference is (so NaN poison that was never overwritten fails).
+pub fn compare(out: &[f64], reference: &[f64]) -> (f64, usize) {
+    let mut num = 0.0;
+    let mut den = 0.0;
+    let mut non_finite = 0;
+    for (o, r) in out.iter().zip(reference) {
+        if !o.is_finite() && r.is_finite() {
+            non_finite += 1;
+            continue;
+        }
+        num += (o - r) * (o - r);
+        den += r * r;
+    }
+    let rel = if den > 0.0 { (num / den).sqrt() } else { num.sqrt() };
+    (rel, non_finite)
+}
+
+/// Largest relative error accepted for an instance: by output dtype, and at TF32's precision
+/// (10-bit mantissas) for GEMMs that run f32 on TF32 tensor cores.
+pub fn tolerance_for(inst: &crate::manifest::InstanceEntry) -> f64 {
+    if inst.params.tf32 == Some(true) {
+        return 1e-3;
+    }
+    tolerance(inst.out_dtype)
+}
+
+/// Largest relative error accepted for outputs of this dtype.
+pub fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-5,
+        DType::F16 => 1e-3,
+        DType::Bf16 => 1e-2,
+    }
+}

@@ -1,0 +1,135 @@
+//! Launch geometry and argument checks, shared by `tilegen verify`/`bench` and the generated
+//! bindings: this file is compiled into tilegen as a module and also emitted verbatim into
+//! every `bindings.rs`, so the two can never disagree. It uses only the standard library.
+
+/// Largest grid.x a launch may use.
+pub const MAX_GRID_X: u64 = (1 << 31) - 1;
+/// Grid-stride kernels need no more blocks than this to fill any current GPU many times over.
+pub const MAX_STRIDE_BLOCKS: u64 = 1 << 16;
+/// Row kernels index columns in 32 bits and step in chunks of up to 2^20: rows are limited to
+/// this many columns.
+pub const MAX_COLS: u64 = (1 << 31) - (1 << 21);
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_bytes: u32,
+}
+
+/// A call that would read or write out of bounds, or break a kernel's assumptions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    /// A buffer holds fewer elements than the call needs.
+    TooShort { arg: &'static str, needed: u64, len: u64 },
+    /// A pointer is not aligned as the kernel's vector accesses need.
+    Misaligned { arg: &'static str, address: u64, align: u64 },
+    /// A size is outside what the kernel supports.
+    OutOfRange { what: &'static str, value: u64, min: u64, max: u64 },
+    /// A size must be a multiple of something (vector width, tile).
+    NotMultiple { what: &'static str, value: u64, of: u64 },
+    /// No instance of the op handles this shape.
+    NoInstance { op: &'static str, reason: &'static str },
+}
+
+impl core::fmt::Display for ArgError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ArgError::TooShort { arg, needed, len } => {
+                write!(f, "`{arg}` holds {len} elements but the call needs {needed}")
+            }
+            ArgError::Misaligned { arg, address, align } => write!(
+                f,
+                "`{arg}` at address {address:#x} is not {align}-byte aligned (the kernel uses {align}-byte vector accesses)"
+            ),
+            ArgError::OutOfRange { what, value, min, max } => {
+                write!(f, "{what} = {value} is outside the supported range {min}..={max}")
+            }
+            ArgError::NotMultiple { what, value, of } => {
+                write!(f, "{what} = {value} must be a multiple of {of}")
+            }
+            ArgError::NoInstance { op, reason } => write!(f, "no {op} kernel in this library {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ArgError {}
+
+/// Checks that a buffer of `len` elements holds at least `needed`.
+pub fn check_len(arg: &'static str, len: usize, needed: u64) -> Result<(), ArgError> {
+    if (len as u64) < needed {
+        return Err(ArgError::TooShort { arg, needed, len: len as u64 });
+    }
+    Ok(())
+}
+
+/// Checks a device address for the alignment of the kernel's vector accesses.
+pub fn check_aligned(arg: &'static str, address: u64, align: u64) -> Result<(), ArgError> {
+    if align > 1 && address % align != 0 {
+        return Err(ArgError::Misaligned { arg, address, align });
+    }
+    Ok(())
+}
+
+pub fn check_range(what: &'static str, value: u64, min: u64, max: u64) -> Result<(), ArgError> {
+    if value < min || value > max {
+        return Err(ArgError::OutOfRange { what, value, min, max });
+    }
+    Ok(())
+}
+
+pub fn check_multiple(what: &'static str, value: u64, of: u64) -> Result<(), ArgError> {
+    if of > 1 && value % of != 0 {
+        return Err(ArgError::NotMultiple { what, value, of });
+    }
+    Ok(())
+}
+
+/// rows * cols without overflow.
+pub fn checked_area(what: &'static str, rows: u64, cols: u64) -> Result<u64, ArgError> {
+    rows.checked_mul(cols).ok_or(ArgError::OutOfRange { what, value: u64::MAX, min: 0, max: i64::MAX as u64 })
+}
+
+/// Grid-stride elementwise kernels: one block per `elems_per_block` elements, capped.
+pub fn elements_dims(n: u64, elems_per_block: u32, threads: u32) -> LaunchDims {
+    let blocks = n.div_ceil(elems_per_block.max(1) as u64).clamp(1, MAX_STRIDE_BLOCKS);
+    LaunchDims { grid: (blocks as u32, 1, 1), block: (threads, 1, 1), shared_bytes: 0 }
+}
+
+/// Row kernels: one block per row (the kernels stride over rows beyond the grid).
+pub fn rows_dims(rows: u64, rows_per_block: u32, threads: u32) -> LaunchDims {
+    let blocks = rows.div_ceil(rows_per_block.max(1) as u64).clamp(1, MAX_GRID_X);
+    LaunchDims { grid: (blocks as u32, 1, 1), block: (threads, 1, 1), shared_bytes: 0 }
+}
+
+/// Tiled kernels: one block per output tile, linearised (the kernel orders tiles for L2 reuse).
+pub fn tiles_dims(m: u64, n: u64, tile_m: u32, tile_n: u32, threads: u32, shared_bytes: u32) -> Result<LaunchDims, ArgError> {
+    let tiles = m.div_ceil(tile_m as u64).saturating_mul(n.div_ceil(tile_n as u64));
+    check_range("number of output tiles", tiles, 1, MAX_GRID_X)?;
+    Ok(LaunchDims { grid: (tiles as u32, 1, 1), block: (threads, 1, 1), shared_bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids() {
+        assert_eq!(elements_dims(0, 4096, 256).grid.0, 1);
+        assert_eq!(elements_dims(4097, 4096, 256).grid.0, 2);
+        assert_eq!(elements_dims(u64::MAX / 2, 4096, 256).grid.0 as u64, MAX_STRIDE_BLOCKS);
+        assert_eq!(rows_dims(65536, 1, 128).grid.0, 65536);
+        assert_eq!(tiles_dims(129, 256, 128, 128, 256, 0).unwrap().grid.0, 4);
+    }
+
+    #[test]
+    fn checks() {
+        assert!(check_len("x", 10, 11).is_err());
+        assert!(check_len("x", 11, 11).is_ok());
+        assert!(check_aligned("x", 0x1008, 16).is_err());
+        assert!(check_aligned("x", 0x1010, 16).is_ok());
+        assert!(check_multiple("k", 12, 8).is_err());
+        assert!(checked_area("rows*cols", u64::MAX, 2).is_err());
+    }
+}

@@ -1,0 +1,521 @@
+//! The default library's checked-in bindings (`generated/bindings.rs`) compile, refuse bad
+//! calls before launching, pick instances by shape and choose binaries per device: all
+//! without a GPU, through the pure functions the bindings' methods run first.
+
+mod lib {
+    include!("../generated/bindings.rs");
+}
+
+use lib::launch_rules::MAX_COLS;
+use lib::{call_checks, choose_binary, plan, ArgError, BinaryKind, Buf, Error, Plan, Sm, KERNELS};
+
+/// An H200's SM count; the choice among elementwise instances depends on it.
+const SMS: u32 = 132;
+const BASE: u64 = 0x7f00_0000_0000;
+
+fn f32s(arg: &'static str, len: usize) -> Buf {
+    Buf::of::<f32>(arg, len, BASE)
+}
+
+fn bf16s(arg: &'static str, len: usize) -> Buf {
+    Buf::of::<half::bf16>(arg, len, BASE)
+}
+
+fn kernel(plan: Result<Plan, ArgError>) -> &'static str {
+    KERNELS[plan.expect("call is accepted").kernel].name
+}
+
+#[test]
+fn vector_add_accepts_a_good_call_and_sizes_the_grid() {
+    let p = plan::vector_add_f32(
+        SMS,
+        f32s("a", 1000),
+        f32s("b", 1000),
+        f32s("out", 1000),
+        1000,
+    )
+    .unwrap();
+    assert!(KERNELS[p.kernel].name.starts_with("vector_add_f32_"));
+    let dims = p.dims.unwrap();
+    assert_eq!(dims.grid.0, 1);
+    // Longer buffers than needed are fine.
+    assert!(plan::vector_add_f32(
+        SMS,
+        f32s("a", 2000),
+        f32s("b", 1000),
+        f32s("out", 1500),
+        1000
+    )
+    .is_ok());
+}
+
+#[test]
+fn vector_add_refuses_a_short_buffer() {
+    let e = plan::vector_add_f32(
+        SMS,
+        f32s("a", 1000),
+        f32s("b", 1000),
+        f32s("out", 999),
+        1000,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        ArgError::TooShort {
+            arg: "out",
+            needed: 1000,
+            len: 999
+        }
+    );
+    assert!(
+        e.to_string()
+            .contains("`out` holds 999 elements but the call needs 1000"),
+        "{e}"
+    );
+}
+
+#[test]
+fn vector_add_refuses_a_misaligned_view() {
+    // A view starting one f32 into an allocation: 4-byte aligned, not 16.
+    let a = Buf::of::<f32>("a", 1000, BASE + 4);
+    let e = plan::vector_add_f32(SMS, a, f32s("b", 1000), f32s("out", 1000), 1000).unwrap_err();
+    assert_eq!(
+        e,
+        ArgError::Misaligned {
+            arg: "a",
+            address: BASE + 4,
+            align: 16
+        }
+    );
+    // Each instance refuses it too, not only the dispatching method.
+    type ElementsPlan = fn(u32, Buf, Buf, Buf, usize) -> Result<Plan, ArgError>;
+    for f in [
+        plan::vector_add_bf16_b256_i4 as ElementsPlan,
+        plan::vector_add_bf16_b512_i4,
+    ] {
+        let out = Buf::of::<half::bf16>("out", 64, BASE + 2);
+        assert!(matches!(
+            f(SMS, bf16s("a", 64), bf16s("b", 64), out, 64),
+            Err(ArgError::Misaligned { arg: "out", .. })
+        ));
+    }
+}
+
+#[test]
+fn an_empty_problem_launches_nothing() {
+    let p = plan::vector_add_f32(SMS, f32s("a", 0), f32s("b", 0), f32s("out", 0), 0).unwrap();
+    assert_eq!(p.dims, None);
+    let p = plan::softmax_f32(SMS, f32s("x", 0), f32s("out", 0), 0, 100).unwrap();
+    assert_eq!(p.dims, None);
+}
+
+#[test]
+fn elementwise_dispatch_is_documented_rule() {
+    // Small n: the instance with the fewest elements per block; large n: the most.
+    assert_eq!(
+        kernel(plan::vector_add_f32(
+            SMS,
+            f32s("a", 10),
+            f32s("b", 10),
+            f32s("out", 10),
+            10
+        )),
+        "vector_add_f32_b256_i4"
+    );
+    let n = 1 << 28;
+    assert_eq!(
+        kernel(plan::vector_add_f32(
+            SMS,
+            f32s("a", n),
+            f32s("b", n),
+            f32s("out", n),
+            n
+        )),
+        "vector_add_f32_b512_i4"
+    );
+    assert_eq!(call_checks::pick_elements(0, SMS, &[4096, 8192]), 0);
+    assert_eq!(
+        call_checks::pick_elements(2 * 132 * 8192, SMS, &[4096, 8192]),
+        1
+    );
+    assert_eq!(
+        call_checks::pick_elements(2 * 132 * 8192 - 1, SMS, &[4096, 8192]),
+        0
+    );
+}
+
+#[test]
+fn bias_gelu_checks_the_broadcast_row() {
+    let n = 4 * 768;
+    let call = |cols: usize, bias_len: usize| {
+        plan::fma_bias_gelu_bf16(
+            SMS,
+            bf16s("x", n),
+            bf16s("w", n),
+            bf16s("b", n),
+            bf16s("bias", bias_len),
+            bf16s("out", n),
+            n,
+            cols,
+        )
+    };
+    assert!(call(768, 768).is_ok());
+    assert!(matches!(
+        call(0, 768),
+        Err(ArgError::OutOfRange { what: "cols", .. })
+    ));
+    assert!(matches!(
+        call(700, 768),
+        Err(ArgError::NotMultiple { of: 700, .. })
+    ));
+    assert_eq!(
+        call(768, 767),
+        Err(ArgError::TooShort {
+            arg: "bias",
+            needed: 768,
+            len: 767
+        })
+    );
+    // The bias is read element by element: 2-byte alignment is enough.
+    let odd_bias = Buf::of::<half::bf16>("bias", 768, BASE + 2);
+    assert!(plan::fma_bias_gelu_bf16(
+        SMS,
+        bf16s("x", n),
+        bf16s("w", n),
+        bf16s("b", n),
+        odd_bias,
+        bf16s("out", n),
+        n,
+        768
+    )
+    .is_ok());
+}
+
+#[test]
+fn softmax_picks_the_smallest_one_pass_instance_that_fits() {
+    let pick = |cols: usize| {
+        kernel(plan::softmax_f32(
+            SMS,
+            f32s("x", 4 * cols),
+            f32s("out", 4 * cols),
+            4,
+            cols,
+        ))
+    };
+    assert_eq!(pick(1), "softmax_f32_onepass_b128_i2");
+    assert_eq!(pick(1024), "softmax_f32_onepass_b128_i2");
+    assert_eq!(pick(1025), "softmax_f32_onepass_b512_i2");
+    assert_eq!(pick(4096), "softmax_f32_onepass_b512_i2");
+    assert_eq!(pick(4097), "softmax_f32_onepass_b1024_i8");
+    assert_eq!(pick(32768), "softmax_f32_onepass_b1024_i8");
+    assert_eq!(pick(32769), "softmax_f32_online_b512_i2");
+    assert_eq!(pick(1_000_000), "softmax_f32_online_b512_i2");
+}
+
+#[test]
+fn row_ops_refuse_rows_too_long_or_too_large() {
+    // Layer norm has no any-length instance: beyond 32768 columns nothing fits.
+    let cols = 40_000;
+    let e = plan::layernorm_f32(
+        SMS,
+        f32s("x", cols),
+        f32s("weight", cols),
+        f32s("bias", cols),
+        f32s("out", cols),
+        1,
+        cols,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        ArgError::OutOfRange {
+            what: "cols (no instance of this op takes longer rows)",
+            value: 40_000,
+            min: 0,
+            max: 32768
+        }
+    );
+    // The instance without weight and bias only exists up to 4096 f32 columns.
+    assert!(
+        plan::layernorm_noaffine_f32(SMS, f32s("x", 5000), f32s("out", 5000), 1, 5000).is_err()
+    );
+    // Even the streaming softmax stops below MAX_COLS.
+    let huge = MAX_COLS as usize;
+    assert!(matches!(
+        plan::softmax_f32(SMS, f32s("x", huge), f32s("out", huge), 1, huge),
+        Err(ArgError::OutOfRange { what: "cols", .. })
+    ));
+    // rows * cols overflowing 64 bits is refused, not wrapped.
+    assert!(matches!(
+        plan::softmax_f32(
+            SMS,
+            f32s("x", usize::MAX),
+            f32s("out", usize::MAX),
+            usize::MAX / 2,
+            1000
+        ),
+        Err(ArgError::OutOfRange { .. })
+    ));
+    // And a size beyond what the kernel's i64 takes.
+    assert!(matches!(
+        plan::vector_add_f32(
+            SMS,
+            f32s("a", usize::MAX),
+            f32s("b", usize::MAX),
+            f32s("out", usize::MAX),
+            usize::MAX
+        ),
+        Err(ArgError::OutOfRange { what: "n", .. })
+    ));
+}
+
+#[test]
+fn row_ops_check_lengths_and_alignment() {
+    let (rows, cols) = (8, 1024);
+    let e = plan::rmsnorm_f32(
+        SMS,
+        f32s("x", rows * cols - 1),
+        f32s("weight", cols),
+        f32s("out", rows * cols),
+        rows,
+        cols,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        ArgError::TooShort {
+            arg: "x",
+            needed: 8192,
+            len: 8191
+        }
+    );
+    let e = plan::rmsnorm_f32(
+        SMS,
+        f32s("x", rows * cols),
+        f32s("weight", cols - 1),
+        f32s("out", rows * cols),
+        rows,
+        cols,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        ArgError::TooShort {
+            arg: "weight",
+            needed: 1024,
+            len: 1023
+        }
+    );
+    // Vector path (cols a multiple of 4 f32): 16-byte alignment needed.
+    let x = Buf::of::<f32>("x", rows * cols, BASE + 4);
+    assert!(matches!(
+        plan::softmax_f32(SMS, x, f32s("out", rows * cols), rows, cols),
+        Err(ArgError::Misaligned {
+            arg: "x",
+            align: 16,
+            ..
+        })
+    ));
+    // Scalar path (cols not a multiple of 4): element alignment is enough.
+    let cols = 1001;
+    let x = Buf::of::<f32>("x", rows * cols, BASE + 4);
+    assert!(plan::softmax_f32(SMS, x, f32s("out", rows * cols), rows, cols).is_ok());
+    // But never below the element.
+    let x = Buf::of::<f32>("x", rows * cols, BASE + 2);
+    assert!(matches!(
+        plan::softmax_f32(SMS, x, f32s("out", rows * cols), rows, cols),
+        Err(ArgError::Misaligned { align: 4, .. })
+    ));
+}
+
+#[test]
+fn every_instance_method_has_a_plan_that_refuses_a_bad_call() {
+    // One row per kernel of the table: each instance's own checks refuse a short output.
+    let (rows, cols) = (2, 64);
+    let full = |arg: &'static str, len| Buf::of::<f32>(arg, len, BASE);
+    let e = plan::layernorm_f32_b128_i2(
+        SMS,
+        full("x", rows * cols),
+        full("weight", cols),
+        full("bias", cols),
+        full("out", 1),
+        rows,
+        cols,
+    )
+    .unwrap_err();
+    assert!(matches!(e, ArgError::TooShort { arg: "out", .. }));
+    let e = plan::softmax_f32_onepass_b128_i2(
+        SMS,
+        full("x", rows * 2000),
+        full("out", rows * 2000),
+        rows,
+        2000,
+    )
+    .unwrap_err();
+    assert!(matches!(
+        e,
+        ArgError::OutOfRange {
+            what: "cols",
+            max: 1024,
+            ..
+        }
+    ));
+}
+
+fn sm(name: &str) -> Sm {
+    Sm::parse(name).unwrap()
+}
+
+#[test]
+fn loader_prefers_the_exact_cubin() {
+    let avail = [
+        (sm("sm_80"), BinaryKind::Cubin),
+        (sm("sm_80"), BinaryKind::Ptx),
+        (sm("sm_90"), BinaryKind::Cubin),
+        (sm("sm_90"), BinaryKind::Ptx),
+    ];
+    assert_eq!(choose_binary(9, 0, &avail), Some(2));
+    assert_eq!(choose_binary(8, 0, &avail), Some(0));
+    // The arch-specific cubin first on its own arch.
+    let with_a = [
+        (sm("sm_90"), BinaryKind::Cubin),
+        (sm("sm_90a"), BinaryKind::Cubin),
+    ];
+    assert_eq!(choose_binary(9, 0, &with_a), Some(1));
+}
+
+#[test]
+fn loader_runs_a_lower_minor_cubin_of_the_same_major() {
+    let avail = [
+        (sm("sm_80"), BinaryKind::Cubin),
+        (sm("sm_80"), BinaryKind::Ptx),
+        (sm("sm_90a"), BinaryKind::Cubin),
+        (sm("sm_90"), BinaryKind::Ptx),
+    ];
+    // sm_86 and sm_89 run sm_80 cubins rather than JIT-compiling.
+    assert_eq!(choose_binary(8, 6, &avail), Some(0));
+    assert_eq!(choose_binary(8, 9, &avail), Some(0));
+    // An sm_86 cubin does not run on sm_80.
+    assert_eq!(
+        choose_binary(8, 0, &[(sm("sm_86"), BinaryKind::Cubin)]),
+        None
+    );
+    // Arch-specific cubins only on their arch: sm_90a never stands in for a later minor.
+    assert_eq!(
+        choose_binary(9, 1, &[(sm("sm_90a"), BinaryKind::Cubin)]),
+        None
+    );
+}
+
+#[test]
+fn loader_falls_back_to_ptx_for_newer_devices() {
+    let avail = [
+        (sm("sm_80"), BinaryKind::Cubin),
+        (sm("sm_80"), BinaryKind::Ptx),
+        (sm("sm_90"), BinaryKind::Cubin),
+        (sm("sm_90"), BinaryKind::Ptx),
+        (sm("sm_90a"), BinaryKind::Ptx),
+    ];
+    // Blackwell (10.0, 12.0): no cubin of that major; the highest generic PTX below it.
+    assert_eq!(choose_binary(10, 0, &avail), Some(3));
+    assert_eq!(choose_binary(12, 0, &avail), Some(3));
+    // A later minor of a known major also takes PTX when it lacks a cubin of that major.
+    assert_eq!(
+        choose_binary(
+            9,
+            1,
+            &[
+                (sm("sm_80"), BinaryKind::Cubin),
+                (sm("sm_90"), BinaryKind::Ptx)
+            ]
+        ),
+        Some(1)
+    );
+}
+
+#[test]
+fn loader_reports_when_nothing_fits() {
+    let avail = [
+        (sm("sm_80"), BinaryKind::Cubin),
+        (sm("sm_80"), BinaryKind::Ptx),
+    ];
+    assert_eq!(choose_binary(7, 5, &avail), None);
+    assert_eq!(choose_binary(9, 0, &[]), None);
+    let e = Error::NoBinary {
+        kernel: "softmax_f32_online_b512_i2",
+        device: "sm_75".into(),
+        available: vec!["sm_80 cubin".into(), "sm_80 PTX".into()],
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("sm_75")
+            && msg.contains("sm_80 cubin, sm_80 PTX")
+            && msg.contains("softmax_f32_online_b512_i2"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn every_kernel_has_a_binary_for_the_h200() {
+    for k in KERNELS {
+        // The H200 (sm_90) runs a cubin: no JIT at start-up.
+        let b = k
+            .binary_for(9, 0)
+            .unwrap_or_else(|| panic!("{} has nothing for sm_90", k.name));
+        assert!(
+            b.kind == BinaryKind::Cubin && b.arch.starts_with("sm_90"),
+            "{}: {b:?}",
+            k.name
+        );
+        assert!(b.bytes.len() > 100, "{}: embedded cubin is empty", k.name);
+        // sm_86 runs the sm_80 cubin where the library has one.
+        if k.binaries.iter().any(|b| b.arch == "sm_80") {
+            let b = k.binary_for(8, 6).unwrap();
+            assert_eq!((b.arch, b.kind), ("sm_80", BinaryKind::Cubin), "{}", k.name);
+        }
+        // A newer major version gets PTX, when there is generic PTX.
+        if let Some(b) = k.binary_for(12, 0) {
+            assert_eq!(b.kind, BinaryKind::Ptx, "{}", k.name);
+        }
+        assert!(k.binary_for(7, 5).is_none());
+    }
+}
+
+#[test]
+fn kernels_can_be_shared_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<lib::Kernels>();
+    send_sync::<Error>();
+}
+
+#[test]
+fn arch_names_parse() {
+    assert_eq!(
+        sm("sm_86"),
+        Sm {
+            major: 8,
+            minor: 6,
+            arch_specific: false
+        }
+    );
+    assert_eq!(
+        sm("sm_90a"),
+        Sm {
+            major: 9,
+            minor: 0,
+            arch_specific: true
+        }
+    );
+    assert_eq!(
+        sm("sm_120a"),
+        Sm {
+            major: 12,
+            minor: 0,
+            arch_specific: true
+        }
+    );
+    assert_eq!(sm("sm_100").to_string(), "sm_100");
+    for bad in ["sm_", "sm_9", "compute_90", "sm_9x"] {
+        assert!(Sm::parse(bad).is_none(), "{bad}");
+    }
+}
