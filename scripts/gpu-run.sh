@@ -1,16 +1,43 @@
 #!/usr/bin/env bash
 # One batched GPU session (run on the device machine from the repo root, with the release
-# binary built here and carried along): doctor, verify, bench. Logs and JSON land in $OUT.
-# Usage: scripts/gpu-run.sh [FILTER]
+# binaries built here and carried along): doctor, verify, bench, the example crate. Logs and
+# JSON land in $OUT. Each op family runs in its own process, so a kernel fault (which poisons
+# the CUDA context) costs only that family's results.
+# Usage: scripts/gpu-run.sh [FILTER...]   (default: every family)
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/tilegen-out}
 mkdir -p "$OUT"
 bin=./target/release/tilegen
-filter=()
-[ -n "${1:-}" ] && filter=(--filter "$1")
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.txt" 2>&1
-$bin doctor | tee "$OUT/doctor.txt"
-timeout 240 $bin verify "${filter[@]}" 2>&1 | tee "$OUT/verify.txt"
-echo "verify exit: ${PIPESTATUS[0]}" | tee -a "$OUT/verify.txt"
-timeout 300 $bin bench "${filter[@]}" --json-out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+groups=("$@")
+[ ${#groups[@]} -eq 0 ] && groups=(vector_add bias_gelu fma_ softmax layernorm rmsnorm gemm)
+{ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; $bin doctor; } 2>&1 | tee "$OUT/doctor.txt"
+: > "$OUT/verify.txt"
+for g in "${groups[@]}"; do
+  timeout 200 $bin verify --filter "$g" 2>&1 | tee -a "$OUT/verify.txt"
+  echo "verify $g exit: ${PIPESTATUS[0]}" | tee -a "$OUT/verify.txt"
+done
+: > "$OUT/bench.txt"
+for g in "${groups[@]}"; do
+  timeout 200 $bin bench --filter "$g" --json-out "$OUT/part-$g.json" 2>&1 | tee -a "$OUT/bench.txt"
+done
+# One JSON for all families (the device returns few files).
+python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+merged = None
+for f in sorted(glob.glob(os.path.join(out, "part-*.json"))):
+    d = json.load(open(f))
+    if merged is None:
+        merged = d
+    else:
+        merged["results"] += d["results"]
+    os.remove(f)
+if merged:
+    json.dump(merged, open(os.path.join(out, "bench.json"), "w"), indent=1)
+PY
+# The example crate's binary (built here by `cargo build --release`): typed bindings end to end.
+if [ -x ./target/release/tilegen-demo ]; then
+  timeout 120 ./target/release/tilegen-demo 2>&1 | tee "$OUT/demo.txt"
+  echo "demo exit: ${PIPESTATUS[0]}" | tee -a "$OUT/demo.txt"
+fi

@@ -211,9 +211,6 @@ impl Device {
     }
 }
 
-/// Kernels above this much dynamic shared memory must opt in (CUDA's default limit).
-const DEFAULT_DYNAMIC_SHARED: u32 = 48 * 1024;
-
 /// A library's kernels in one CUDA context, each module loaded on first use and kept.
 #[derive(Debug)]
 pub struct Loader {
@@ -284,7 +281,9 @@ impl Loader {
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(image))?;
         let function = module.load_function(info.entry_point)?;
-        if info.shared_bytes > DEFAULT_DYNAMIC_SHARED {
+        // Above 48 KiB a kernel must opt in to its dynamic shared memory; opting in whenever
+        // it uses any also covers static + dynamic crossing 48 KiB together.
+        if info.shared_bytes > 0 {
             function.set_attribute(
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 info.shared_bytes as i32,

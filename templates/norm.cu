@@ -14,10 +14,8 @@
 
 #define TG_THREADS {{ block }}
 #define TG_ITEMS {{ items }}
-// Small rows: ask for a full SM (2048 threads) so enough loads are in flight; large rows need
-// their registers more than occupancy.
-{%- if items * vec > 16 %}{% set per_sm = block %}{% elif op == "rmsnorm" and items * vec <= 8 %}{% set per_sm = 2048 %}{% elif items * vec <= 8 or op == "rmsnorm" %}{% set per_sm = 1536 %}{% else %}{% set per_sm = 1024 %}{% endif %}
-#define TG_MIN_BLOCKS {{ per_sm / block }}
+// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
+#define TG_MIN_BLOCKS {{ min_blocks }}
 #define TG_VEC {{ vec }}
 typedef {{ T }} T;
 
@@ -40,9 +38,14 @@ __device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, in
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
 __device__ __forceinline__ int tg_col(int j) { return (j * TG_THREADS + (int)threadIdx.x) * TG_VEC; }
 
-{%- set preload = affine and items * vec <= 8 %}
+{%- set preload = affine and items * vec <= 8 and variant != "staged" %}
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
     __shared__ float scratch[64];
+{%- if variant == "staged" %}
+    // The row, copied in by cp.async: its loads are in flight without holding registers.
+    extern __shared__ uint4 tg_row_smem[];
+    T* srow = reinterpret_cast<T*>(tg_row_smem);
+{%- endif %}
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
@@ -50,7 +53,63 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* __restrict__ xr = x + r * cols;
         T* __restrict__ yr = out + r * cols;
+{%- if variant == "staged" %}
+        tg_stage_row<TG_THREADS, TG_ITEMS>(xr, srow, ncols, vec_ok);
 {%- if op == "layernorm" %}
+        const float shift = tg_to_float(xr[0]);  // see the one-pass variant for why
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            float t[TG_VEC];
+            tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, shift, t);
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) {
+                const float d = t[e] - shift;
+                s1 += d;
+                s2 = fmaf(d, d, s2);
+            }
+        }
+        tg_block_sum2<TG_THREADS>(s1, s2, scratch);
+        const float dmean = s1 * inv_cols;
+        const float mean = shift + dmean;
+        const float rstd = rsqrtf(fmaxf(s2 * inv_cols - dmean * dmean, 0.0f) + eps);
+{%- else %}
+        float q = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            float t[TG_VEC];
+            tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) q = fmaf(t[e], t[e], q);
+        }
+        const float rstd = rsqrtf(tg_block_sum<TG_THREADS>(q, scratch) * inv_cols + eps);
+        const float mean = 0.0f;
+{%- endif %}
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            float t[TG_VEC];
+            tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
+{%- if affine %}
+            float wj[TG_VEC];
+            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+{%- if op == "layernorm" %}
+            float bj[TG_VEC];
+            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+{%- endif %}
+{%- endif %}
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) {
+                float y = (t[e] - mean) * rstd;
+{%- if affine and op == "layernorm" %}
+                y = fmaf(y, wj[e], bj[e]);
+{%- elif affine %}
+                y *= wj[e];
+{%- endif %}
+                t[e] = y;
+            }
+            tg_store_row_vec<TG_THREADS>(yr, j, ncols, vec_ok, t);
+        }
+{%- elif op == "layernorm" %}
         // Statistics of the row shifted by its first element, in one pass over registers:
         // padding takes the shift's value and so adds nothing, no per-element masks are
         // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
@@ -133,16 +192,9 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             }
         }
 {%- endif %}
+{%- if variant != "staged" %}
 #pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) {
-            const int c = tg_col(j);
-            if (vec_ok) {
-                if (c < ncols) tg_store16(yr + c, v[j]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < TG_VEC; ++e)
-                    if (c + e < ncols) yr[c + e] = tg_from_float<T>(v[j][e]);
-            }
-        }
+        for (int j = 0; j < TG_ITEMS; ++j) tg_store_row_vec<TG_THREADS>(yr, j, ncols, vec_ok, v[j]);
+{%- endif %}
     }
 }

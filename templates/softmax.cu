@@ -2,7 +2,12 @@
 //
 // softmax over the last dimension of a rows x cols {{ dtype }} tensor, fp32 arithmetic,
 // numerically stable (the row maximum is subtracted before exponentiation).
-{%- if variant == "online" %}
+{%- if variant == "staged" %}
+// Staged variant: the row is copied into shared memory with cp.async (no registers held while
+// the copy is in flight, so several blocks per SM each have a whole row in flight), then read
+// back from shared memory for the max, the sum and the output: one read and one write of
+// device memory per element. At most {{ block * items * vec }} columns.
+{%- elif variant == "online" %}
 // Online variant: rows of any length. Pass 1 keeps a running (max, sum) per thread, rescaling
 // the sum when the max grows; pass 2 re-reads the row (mostly from L2) and writes.
 {%- else %}
@@ -16,9 +21,8 @@
 
 #define TG_THREADS {{ block }}
 #define TG_ITEMS {{ items }}
-// Small rows: ask for a full SM (2048 threads) so enough loads are in flight; large rows need
-// their registers more than occupancy.
-#define TG_MIN_BLOCKS {% if items * vec <= 16 %}{{ 2048 / block }}{% else %}1{% endif %}
+// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
+#define TG_MIN_BLOCKS {{ min_blocks }}
 #define TG_VEC {{ vec }}
 #define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
 typedef {{ T }} T;
@@ -60,13 +64,47 @@ __device__ __forceinline__ void tg_store_chunk(T* __restrict__ row, int c0, int 
 
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
     __shared__ float scratch[32];
+{%- if variant == "staged" %}
+    extern __shared__ uint4 tg_row_smem[];
+    T* srow = reinterpret_cast<T*>(tg_row_smem);
+{%- endif %}
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* __restrict__ xr = x + r * cols;
         T* __restrict__ yr = out + r * cols;
+{%- if variant == "staged" %}
+        tg_stage_row<TG_THREADS, TG_ITEMS>(xr, srow, ncols, vec_ok);
+        float m = TG_NEG_INF;
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            float t[TG_VEC];
+            tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, TG_NEG_INF, t);
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) m = fmaxf(m, t[e]);
+        }
+        const float row_max = tg_block_max<TG_THREADS>(m, scratch);
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            float t[TG_VEC];
+            tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, TG_NEG_INF, t);
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) s += __expf(t[e] - row_max);
+        }
+        const float inv = 1.0f / tg_block_sum<TG_THREADS>(s, scratch);
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            float t[TG_VEC];
+            tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, TG_NEG_INF, t);
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) t[e] = __expf(t[e] - row_max) * inv;
+            tg_store_row_vec<TG_THREADS>(yr, j, ncols, vec_ok, t);
+        }
+{%- else %}
         float v[TG_ITEMS][TG_VEC];
+{%- endif %}
 {%- if variant == "online" %}
         float m = TG_NEG_INF, s = 0.0f;
         for (int c0 = 0; c0 < ncols; c0 += TG_CHUNK) {
@@ -98,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
                 for (int e = 0; e < TG_VEC; ++e) v[j][e] = __expf(v[j][e] - row_max) * inv;
             tg_store_chunk(yr, c0, ncols, vec_ok, v);
         }
-{%- else %}
+{%- elif variant == "onepass" %}
         tg_load_chunk(xr, 0, ncols, vec_ok, v);
         float m = TG_NEG_INF;
 #pragma unroll

@@ -331,6 +331,108 @@ mod compiled {
         ));
     }
 
+    fn f32s(arg: &'static str, len: usize) -> Buf {
+        Buf::of::<f32>(arg, len, BASE)
+    }
+
+    #[test]
+    fn elementwise_dispatch_follows_the_documented_rule() {
+        // Small n: the instance with the fewest elements per block; large n: the most.
+        let add = |n| {
+            name(plan::vector_add_f32(
+                SMS,
+                f32s("a", n),
+                f32s("b", n),
+                f32s("out", n),
+                n,
+            ))
+        };
+        assert_eq!(add(10), "vector_add_f32_b256_i4");
+        assert_eq!(add(1 << 28), "vector_add_f32_b512_i4");
+        // The threshold: two blocks per SM of the larger instance (8192 f32 per block).
+        assert_eq!(add(2 * 132 * 8192), "vector_add_f32_b512_i4");
+        assert_eq!(add(2 * 132 * 8192 - 1), "vector_add_f32_b256_i4");
+        assert_eq!(call_checks::pick_elements(0, SMS, &[4096, 8192]), 0);
+    }
+
+    #[test]
+    fn softmax_picks_the_smallest_one_pass_instance_that_fits() {
+        let pick = |cols: usize| {
+            name(plan::softmax_f32(
+                SMS,
+                f32s("x", 4 * cols),
+                f32s("out", 4 * cols),
+                4,
+                cols,
+            ))
+        };
+        assert_eq!(pick(1), "softmax_f32_onepass_b128_i2");
+        assert_eq!(pick(1024), "softmax_f32_onepass_b128_i2");
+        assert_eq!(pick(1025), "softmax_f32_onepass_b512_i2");
+        assert_eq!(pick(4096), "softmax_f32_onepass_b512_i2");
+        assert_eq!(pick(4097), "softmax_f32_online_b256_i2");
+        assert_eq!(pick(1_000_000), "softmax_f32_online_b256_i2");
+    }
+
+    #[test]
+    fn each_instance_checks_its_own_limits() {
+        // Called directly, an instance refuses rows beyond its own limit even when its
+        // family has an instance that would take them.
+        let e = plan::softmax_f32_onepass_b128_i2(
+            SMS,
+            f32s("x", 2 * 2000),
+            f32s("out", 2 * 2000),
+            2,
+            2000,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ArgError::OutOfRange {
+                    what: "cols",
+                    max: 1024,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let h = |arg, len| Buf::of::<half::f16>(arg, len, BASE);
+        let e = plan::layernorm_f16_b256_i2(
+            SMS,
+            h("x", 2 * 64),
+            h("weight", 64),
+            h("bias", 64),
+            h("out", 1),
+            2,
+            64,
+        )
+        .unwrap_err();
+        assert!(matches!(e, ArgError::TooShort { arg: "out", .. }), "{e:?}");
+        // A family of one instance refuses rows beyond that instance's limit.
+        let e = plan::layernorm_f16(
+            SMS,
+            h("x", 5000),
+            h("weight", 5000),
+            h("bias", 5000),
+            h("out", 5000),
+            1,
+            5000,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ArgError::OutOfRange {
+                    value: 5000,
+                    max: 4096,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+
     #[test]
     fn row_and_elementwise_families_are_all_here() {
         let f16s = |arg, len| Buf::of::<half::f16>(arg, len, BASE);

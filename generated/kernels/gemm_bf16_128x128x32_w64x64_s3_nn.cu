@@ -12,8 +12,8 @@
 //   - launch: grid = (ceil(M / 128) * ceil(N / 128), 1, 1), block = (128, 1, 1), 56832 bytes of dynamic shared memory (over 48 KiB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)
 //   - M >= 1 and N >= 1; K >= 0 (K = 0 writes epilogue(0)); M, N, K <= 2^31 - 1
 //   - a, b and d 16-byte aligned
-//   - lda and ldb multiples of 8 (bf16 elements are 16 bytes)
-//   - ldd a multiple of 8 (bf16 elements are 16 bytes)
+//   - lda and ldb multiples of 8 (16 bytes of bf16)
+//   - ldd a multiple of 8 (16 bytes of bf16)
 //   - layout nn: A (M x K) is row-major, lda >= K; B (K x N) is row-major, ldb >= N
 //   - D is M x N row-major, ldd >= N
 //   - each matrix buffer holds at least (rows - 1) * ld + (row length) elements
@@ -103,15 +103,92 @@ __device__ __forceinline__ void tg_store16(float* p, const float (&v)[4]) {
 __device__ __forceinline__ void tg_store16(tg_f16* p, const float (&v)[8]) { __stcs(reinterpret_cast<uint4*>(p), tg_pack_half<tg_f16>(v)); }
 __device__ __forceinline__ void tg_store16(tg_bf16* p, const float (&v)[8]) { __stcs(reinterpret_cast<uint4*>(p), tg_pack_half<tg_bf16>(v)); }
 
+// Plain 16-byte load, for shared memory (the __ldg path is for global memory only).
+__device__ __forceinline__ void tg_load16_shared(const float* p, float (&v)[4]) { tg_unpack(*reinterpret_cast<const uint4*>(p), v); }
+__device__ __forceinline__ void tg_load16_shared(const tg_f16* p, float (&v)[8]) { tg_unpack_half<tg_f16>(*reinterpret_cast<const uint4*>(p), v); }
+__device__ __forceinline__ void tg_load16_shared(const tg_bf16* p, float (&v)[8]) { tg_unpack_half<tg_bf16>(*reinterpret_cast<const uint4*>(p), v); }
+
+// ---- rows staged through shared memory (sm_80+: cp.async needs no registers, so a block can
+// have its whole row in flight while using few registers) ----
+__device__ __forceinline__ void tg_stage_copy16(void* smem, const void* gmem) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+    *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void tg_stage_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+// Column of vector j of this thread's share of a row.
+template <int THREADS, typename T> __device__ __forceinline__ int tg_row_col(int j) {
+    return (j * THREADS + (int)threadIdx.x) * tg_vec<T>::N;
+}
+// Copies this thread's vectors of a row into the same places of `srow`. Each thread later
+// reads back only what it copied, so no barrier is needed.
+template <int THREADS, int ITEMS, typename T>
+__device__ __forceinline__ void tg_stage_row(const T* __restrict__ row, T* srow, int cols, bool vec_ok) {
+    constexpr int VEC = tg_vec<T>::N;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+        const int c = tg_row_col<THREADS, T>(j);
+        if (vec_ok) {
+            if (c < cols) tg_stage_copy16(srow + c, row + c);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+                if (c + e < cols) srow[c + e] = row[c + e];
+        }
+    }
+    tg_stage_wait_all();
+}
+// Vector j of this thread's share of a staged row, as float; `fill` where out of range.
+template <int THREADS, typename T>
+__device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,
+                                              float (&v)[tg_vec<T>::N]) {
+    constexpr int VEC = tg_vec<T>::N;
+    const int c = tg_row_col<THREADS, T>(j);
+    if (vec_ok) {
+        if (c < cols) {
+            tg_load16_shared(srow + c, v);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) v[e] = fill;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(srow[c + e]) : fill;
+    }
+}
+// Stores vector j of this thread's share of an output row.
+template <int THREADS, typename T>
+__device__ __forceinline__ void tg_store_row_vec(T* __restrict__ row, int j, int cols, bool vec_ok,
+                                                 const float (&v)[tg_vec<T>::N]) {
+    constexpr int VEC = tg_vec<T>::N;
+    const int c = tg_row_col<THREADS, T>(j);
+    if (vec_ok) {
+        if (c < cols) tg_store16(row + c, v);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+            if (c + e < cols) row[c + e] = tg_from_float<T>(v[e]);
+    }
+}
+
 // ---- epilogue steps (fp32 in registers) ----
 __device__ __forceinline__ float tg_relu(float x) { return fmaxf(x, 0.0f); }
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written as
+// x / (1 + exp(-2u)) so that negative x loses nothing to the cancellation in 1 + tanh(u).
 __device__ __forceinline__ float tg_gelu(float x) {
-    const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * fmaf(0.044715f * x, x * x, x)));
+    const float u = 0.7978845608028654f * fmaf(0.044715f * x, x * x, x);
+    return x / (1.0f + expf(-2.0f * u));
 }
-// GELU, exact: 0.5 x (1 + erf(x / sqrt(2))).
-__device__ __forceinline__ float tg_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+// GELU, exact: 0.5 x (1 + erf(x / sqrt(2))) = 0.5 x erfc(-x / sqrt(2)); erfc keeps the
+// negative tail accurate where 1 + erf would cancel.
+__device__ __forceinline__ float tg_gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865476f); }
 __device__ __forceinline__ float tg_silu(float x) { return x / (1.0f + __expf(-x)); }
 
 // Fast forms for 16-bit outputs, whose rounding (2^-9 for bf16, 2^-12 for f16) dwarfs the

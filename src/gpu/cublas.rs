@@ -113,7 +113,8 @@ impl Blas {
             [Epilogue::Bias, Epilogue::Relu] => Activation::Relu,
             _ => return None,
         };
-        if inst.out_dtype != inst.dtype {
+        // cuBLASLt's f32 matmul may run on TF32 tensor cores: an f32 GEMM's peer is SGEMM.
+        if inst.out_dtype != inst.dtype || inst.dtype == DType::F32 {
             return None;
         }
         let (ta, tb) = layout(inst);
@@ -153,7 +154,7 @@ impl Blas {
         match inst.dtype {
             DType::Bf16 => run!(half::bf16),
             DType::F16 => run!(half::f16),
-            DType::F32 => run!(f32),
+            DType::F32 => None,
         }
     }
 }

@@ -81,10 +81,10 @@ pub fn scalar(inst: &InstanceEntry, arg: &str, p: Problem) -> f64 {
     }
 }
 
-/// Launch geometry for the problem.
+/// Launch geometry for the problem, with the instance's dynamic shared memory.
 pub fn dims(inst: &InstanceEntry, p: Problem) -> Result<LaunchDims, launch_rules::ArgError> {
     let threads = inst.launch.threads;
-    match (&inst.launch.grid, p) {
+    let dims = match (&inst.launch.grid, p) {
         (GridRule::Elements { elems_per_block }, Problem::Elements { n, .. }) => {
             Ok(launch_rules::elements_dims(n, *elems_per_block, threads))
         }
@@ -95,7 +95,8 @@ pub fn dims(inst: &InstanceEntry, p: Problem) -> Result<LaunchDims, launch_rules
             launch_rules::tiles_dims(m, n, *tile_m, *tile_n, threads, inst.launch.shared_bytes)
         }
         _ => Err(launch_rules::ArgError::NoInstance { op: "matching", reason: "for this problem kind" }),
-    }
+    }?;
+    Ok(LaunchDims { shared_bytes: inst.launch.shared_bytes, ..dims })
 }
 
 /// Whether the instance handles the problem at all.

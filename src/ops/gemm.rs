@@ -384,14 +384,14 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
         ),
         "M >= 1 and N >= 1; K >= 0 (K = 0 writes epilogue(0)); M, N, K <= 2^31 - 1".to_string(),
         format!(
-            "a, b and d{} 16-byte aligned{}",
-            if has_c { " and c" } else { "" },
+            "{} 16-byte aligned{}",
+            if has_c { "a, b, c and d" } else { "a, b and d" },
             if has_bias { "; bias aligned to its element size" } else { "" }
         ),
-        format!("lda and ldb multiples of {in_vec} ({} elements are 16 bytes)", inst.dtype),
+        format!("lda and ldb multiples of {in_vec} (16 bytes of {})", inst.dtype),
         format!(
-            "ldd{} a multiple of {out_vec} ({} elements are 16 bytes)",
-            if has_c { " and ldc" } else { "" },
+            "{} {out_vec} (16 bytes of {})",
+            if has_c { "ldc and ldd multiples of" } else { "ldd a multiple of" },
             inst.out_dtype
         ),
         format!("layout {layout}: {a_desc}, {a_ld}; {b_desc}, {b_ld}"),
@@ -510,9 +510,9 @@ mod tests {
         let r = runtime_requirements(&i).join("\n");
         for needle in [
             "grid = (ceil(M / 128) * ceil(N / 128), 1, 1), block = (128, 1, 1), 81920 bytes",
-            "a, b and d and c 16-byte aligned; bias aligned to its element size",
+            "a, b, c and d 16-byte aligned; bias aligned to its element size",
             "lda and ldb multiples of 8",
-            "ldd and ldc a multiple of 4",
+            "ldc and ldd multiples of 4 (16 bytes of f32)",
             "B (K x N) is column-major, stored N x K, ldb >= K",
             "bias holds at least N",
             "d overlaps no input (a, b, bias, c)",

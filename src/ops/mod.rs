@@ -260,6 +260,7 @@ pub fn launch(inst: &Instance) -> Launch {
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     match inst.op {
         Op::Gemm => gemm::template_values(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::template_values(inst),
         _ => Vec::new(),
     }
 }
@@ -277,7 +278,7 @@ pub fn arch_problems(inst: &Instance) -> Vec<(Arch, String)> {
                 out.push((arch, format!("{dt} needs sm_{}+, and {arch} lacks it", dt.min_sm())));
             }
         }
-        if let Some(reason) = gemm::arch_problem(inst, arch) {
+        if let Some(reason) = gemm::arch_problem(inst, arch).or_else(|| rows::arch_problem(inst, arch)) {
             out.push((arch, reason));
         }
     }

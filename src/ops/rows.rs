@@ -3,7 +3,7 @@
 //! reads and writes each element once), the online softmax streams rows of any length.
 
 use super::{is_pow2_in, Arg, Field, GridRule, Launch, OpInfo};
-use crate::spec::model::{DType, Instance, Op, Params, SoftmaxVariant};
+use crate::spec::model::{Arch, DType, Instance, Op, Params, RowVariant};
 
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
 
@@ -17,14 +17,14 @@ pub static SOFTMAX: OpInfo = OpInfo {
 pub static LAYERNORM: OpInfo = OpInfo {
     template: "norm.cu",
     dtypes: ALL_DTYPES,
-    fields: &[Field::Block, Field::Items, Field::Affine],
+    fields: &[Field::Block, Field::Items, Field::Variant, Field::Affine],
     epilogues: &[],
 };
 
 pub static RMSNORM: OpInfo = OpInfo {
     template: "norm.cu",
     dtypes: ALL_DTYPES,
-    fields: &[Field::Block, Field::Items, Field::Affine],
+    fields: &[Field::Block, Field::Items, Field::Variant, Field::Affine],
     epilogues: &[],
 };
 
@@ -33,7 +33,7 @@ pub fn defaults(op: Op, p: &mut Params) {
     p.items.get_or_insert(2);
     match op {
         Op::Softmax => {
-            p.variant.get_or_insert(SoftmaxVariant::OnePass);
+            p.variant.get_or_insert(RowVariant::OnePass);
         }
         _ => {
             p.affine.get_or_insert(true);
@@ -47,6 +47,9 @@ const MAX_VALUES_PER_THREAD: u32 = 64;
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let mut out = Vec::new();
     let p = &inst.params;
+    if inst.op != Op::Softmax && p.variant == Some(RowVariant::Online) {
+        out.push((Field::Variant, format!("{} has no online variant (onepass or staged)", inst.op)));
+    }
     if let Some(b) = p.block {
         if !is_pow2_in(b, 32, 1024) {
             out.push((Field::Block, format!("block must be a power of two from 32 to 1024, not {b}")));
@@ -92,7 +95,7 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
 
 /// Longest row the kernel handles, or None when it streams rows of any length.
 pub fn max_cols(inst: &Instance) -> Option<u32> {
-    if inst.params.variant == Some(SoftmaxVariant::Online) {
+    if inst.params.variant == Some(RowVariant::Online) {
         return None;
     }
     let block = inst.params.block.unwrap_or(256);
@@ -101,12 +104,51 @@ pub fn max_cols(inst: &Instance) -> Option<u32> {
 }
 
 pub fn launch(inst: &Instance) -> Launch {
+    // The staged variant keeps the whole row in dynamic shared memory.
+    let shared_bytes = match inst.params.variant {
+        Some(RowVariant::Staged) => max_cols(inst).unwrap_or(0) * inst.dtype.size(),
+        _ => 0,
+    };
     Launch {
         threads: inst.params.block.unwrap_or(256),
         grid: GridRule::Rows {
             rows_per_block: 1,
             max_cols: max_cols(inst),
         },
-        shared_bytes: 0,
+        shared_bytes,
     }
+}
+
+/// Blocks per SM the kernel asks the compiler to fit (`__launch_bounds__`'s minimum), which
+/// caps its registers. Bandwidth needs ~64 KiB of loads in flight per SM: small register rows
+/// ask for a full SM of threads as far as their registers allow without spilling; staged rows
+/// as many blocks as their shared memory allows; large register rows need their registers.
+pub fn min_blocks(inst: &Instance) -> u32 {
+    let block = inst.params.block.unwrap_or(256).max(1);
+    let values = inst.params.items.unwrap_or(1) * inst.dtype.per_16_bytes();
+    let threads_per_sm = match (inst.params.variant, inst.op) {
+        (Some(RowVariant::Staged), _) => {
+            let per_block = launch(inst).shared_bytes + 1024; // + the runtime's reserve
+            let blocks = (Arch::Sm90.max_shared_per_block() + 1024) / per_block;
+            // At most 1024 threads, i.e. 64 registers each: enough to stay clear of spills.
+            (blocks * block).min(1024)
+        }
+        _ if values > 16 => block,
+        (_, Op::Softmax) => 2048,
+        (_, Op::RmsNorm) if values <= 8 => 2048,
+        (_, Op::RmsNorm) => 1536,
+        (_, _) if values <= 8 => 1536,
+        _ => 1024,
+    };
+    (threads_per_sm / block).max(1)
+}
+
+pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
+    vec![("min_blocks", min_blocks(inst).into())]
+}
+
+/// The staged variant copies with cp.async, which sm_80 introduced.
+pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
+    (inst.params.variant == Some(RowVariant::Staged) && arch.sm() < 80)
+        .then(|| format!("the staged variant uses cp.async, which needs sm_80+; {arch} lacks it"))
 }

@@ -119,8 +119,10 @@ keyword_enum!(
 );
 
 keyword_enum!(
-    /// Softmax algorithms: the whole row in registers, or a streaming (online) pass for long rows.
-    SoftmaxVariant { OnePass = "onepass", Online = "online" }
+    /// How a row op holds its row: in registers (`onepass`), staged through shared memory by
+    /// cp.async so many rows are in flight per SM without register cost (`staged`, sm_80+), or
+    /// streamed in chunks for rows of any length (`online`, softmax only).
+    RowVariant { OnePass = "onepass", Staged = "staged", Online = "online" }
 );
 
 keyword_enum!(
@@ -140,7 +142,7 @@ pub struct Params {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub items: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub variant: Option<SoftmaxVariant>,
+    pub variant: Option<RowVariant>,
     /// Norms: apply weight (and bias for layernorm).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub affine: Option<bool>,

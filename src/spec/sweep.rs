@@ -220,7 +220,7 @@ impl<'a> FileContext<'a> {
         let items = self.optional_sweep(get("items"), "items", |c, n| c.integer(n, "items"));
         let stages = self.optional_sweep(get("stages"), "stages", |c, n| c.integer(n, "stages"));
         let variants = self.optional_sweep(get("variant"), "variant", |c, n| {
-            c.keyword(n, "variant", SoftmaxVariant::parse, SoftmaxVariant::choices)
+            c.keyword(n, "variant", RowVariant::parse, RowVariant::choices)
         });
         let layouts = self.optional_sweep(get("layout"), "layout", |c, n| c.keyword(n, "layout", Layout::parse, Layout::choices));
         let affines = self.optional_sweep(get("affine"), "affine", |c, n| c.boolean(n, "affine"));

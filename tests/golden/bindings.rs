@@ -4,7 +4,7 @@
 // dtype, plus one per kernel). Needs `cudarc` (features driver, nvrtc, f16) and `half`.
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 21ca7f7cae8fedbf
+// content sha256 518ea558a2981c01
 
 #[allow(unused_imports)]
 pub use self::call_checks::{Buf, Plan};
@@ -2379,9 +2379,6 @@ impl Device {
     }
 }
 
-/// Kernels above this much dynamic shared memory must opt in (CUDA's default limit).
-const DEFAULT_DYNAMIC_SHARED: u32 = 48 * 1024;
-
 /// A library's kernels in one CUDA context, each module loaded on first use and kept.
 #[derive(Debug)]
 pub struct Loader {
@@ -2452,7 +2449,9 @@ impl Loader {
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(image))?;
         let function = module.load_function(info.entry_point)?;
-        if info.shared_bytes > DEFAULT_DYNAMIC_SHARED {
+        // Above 48 KiB a kernel must opt in to its dynamic shared memory; opting in whenever
+        // it uses any also covers static + dynamic crossing 48 KiB together.
+        if info.shared_bytes > 0 {
             function.set_attribute(
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 info.shared_bytes as i32,
