@@ -8,7 +8,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use super::data;
 use super::problem::{self, Problem};
 use super::cublas::Blas;
-use super::{gpu_err, launch, ArgValue, Gpu};
+use super::{call_args, gpu_err, launch, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
 use crate::ops::ArgKind;
@@ -87,17 +87,13 @@ pub fn random_buffer(gpu: &Gpu, bytes: usize, dtype: DType, seed: u64) -> Result
     Ok(buf)
 }
 
-fn dtype_of(ty: &str) -> DType {
-    DType::parse(ty).unwrap_or(DType::F32)
-}
-
 /// Bytes a call must move and flops it does.
 pub fn traffic(inst: &InstanceEntry, p: Problem) -> (u64, u64) {
     let bytes: u64 = inst
         .args
         .iter()
         .filter(|a| a.kind != ArgKind::Scalar)
-        .map(|a| problem::buffer_len(inst, &a.name, p) * dtype_of(&a.ty).size() as u64)
+        .map(|a| problem::buffer_len(inst, &a.name, p) * data::dtype_of(&a.ty).size() as u64)
         .sum();
     let flops = match p {
         Problem::Gemm { m, n, k } => 2 * m * n * k,
@@ -118,9 +114,9 @@ pub fn bench_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, ceiling_gbps:
     for s in 0..sets {
         let mut set = Vec::new();
         for (i, a) in inst.args.iter().enumerate() {
-            let len = problem::buffer_len(inst, &a.name, p) as usize * dtype_of(&a.ty).size() as usize;
+            let len = problem::buffer_len(inst, &a.name, p) as usize * data::dtype_of(&a.ty).size() as usize;
             set.push(match a.kind {
-                ArgKind::In => Some(random_buffer(gpu, len, dtype_of(&a.ty), (s * 64 + i) as u64)?),
+                ArgKind::In => Some(random_buffer(gpu, len, data::dtype_of(&a.ty), (s * 64 + i) as u64)?),
                 ArgKind::Out => Some(gpu.alloc_filled(len, 0xFF)?),
                 ArgKind::Scalar => None,
             });
@@ -130,17 +126,7 @@ pub fn bench_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, ceiling_gbps:
     let dims = problem::dims(inst, p).map_err(|e| crate::Error::Gpu(e.to_string()))?;
     let (median_ms, min_ms) = time_ms(gpu, |run| {
         let set = &buffers[run % sets];
-        let args: Vec<ArgValue> = inst
-            .args
-            .iter()
-            .zip(set)
-            .map(|(a, b)| match (a.kind, b) {
-                (ArgKind::Scalar, _) if a.ty == "f32" => ArgValue::F32(problem::scalar(inst, &a.name, p) as f32),
-                (ArgKind::Scalar, _) => ArgValue::I64(problem::scalar(inst, &a.name, p) as i64),
-                (_, Some(buf)) => ArgValue::Buf(buf),
-                (_, None) => unreachable!("buffers exist for pointer arguments"),
-            })
-            .collect();
+        let args = call_args(inst, p, set);
         launch(gpu, &f, dims, &args)
     })?;
     let secs = median_ms * 1e-3;

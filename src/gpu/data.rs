@@ -12,6 +12,11 @@ pub struct HostTensor {
     pub values: Vec<f64>,
 }
 
+/// The dtype of a manifest argument type (`f32`, `f16`, `bf16`).
+pub fn dtype_of(ty: &str) -> DType {
+    DType::parse(ty).unwrap_or(DType::F32)
+}
+
 /// Rounds `x` to the dtype, returning the dtype's bytes.
 fn encode(dtype: DType, x: f32, out: &mut Vec<u8>) {
     match dtype {

@@ -88,30 +88,32 @@ impl Gpu {
         })
     }
 
-    /// The binary of an instance that runs here: the cubin for this exact arch, else one of the
-    /// same major version built for an older minor, else PTX of the newest arch not above the
-    /// device (JIT-compiled by the driver). sm_90a code runs only on sm_90.
+    /// The binary of an instance that runs here, chosen exactly as the generated bindings
+    /// choose (`loader::choose_binary`): the cubin for this arch, else a compatible cubin,
+    /// else PTX for the driver to compile. Returns the arch, the path and whether it is a cubin.
     pub fn pick_binary(&self, inst: &InstanceEntry) -> Result<(Arch, PathBuf, bool)> {
-        let dev = self.sm;
-        let runs = |a: Arch| if a == Arch::Sm90a { dev == 90 } else { a.sm() <= dev };
-        let cubin = inst
-            .targets
-            .iter()
-            .filter(|t| runs(t.arch) && t.arch.sm() / 10 == dev / 10)
-            .max_by_key(|t| (t.arch.sm(), t.arch == Arch::Sm90a));
-        if let Some(t) = cubin {
-            return Ok((t.arch, self.lib_dir.join(&t.cubin.path), true));
+        use crate::loader::{choose_binary, BinaryKind, Sm};
+        let mut available = Vec::new();
+        let mut files = Vec::new();
+        for t in &inst.targets {
+            let Some(sm) = Sm::parse(t.arch.as_str()) else { continue };
+            available.push((sm, BinaryKind::Cubin));
+            files.push((t.arch, &t.cubin.path, true));
+            available.push((sm, BinaryKind::Ptx));
+            files.push((t.arch, &t.ptx.path, false));
         }
-        let ptx = inst.targets.iter().filter(|t| runs(t.arch) && t.arch != Arch::Sm90a).max_by_key(|t| t.arch.sm());
-        if let Some(t) = ptx {
-            return Ok((t.arch, self.lib_dir.join(&t.ptx.path), false));
+        match choose_binary(self.sm / 10, self.sm % 10, &available) {
+            Some(i) => Ok((files[i].0, self.lib_dir.join(files[i].1), files[i].2)),
+            None => {
+                let have: Vec<&str> = inst.targets.iter().map(|t| t.arch.as_str()).collect();
+                Err(Error::Gpu(format!(
+                    "{}: nothing runs on this sm_{} device; the library holds {}",
+                    inst.name,
+                    self.sm,
+                    have.join(", ")
+                )))
+            }
         }
-        let have: Vec<&str> = inst.targets.iter().map(|t| t.arch.as_str()).collect();
-        Err(Error::Gpu(format!(
-            "{}: nothing runs on this sm_{dev} device; the library holds {}",
-            inst.name,
-            have.join(", ")
-        )))
     }
 
     /// Loads (once) the kernel of an instance.
@@ -182,6 +184,22 @@ pub enum ArgValue<'a> {
     Buf(&'a CudaSlice<u8>),
     I64(i64),
     F32(f32),
+}
+
+/// The argument list of one call: buffers (one per pointer argument, None for scalars) and
+/// the problem's scalars, in the manifest's order.
+pub fn call_args<'a>(inst: &InstanceEntry, p: problem::Problem, bufs: &'a [Option<CudaSlice<u8>>]) -> Vec<ArgValue<'a>> {
+    use crate::ops::ArgKind;
+    inst.args
+        .iter()
+        .zip(bufs)
+        .map(|(a, b)| match (a.kind, b) {
+            (ArgKind::Scalar, _) if a.ty == "f32" => ArgValue::F32(problem::scalar(inst, &a.name, p) as f32),
+            (ArgKind::Scalar, _) => ArgValue::I64(problem::scalar(inst, &a.name, p) as i64),
+            (_, Some(buf)) => ArgValue::Buf(buf),
+            (_, None) => unreachable!("buffers exist for pointer arguments"),
+        })
+        .collect()
 }
 
 /// Launches `f` with `args` in order.

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::data::{self, HostTensor};
 use super::problem::{self, Problem};
 use super::reference;
-use super::{launch, ArgValue, Gpu};
+use super::{call_args, launch, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
 use crate::ops::ArgKind;
@@ -62,10 +62,6 @@ pub fn run_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl 
     res
 }
 
-fn dtype_of(ty: &str) -> DType {
-    DType::parse(ty).unwrap_or(DType::F32)
-}
-
 fn try_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl rand::Rng) -> Result<(f64, usize)> {
     let f = gpu.function(inst)?;
     let mut inputs = reference::Inputs::new();
@@ -73,7 +69,7 @@ fn try_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl rand
     for a in &inst.args {
         if a.kind == ArgKind::In {
             let (lo, hi) = input_range(inst.op, &a.name);
-            let t = data::uniform(rng, dtype_of(&a.ty), problem::buffer_len(inst, &a.name, p) as usize, lo, hi);
+            let t = data::uniform(rng, data::dtype_of(&a.ty), problem::buffer_len(inst, &a.name, p) as usize, lo, hi);
             inputs.insert(a.name.clone(), t.values.clone());
             host.push(Some(t));
         } else {
@@ -86,7 +82,7 @@ fn try_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl rand
         match a.kind {
             ArgKind::In => bufs.push(Some(gpu.upload(&host[i].as_ref().expect("input").bytes)?)),
             ArgKind::Out => {
-                let len = problem::buffer_len(inst, &a.name, p) as usize * dtype_of(&a.ty).size() as usize;
+                let len = problem::buffer_len(inst, &a.name, p) as usize * data::dtype_of(&a.ty).size() as usize;
                 // 0xFF bytes are NaN in every float type: anything left unwritten fails.
                 bufs.push(Some(gpu.alloc_filled(len, 0xFF)?));
                 out_index = Some(i);
@@ -94,17 +90,7 @@ fn try_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl rand
             ArgKind::Scalar => bufs.push(None),
         }
     }
-    let args: Vec<ArgValue> = inst
-        .args
-        .iter()
-        .zip(&bufs)
-        .map(|(a, b)| match (a.kind, b) {
-            (ArgKind::Scalar, _) if a.ty == "f32" => ArgValue::F32(problem::scalar(inst, &a.name, p) as f32),
-            (ArgKind::Scalar, _) => ArgValue::I64(problem::scalar(inst, &a.name, p) as i64),
-            (_, Some(buf)) => ArgValue::Buf(buf),
-            (_, None) => unreachable!("buffers exist for pointer arguments"),
-        })
-        .collect();
+    let args = call_args(inst, p, &bufs);
     let dims = problem::dims(inst, p).map_err(|e| crate::Error::Gpu(e.to_string()))?;
     launch(gpu, &f, dims, &args)?;
     gpu.sync()?;

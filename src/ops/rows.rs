@@ -130,8 +130,9 @@ pub fn min_blocks(inst: &Instance) -> u32 {
         (Some(RowVariant::Staged), _) => {
             let per_block = launch(inst).shared_bytes + 1024; // + the runtime's reserve
             let blocks = (Arch::Sm90.max_shared_per_block() + 1024) / per_block;
-            // At most 1024 threads, i.e. 64 registers each: enough to stay clear of spills.
-            (blocks * block).min(1024)
+            // Long rows leave each thread many vectors to walk: allow 64 registers (1024
+            // threads); short rows need little beyond one vector: 1536 threads (40 registers).
+            (blocks * block).min(if values > 16 { 1024 } else { 1536 })
         }
         _ if values > 16 => block,
         (_, Op::Softmax) => 2048,

@@ -180,13 +180,15 @@ __device__ __forceinline__ void tg_store_row_vec(T* __restrict__ row, int j, int
 
 // ---- epilogue steps (fp32 in registers) ----
 __device__ __forceinline__ float tg_relu(float x) { return fmaxf(x, 0.0f); }
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written as
+// x / (1 + exp(-2u)) so that negative x loses nothing to the cancellation in 1 + tanh(u).
 __device__ __forceinline__ float tg_gelu(float x) {
-    const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * fmaf(0.044715f * x, x * x, x)));
+    const float u = 0.7978845608028654f * fmaf(0.044715f * x, x * x, x);
+    return x / (1.0f + expf(-2.0f * u));
 }
-// GELU, exact: 0.5 x (1 + erf(x / sqrt(2))).
-__device__ __forceinline__ float tg_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+// GELU, exact: 0.5 x (1 + erf(x / sqrt(2))) = 0.5 x erfc(-x / sqrt(2)); erfc keeps the
+// negative tail accurate where 1 + erf would cancel.
+__device__ __forceinline__ float tg_gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865476f); }
 __device__ __forceinline__ float tg_silu(float x) { return x / (1.0f + __expf(-x)); }
 
 // Fast forms for 16-bit outputs, whose rounding (2^-9 for bf16, 2^-12 for f16) dwarfs the

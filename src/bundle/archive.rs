@@ -1,0 +1,255 @@
+//! The archive layer: a reproducible tar + gzip writer, and a reader that treats its input
+//! as hostile. Only plain files with plain relative names come out of [`read`]; everything
+//! else is refused with a message naming the member and what is wrong.
+//!
+//! Reproducible: members in the order given (the caller sorts), GNU headers with mode 0644,
+//! uid/gid 0, no user or group names, one fixed mtime; gzip at a fixed level with no file
+//! name, mtime 0 and OS byte 255 ("unknown"), so the same files give the same bytes on any
+//! machine.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+
+use flate2::{Compression, GzBuilder};
+
+/// Size, count and ratio limits for reading an archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The compressed archive.
+    pub max_archive_bytes: u64,
+    /// Everything decompressed (tar headers and padding included).
+    pub max_unpacked_bytes: u64,
+    /// One member.
+    pub max_member_bytes: u64,
+    /// Tar entries (extension headers included).
+    pub max_entries: usize,
+    /// Decompressed bytes per compressed byte, checked once past [`RATIO_FLOOR`] bytes.
+    pub max_ratio: u64,
+}
+
+/// Below this many decompressed bytes the ratio is not checked (tar padding of a few small
+/// files compresses far better than any real content).
+pub const RATIO_FLOOR: u64 = 1 << 20;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_archive_bytes: 1 << 30,
+            max_unpacked_bytes: 2 << 30,
+            max_member_bytes: 1 << 30,
+            max_entries: 100_000,
+            max_ratio: 100,
+        }
+    }
+}
+
+const LEVEL: u32 = 6;
+/// The only gzip header tilegen writes (and so the only one it reads): no flags, mtime 0,
+/// XFL 0 (level 6), OS 255.
+const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+
+/// Writes `members` (path, bytes), in the order given, as a reproducible `.tar.gz`.
+pub fn write(members: &[(&str, &[u8])], mtime: u64) -> io::Result<Vec<u8>> {
+    let gz = GzBuilder::new()
+        .mtime(0)
+        .operating_system(0xff)
+        .write(Vec::new(), Compression::new(LEVEL));
+    let mut tar = tar::Builder::new(gz);
+    for (path, bytes) in members {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_size(bytes.len() as u64);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(mtime);
+        // append_data sets the path (a GNU long-name entry when needed) and the checksum.
+        tar.append_data(&mut h, path, *bytes)?;
+    }
+    let gz = tar.into_inner()?;
+    let out = gz.finish()?;
+    debug_assert_eq!(out[..10], GZIP_HEADER);
+    Ok(out)
+}
+
+/// Whether `path` is a name tilegen could have written: `/`-separated parts of ASCII
+/// letters, digits, `_`, `-`, `+` and `.`, none empty, `.` or `..`, not absolute.
+pub fn check_member_path(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("a member has an empty name".into());
+    }
+    if path.starts_with('/') {
+        return Err(format!("`{path}` is an absolute path"));
+    }
+    if path.len() > 1024 {
+        return Err(format!("`{}…` has a name over 1024 bytes", &path[..64]));
+    }
+    for part in path.split('/') {
+        match part {
+            ".." => return Err(format!("`{path}` has a `..` component (it would escape the folder)")),
+            "" | "." => return Err(format!("`{path}` has an empty or `.` component")),
+            _ => {}
+        }
+    }
+    if let Some(c) = path
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '.' | '/')))
+    {
+        return Err(format!("`{}` has the character {c:?}, which bundle names never hold", path.escape_debug()));
+    }
+    Ok(())
+}
+
+/// Counts what comes out of the decompressor and stops it at the limits, remembering why
+/// (the tar reader may rewrap the error).
+struct Limited<R> {
+    inner: R,
+    read: u64,
+    compressed: u64,
+    limits: Limits,
+    violation: Option<String>,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if self.read > self.limits.max_unpacked_bytes {
+            self.violation = Some(format!(
+                "the archive unpacks to more than {} bytes (the limit)",
+                self.limits.max_unpacked_bytes
+            ));
+        } else if self.read > RATIO_FLOOR && self.read > self.compressed.saturating_mul(self.limits.max_ratio) {
+            self.violation = Some(format!(
+                "the archive unpacks to over {} times its compressed size of {} bytes (a decompression bomb?)",
+                self.limits.max_ratio, self.compressed
+            ));
+        }
+        match &self.violation {
+            Some(v) => Err(io::Error::other(v.clone())),
+            None => Ok(n),
+        }
+    }
+}
+
+/// Reads every member of a `.tar.gz`, in archive order, refusing anything but plain files
+/// with safe, unique (also case-insensitively) names within the limits, and any corruption:
+/// the whole gzip stream is read, so its CRC is checked, and nothing may follow it.
+pub fn read(bytes: &[u8], limits: &Limits) -> Result<Vec<(String, Vec<u8>)>, String> {
+    if bytes.len() as u64 > limits.max_archive_bytes {
+        return Err(format!(
+            "the archive is {} bytes, over the limit of {}",
+            bytes.len(),
+            limits.max_archive_bytes
+        ));
+    }
+    if bytes.len() < GZIP_HEADER.len() + 8 {
+        return Err("the archive is truncated (too short for gzip)".into());
+    }
+    if bytes[..GZIP_HEADER.len()] != GZIP_HEADER {
+        return Err(if bytes[..2] == [0x1f, 0x8b] {
+            "the gzip header is not the one tilegen writes (no name, mtime 0, OS 255): not a tilegen bundle, or corrupt".into()
+        } else {
+            "not a gzip file (a bundle is a .tar.gz written by `tilegen bundle create`)".into()
+        });
+    }
+    let mut input = Limited {
+        inner: flate2::bufread::GzDecoder::new(bytes),
+        read: 0,
+        compressed: bytes.len() as u64,
+        limits: *limits,
+        violation: None,
+    };
+    let members = read_tar(&mut input, limits);
+    let members = members.and_then(|m| {
+        // Read to the end of the gzip stream (the tar end marker and the CRC trailer).
+        io::copy(&mut input, &mut io::sink()).map_err(|e| format!("corrupt archive after the last member: {e}"))?;
+        Ok(m)
+    });
+    let members = match (members, input.violation.take()) {
+        (_, Some(v)) => return Err(v),
+        (m, None) => m?,
+    };
+    let rest = input.inner.into_inner();
+    if !rest.is_empty() {
+        return Err(format!("{} bytes of trailing data after the compressed stream", rest.len()));
+    }
+    Ok(members)
+}
+
+fn read_tar<R: Read>(input: R, limits: &Limits) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let corrupt = |e: io::Error| format!("corrupt or truncated archive: {e}");
+    let mut archive = tar::Archive::new(input);
+    let mut members = Vec::new();
+    let mut folded: BTreeMap<String, String> = BTreeMap::new();
+    for (n, entry) in archive.entries().map_err(corrupt)?.enumerate() {
+        if n >= limits.max_entries {
+            return Err(format!("the archive has more than {} entries (the limit)", limits.max_entries));
+        }
+        let mut entry = entry.map_err(corrupt)?;
+        let raw = entry.path_bytes();
+        let path = String::from_utf8(raw.to_vec())
+            .map_err(|_| format!("`{}` is not a UTF-8 name", String::from_utf8_lossy(&raw).escape_debug()))?;
+        let kind = entry.header().entry_type();
+        let what = match kind {
+            tar::EntryType::Regular => None,
+            tar::EntryType::Symlink => Some("a symbolic link (links are not allowed)"),
+            tar::EntryType::Link => Some("a hard link (links are not allowed)"),
+            tar::EntryType::Char | tar::EntryType::Block => Some("a device file"),
+            tar::EntryType::Fifo => Some("a fifo"),
+            tar::EntryType::Directory => Some("a directory entry (bundles hold only files)"),
+            _ => Some("not a plain file"),
+        };
+        if let Some(what) = what {
+            return Err(format!("`{}` is {what}", path.escape_debug()));
+        }
+        check_member_path(&path)?;
+        let size = entry.size();
+        if size > limits.max_member_bytes {
+            return Err(format!("`{path}` is {size} bytes, over the member limit of {}", limits.max_member_bytes));
+        }
+        if let Some(other) = folded.insert(path.to_ascii_lowercase(), path.clone()) {
+            return Err(if other == path {
+                format!("`{path}` appears twice in the archive")
+            } else {
+                format!("`{other}` and `{path}` differ only in case (they collide on case-insensitive file systems)")
+            });
+        }
+        let mut data = Vec::with_capacity(size.min(1 << 24) as usize);
+        (&mut entry)
+            .take(size)
+            .read_to_end(&mut data)
+            .map_err(|e| format!("`{path}`: corrupt or truncated: {e}"))?;
+        if data.len() as u64 != size {
+            return Err(format!("`{path}` is truncated ({} of {size} bytes)", data.len()));
+        }
+        members.push((path, data));
+    }
+    Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_fixed_header() {
+        let a = write(&[("a.txt", b"one"), ("k/b.bin", &[0u8; 3])], 7).unwrap();
+        assert_eq!(a[..10], GZIP_HEADER);
+        let m = read(&a, &Limits::default()).unwrap();
+        assert_eq!(m, vec![("a.txt".to_string(), b"one".to_vec()), ("k/b.bin".to_string(), vec![0; 3])]);
+        let mut trailing = a.clone();
+        trailing.extend_from_slice(b"junk");
+        assert!(read(&trailing, &Limits::default()).unwrap_err().contains("trailing data"));
+    }
+
+    #[test]
+    fn member_names() {
+        for bad in ["", "/etc/passwd", "../x", "a/../../b", "a//b", "./a", "a\\b", "C:x", "a b"] {
+            assert!(check_member_path(bad).is_err(), "{bad}");
+        }
+        for good in ["manifest.json", "kernels/gemm_bf16_64x64x32.sm_90a.cubin", "bindings.rs"] {
+            assert!(check_member_path(good).is_ok(), "{good}");
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `bundle.json`: what a bundle holds (every member with its sha256 and size) and what it was
+//! built with (tilegen and NVRTC versions, archs, PTX ISA versions). It is derived from the
+//! library files alone, so verifying a bundle is recomputing it and comparing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::hashing::sha256_hex;
+use crate::manifest::{self, FileRef, Manifest};
+use crate::output::FileSet;
+
+/// Bumped when `bundle.json` or the archive layout changes incompatibly; a reader refuses
+/// any other value.
+pub const FORMAT: u32 = 1;
+/// The bundle manifest's name inside the archive (and in an unpacked folder).
+pub const FILE_NAME: &str = "bundle.json";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleManifest {
+    pub format: u32,
+    pub tilegen_version: String,
+    pub nvrtc_version: String,
+    /// The library manifest's own format (`manifest.json`'s `format`).
+    pub library_format: u32,
+    /// Every arch some instance has binaries for, sorted.
+    pub archs: Vec<String>,
+    /// Every `.version X.Y` found in the PTX files, sorted.
+    pub ptx_isa: Vec<String>,
+    pub instances: usize,
+    /// The mtime every archive member carries (`SOURCE_DATE_EPOCH`, else 0).
+    pub source_date_epoch: u64,
+    /// Every library file (not `bundle.json` itself), sorted by path.
+    pub members: Vec<Member>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub path: String,
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+impl BundleManifest {
+    /// Describes a library's files (`manifest.json` among them). Fails, naming the file,
+    /// when the files are not exactly the ones the library manifest lists with their hashes.
+    pub fn describe(files: &FileSet, source_date_epoch: u64) -> Result<BundleManifest, String> {
+        let lib = library_manifest(files)?;
+        check_library_files(&lib, files)?;
+        let mut archs = BTreeSet::new();
+        let mut ptx_isa = BTreeSet::new();
+        for inst in &lib.instances {
+            for t in &inst.targets {
+                archs.insert(t.arch.as_str().to_string());
+                let ptx = &files[&t.ptx.path];
+                let v = ptx_isa_version(ptx)
+                    .ok_or_else(|| format!("`{}` has no `.version X.Y` line", t.ptx.path))?;
+                ptx_isa.insert(v);
+            }
+        }
+        Ok(BundleManifest {
+            format: FORMAT,
+            tilegen_version: lib.tilegen_version.clone(),
+            nvrtc_version: lib.nvrtc_version.clone(),
+            library_format: lib.format,
+            archs: archs.into_iter().collect(),
+            ptx_isa: ptx_isa.into_iter().collect(),
+            instances: lib.instances.len(),
+            source_date_epoch,
+            members: files
+                .iter()
+                .map(|(path, bytes)| Member {
+                    path: path.clone(),
+                    sha256: sha256_hex(bytes),
+                    bytes: bytes.len() as u64,
+                })
+                .collect(),
+        })
+    }
+
+    /// Canonical bytes: pretty JSON with a final newline.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).expect("bundle manifest serializes");
+        v.push(b'\n');
+        v
+    }
+
+    /// Parses `bundle.json`, checking its format version before anything else so that a
+    /// newer bundle gets a clear message rather than a field error.
+    pub fn parse(bytes: &[u8]) -> Result<BundleManifest, String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("`{FILE_NAME}` is not JSON: {e}"))?;
+        match value.get("format").and_then(|f| f.as_u64()) {
+            Some(f) if f == u64::from(FORMAT) => {}
+            Some(f) => {
+                return Err(format!(
+                    "`{FILE_NAME}`: unknown bundle format version {f} (this tilegen {} reads version {FORMAT})",
+                    crate::VERSION
+                ))
+            }
+            None => return Err(format!("`{FILE_NAME}` has no numeric `format` field")),
+        }
+        serde_json::from_value(value).map_err(|e| format!("`{FILE_NAME}` is malformed: {e}"))
+    }
+
+    /// A short human summary for `tilegen bundle inspect`.
+    pub fn summary(&self) -> String {
+        let total: u64 = self.members.iter().map(|m| m.bytes).sum();
+        let mut kinds: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+        for m in &self.members {
+            let kind = m.path.rsplit('.').next().unwrap_or("");
+            let e = kinds.entry(kind).or_default();
+            e.0 += 1;
+            e.1 += m.bytes;
+        }
+        let mut s = format!(
+            "bundle format {}\ntilegen {}, NVRTC {}, library format {}\ninstances: {}\narchs: {}\nPTX ISA: {}\nSOURCE_DATE_EPOCH: {}\nmembers: {} files, {} bytes\n",
+            self.format,
+            self.tilegen_version,
+            self.nvrtc_version,
+            self.library_format,
+            self.instances,
+            self.archs.join(", "),
+            self.ptx_isa.join(", "),
+            self.source_date_epoch,
+            self.members.len(),
+            total
+        );
+        for (kind, (n, bytes)) in kinds {
+            s += &format!("  .{kind}: {n} files, {bytes} bytes\n");
+        }
+        s
+    }
+}
+
+/// The PTX ISA version a PTX file declares (`.version 8.5` → `8.5`).
+pub fn ptx_isa_version(ptx: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(ptx).ok()?;
+    text.lines().find_map(|l| {
+        let v = l.trim().strip_prefix(".version")?.trim();
+        let ok = !v.is_empty() && v.split('.').count() == 2 && v.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        ok.then(|| v.to_string())
+    })
+}
+
+pub(crate) fn library_manifest(files: &FileSet) -> Result<Manifest, String> {
+    let bytes = files
+        .get(manifest::FILE_NAME)
+        .ok_or_else(|| format!("no `{}` (not a tilegen library)", manifest::FILE_NAME))?;
+    let m = Manifest::from_bytes(bytes).map_err(|e| format!("`{}` is malformed: {e}", manifest::FILE_NAME))?;
+    if m.format != manifest::FORMAT {
+        return Err(format!(
+            "`{}` has library format {} (this tilegen {} reads {})",
+            manifest::FILE_NAME,
+            m.format,
+            crate::VERSION,
+            manifest::FORMAT
+        ));
+    }
+    Ok(m)
+}
+
+/// The files must be exactly `manifest.json` plus the files it lists, each file the manifest
+/// describes with a hash must have it.
+fn check_library_files(lib: &Manifest, files: &FileSet) -> Result<(), String> {
+    let listed: BTreeSet<&str> = lib
+        .files
+        .iter()
+        .map(String::as_str)
+        .chain([manifest::FILE_NAME])
+        .collect();
+    if let Some(missing) = listed.iter().find(|p| !files.contains_key(**p)) {
+        return Err(format!("`{missing}` is listed in `{}` but missing", manifest::FILE_NAME));
+    }
+    if let Some(extra) = files.keys().find(|p| !listed.contains(p.as_str())) {
+        return Err(format!("`{extra}` is not listed in `{}`", manifest::FILE_NAME));
+    }
+    let check = |r: &FileRef| -> Result<(), String> {
+        let bytes = files
+            .get(&r.path)
+            .ok_or_else(|| format!("`{}` is described in `{}` but missing", r.path, manifest::FILE_NAME))?;
+        if bytes.len() as u64 != r.bytes || sha256_hex(bytes) != r.sha256 {
+            return Err(format!(
+                "`{}` does not match `{}` (sha256 {}, expected {})",
+                r.path,
+                manifest::FILE_NAME,
+                sha256_hex(bytes),
+                r.sha256
+            ));
+        }
+        Ok(())
+    };
+    for inst in &lib.instances {
+        check(&inst.source)?;
+        for t in &inst.targets {
+            check(&t.ptx)?;
+            check(&t.cubin)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_ptx_isa_version() {
+        let ptx = b"//\n// Generated by NVIDIA NVVM Compiler\n\n.version 9.0\n.target sm_80\n";
+        assert_eq!(ptx_isa_version(ptx).as_deref(), Some("9.0"));
+        assert_eq!(ptx_isa_version(b".target sm_80\n"), None);
+        assert_eq!(ptx_isa_version(b".version x\n"), None);
+    }
+
+    #[test]
+    fn unknown_format_is_named() {
+        let e = BundleManifest::parse(br#"{"format": 99}"#).unwrap_err();
+        assert!(e.contains("unknown bundle format version 99"), "{e}");
+    }
+}
