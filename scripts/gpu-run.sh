@@ -8,7 +8,8 @@ set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/tilegen-out}
 mkdir -p "$OUT"
-bin=./target/release/tilegen
+bin=${TILEGEN_BIN:-./target/release/tilegen}
+demo=${TILEGEN_DEMO:-./target/release/tilegen-demo}
 groups=("$@")
 [ ${#groups[@]} -eq 0 ] && groups=(vector_add bias_gelu fma_ softmax layernorm rmsnorm gemm)
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; $bin doctor; } 2>&1 | tee "$OUT/doctor.txt"
@@ -37,7 +38,7 @@ if merged:
     json.dump(merged, open(os.path.join(out, "bench.json"), "w"), indent=1)
 PY
 # The example crate's binary (built here by `cargo build --release`): typed bindings end to end.
-if [ -x ./target/release/tilegen-demo ]; then
-  timeout 120 ./target/release/tilegen-demo 2>&1 | tee "$OUT/demo.txt"
+if [ -x "$demo" ]; then
+  timeout 120 "$demo" 2>&1 | tee "$OUT/demo.txt"
   echo "demo exit: ${PIPESTATUS[0]}" | tee -a "$OUT/demo.txt"
 fi
