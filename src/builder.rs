@@ -42,6 +42,7 @@ pub struct Builder {
     jobs: Option<usize>,
     cache_dir: Option<PathBuf>,
     filter: Option<String>,
+    bundle: Option<PathBuf>,
     emit_rerun: bool,
 }
 
@@ -97,6 +98,14 @@ impl Builder {
     /// Only instances whose name contains this text.
     pub fn filter(&mut self, text: impl Into<String>) -> &mut Self {
         self.filter = Some(text.into());
+        self
+    }
+
+    /// Take the kernels from this prebuilt bundle (`tilegen bundle create`) instead of
+    /// compiling: no NVRTC is needed. Default: `TILEGEN_BUNDLE` when set. Specs that are
+    /// present must match the bundle (else an error lists the differences).
+    pub fn bundle(&mut self, path: impl AsRef<Path>) -> &mut Self {
+        self.bundle = Some(path.as_ref().to_path_buf());
         self
     }
 
@@ -165,6 +174,10 @@ impl Builder {
         });
         opts.cache_dir = self.cache_dir.clone();
         opts.filter = self.filter.clone();
+        opts.bundle = self
+            .bundle
+            .clone()
+            .or_else(|| crate::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
         opts.bindings = true;
         opts.compile = !docs_rs;
         if docs_rs && opts.cache_dir.is_none() {

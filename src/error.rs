@@ -51,6 +51,11 @@ pub enum Error {
     /// A GPU run failed (verification mismatch, launch failure).
     #[error("{0}")]
     Gpu(String),
+
+    /// A bundle that is corrupt, hostile or not a tilegen bundle; the message names the
+    /// member and what is wrong.
+    #[error("{path}: bad bundle: {message}")]
+    Bundle { path: PathBuf, message: String },
 }
 
 impl Error {
@@ -70,6 +75,7 @@ impl Error {
             Error::Template { .. } | Error::Compile { .. } => 4,
             Error::Io { .. } => 5,
             Error::Environment(_) => 6,
+            Error::Bundle { .. } => 7,
         }
     }
 }

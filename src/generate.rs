@@ -40,6 +40,9 @@ pub struct Options {
     pub compile: bool,
     /// Only instances whose name contains this.
     pub filter: Option<String>,
+    /// Take the library from this bundle (verified) instead of compiling; NVRTC is not
+    /// needed. Specs that are present are compared with it (see [`crate::bundle::library`]).
+    pub bundle: Option<PathBuf>,
 }
 
 impl Options {
@@ -55,6 +58,7 @@ impl Options {
             bindings: true,
             compile: true,
             filter: None,
+            bundle: None,
         }
     }
 }
@@ -118,6 +122,9 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
 
 /// Runs the whole pipeline. Nothing is written unless every instance rendered and compiled.
 pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Report> {
+    if let Some(bundle) = &opts.bundle {
+        return crate::bundle::library::generate_from_bundle(opts, bundle, on_event);
+    }
     let start = Instant::now();
     let rendered = render_all(opts)?;
     let nvrtc_version = if opts.compile { nvrtc::load()?.version() } else { "none".to_string() };

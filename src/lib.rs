@@ -63,6 +63,7 @@
 
 pub mod bindings;
 pub mod builder;
+pub mod bundle;
 pub mod cache;
 pub mod call_checks;
 pub mod diagnostics;

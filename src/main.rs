@@ -64,6 +64,10 @@ enum Command {
         /// Do not write Rust bindings.
         #[arg(long)]
         no_bindings: bool,
+        /// Take the kernels from this prebuilt bundle instead of compiling (no NVRTC needed;
+        /// default: TILEGEN_BUNDLE when set).
+        #[arg(long)]
+        bundle: Option<PathBuf>,
     },
     /// Validate the specs and render every instance; needs no NVRTC.
     Check {
@@ -95,6 +99,11 @@ enum Command {
     },
     /// Report what NVRTC, driver and GPU tilegen finds.
     Doctor,
+    /// Create, verify, inspect or unpack a prebuilt kernel bundle (one reproducible .tar.gz).
+    Bundle {
+        #[command(subcommand)]
+        action: BundleAction,
+    },
     /// Run every instance of a library on the GPU against a CPU f64 reference.
     Verify {
         /// Library folder (written by `tilegen generate`).
@@ -116,6 +125,28 @@ enum Command {
         /// Write the results as JSON here.
         #[arg(long)]
         json_out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BundleAction {
+    /// Pack a library folder (written by `tilegen generate`) into a bundle.
+    Create {
+        #[arg(long, default_value = "generated")]
+        lib: PathBuf,
+        /// Bundle file to write (.tar.gz).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Check every member against bundle.json; exit 7 when anything is wrong.
+    Verify { file: PathBuf },
+    /// Verify, then print the bundle manifest's summary.
+    Inspect { file: PathBuf },
+    /// Verify, then install into an absent or empty folder atomically.
+    Unpack {
+        file: PathBuf,
+        #[arg(long)]
+        to: PathBuf,
     },
 }
 
@@ -208,8 +239,9 @@ fn emit_json(v: serde_json::Value) {
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     let json = cli.message_format == MessageFormat::Json;
     match cli.command {
-        Command::Generate { inputs, out, jobs, check, cache_dir, no_bindings } => {
+        Command::Generate { inputs, out, jobs, check, cache_dir, no_bindings, bundle } => {
             let mut o = options(&inputs, out);
+            o.bundle = bundle.or_else(|| tilegen::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
             o.jobs = jobs;
             o.check = check;
             o.cache_dir = cache_dir;
@@ -381,6 +413,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bundle { action } => bundle_command(action, json),
         Command::Verify { lib, filter, seed } => gpu_verify(&lib, filter.as_deref(), seed, json),
         Command::Bench { lib, filter, json_out } => gpu_bench(&lib, filter.as_deref(), json_out.as_deref(), json),
         Command::Doctor => {
@@ -402,6 +435,31 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn bundle_command(action: BundleAction, json: bool) -> Result<ExitCode, Error> {
+    use tilegen::bundle;
+    let (what, file, m) = match action {
+        BundleAction::Create { lib, out } => ("created", out.clone(), bundle::create(&lib, &out)?),
+        BundleAction::Verify { file } => ("verified", file.clone(), bundle::open(&file, &bundle::Limits::default())?.manifest),
+        BundleAction::Inspect { file } => {
+            let m = bundle::open(&file, &bundle::Limits::default())?.manifest;
+            if !json {
+                print!("{}", m.summary());
+            }
+            ("inspected", file, m)
+        }
+        BundleAction::Unpack { file, to } => {
+            let m = bundle::unpack(&file, &to, &bundle::Limits::default())?.manifest;
+            ("unpacked into", to, m)
+        }
+    };
+    if json {
+        emit_json(serde_json::json!({"event": what, "path": file, "bundle": m}));
+    } else {
+        eprintln!("{what} {}: {} members, {} instances, archs {}", file.display(), m.members.len(), m.instances, m.archs.join(","));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn tilegen_gpu_line() -> String {

@@ -8,7 +8,7 @@
 //! machine.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 
 use flate2::{Compression, GzBuilder};
 
@@ -86,7 +86,11 @@ pub fn check_member_path(path: &str) -> Result<(), String> {
     }
     for part in path.split('/') {
         match part {
-            ".." => return Err(format!("`{path}` has a `..` component (it would escape the folder)")),
+            ".." => {
+                return Err(format!(
+                    "`{path}` has a `..` component (it would escape the folder)"
+                ))
+            }
             "" | "." => return Err(format!("`{path}` has an empty or `.` component")),
             _ => {}
         }
@@ -95,7 +99,10 @@ pub fn check_member_path(path: &str) -> Result<(), String> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '.' | '/')))
     {
-        return Err(format!("`{}` has the character {c:?}, which bundle names never hold", path.escape_debug()));
+        return Err(format!(
+            "`{}` has the character {c:?}, which bundle names never hold",
+            path.escape_debug()
+        ));
     }
     Ok(())
 }
@@ -119,7 +126,9 @@ impl<R: Read> Read for Limited<R> {
                 "the archive unpacks to more than {} bytes (the limit)",
                 self.limits.max_unpacked_bytes
             ));
-        } else if self.read > RATIO_FLOOR && self.read > self.compressed.saturating_mul(self.limits.max_ratio) {
+        } else if self.read > RATIO_FLOOR
+            && self.read > self.compressed.saturating_mul(self.limits.max_ratio)
+        {
             self.violation = Some(format!(
                 "the archive unpacks to over {} times its compressed size of {} bytes (a decompression bomb?)",
                 self.limits.max_ratio, self.compressed
@@ -163,7 +172,8 @@ pub fn read(bytes: &[u8], limits: &Limits) -> Result<Vec<(String, Vec<u8>)>, Str
     let members = read_tar(&mut input, limits);
     let members = members.and_then(|m| {
         // Read to the end of the gzip stream (the tar end marker and the CRC trailer).
-        io::copy(&mut input, &mut io::sink()).map_err(|e| format!("corrupt archive after the last member: {e}"))?;
+        io::copy(&mut input, &mut io::sink())
+            .map_err(|e| format!("corrupt archive after the last member: {e}"))?;
         Ok(m)
     });
     let members = match (members, input.violation.take()) {
@@ -172,7 +182,10 @@ pub fn read(bytes: &[u8], limits: &Limits) -> Result<Vec<(String, Vec<u8>)>, Str
     };
     let rest = input.inner.into_inner();
     if !rest.is_empty() {
-        return Err(format!("{} bytes of trailing data after the compressed stream", rest.len()));
+        return Err(format!(
+            "{} bytes of trailing data after the compressed stream",
+            rest.len()
+        ));
     }
     Ok(members)
 }
@@ -184,12 +197,19 @@ fn read_tar<R: Read>(input: R, limits: &Limits) -> Result<Vec<(String, Vec<u8>)>
     let mut folded: BTreeMap<String, String> = BTreeMap::new();
     for (n, entry) in archive.entries().map_err(corrupt)?.enumerate() {
         if n >= limits.max_entries {
-            return Err(format!("the archive has more than {} entries (the limit)", limits.max_entries));
+            return Err(format!(
+                "the archive has more than {} entries (the limit)",
+                limits.max_entries
+            ));
         }
         let mut entry = entry.map_err(corrupt)?;
         let raw = entry.path_bytes();
-        let path = String::from_utf8(raw.to_vec())
-            .map_err(|_| format!("`{}` is not a UTF-8 name", String::from_utf8_lossy(&raw).escape_debug()))?;
+        let path = String::from_utf8(raw.to_vec()).map_err(|_| {
+            format!(
+                "`{}` is not a UTF-8 name",
+                String::from_utf8_lossy(&raw).escape_debug()
+            )
+        })?;
         let kind = entry.header().entry_type();
         let what = match kind {
             tar::EntryType::Regular => None,
@@ -206,7 +226,10 @@ fn read_tar<R: Read>(input: R, limits: &Limits) -> Result<Vec<(String, Vec<u8>)>
         check_member_path(&path)?;
         let size = entry.size();
         if size > limits.max_member_bytes {
-            return Err(format!("`{path}` is {size} bytes, over the member limit of {}", limits.max_member_bytes));
+            return Err(format!(
+                "`{path}` is {size} bytes, over the member limit of {}",
+                limits.max_member_bytes
+            ));
         }
         if let Some(other) = folded.insert(path.to_ascii_lowercase(), path.clone()) {
             return Err(if other == path {
@@ -221,7 +244,10 @@ fn read_tar<R: Read>(input: R, limits: &Limits) -> Result<Vec<(String, Vec<u8>)>
             .read_to_end(&mut data)
             .map_err(|e| format!("`{path}`: corrupt or truncated: {e}"))?;
         if data.len() as u64 != size {
-            return Err(format!("`{path}` is truncated ({} of {size} bytes)", data.len()));
+            return Err(format!(
+                "`{path}` is truncated ({} of {size} bytes)",
+                data.len()
+            ));
         }
         members.push((path, data));
     }
@@ -237,18 +263,40 @@ mod tests {
         let a = write(&[("a.txt", b"one"), ("k/b.bin", &[0u8; 3])], 7).unwrap();
         assert_eq!(a[..10], GZIP_HEADER);
         let m = read(&a, &Limits::default()).unwrap();
-        assert_eq!(m, vec![("a.txt".to_string(), b"one".to_vec()), ("k/b.bin".to_string(), vec![0; 3])]);
+        assert_eq!(
+            m,
+            vec![
+                ("a.txt".to_string(), b"one".to_vec()),
+                ("k/b.bin".to_string(), vec![0; 3])
+            ]
+        );
         let mut trailing = a.clone();
         trailing.extend_from_slice(b"junk");
-        assert!(read(&trailing, &Limits::default()).unwrap_err().contains("trailing data"));
+        assert!(read(&trailing, &Limits::default())
+            .unwrap_err()
+            .contains("trailing data"));
     }
 
     #[test]
     fn member_names() {
-        for bad in ["", "/etc/passwd", "../x", "a/../../b", "a//b", "./a", "a\\b", "C:x", "a b"] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../b",
+            "a//b",
+            "./a",
+            "a\\b",
+            "C:x",
+            "a b",
+        ] {
             assert!(check_member_path(bad).is_err(), "{bad}");
         }
-        for good in ["manifest.json", "kernels/gemm_bf16_64x64x32.sm_90a.cubin", "bindings.rs"] {
+        for good in [
+            "manifest.json",
+            "kernels/gemm_bf16_64x64x32.sm_90a.cubin",
+            "bindings.rs",
+        ] {
             assert!(check_member_path(good).is_ok(), "{good}");
         }
     }

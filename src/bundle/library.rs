@@ -16,20 +16,26 @@ use crate::render::config_hash;
 use super::{Bundle, Limits};
 
 /// Differences between the specs' instances and the bundle's, one line each (empty when
-/// they agree).
+/// they agree). Equal `config_sha256` is agreement; when the hashes differ (the hash also
+/// covers the spec's file and line and the tilegen version) the configuration itself is
+/// compared field by field, and each differing field is named.
 pub fn spec_differences(rendered: &generate::Rendered, lib: &Manifest) -> Vec<String> {
     let mut diffs = Vec::new();
     let mut in_specs = std::collections::BTreeSet::new();
     for inst in &rendered.instances {
         in_specs.insert(inst.name.as_str());
+        let at = format!("{} ({}:{})", inst.name, inst.origin.file, inst.origin.line);
         match lib.instance(&inst.name) {
-            None => diffs.push(format!("{}: in the specs ({}:{}) but not in the bundle", inst.name, inst.origin.file, inst.origin.line)),
+            None => diffs.push(format!("{at}: in the specs but not in the bundle")),
+            Some(entry) if entry.config_sha256 == config_hash(inst) => {}
             Some(entry) => {
-                let hash = config_hash(inst);
-                if entry.config_sha256 != hash {
+                let fields = config_fields(inst, entry);
+                if !fields.is_empty() {
                     diffs.push(format!(
-                        "{}: configuration differs (specs {}:{} give config sha256 {}, the bundle has {})",
-                        inst.name, inst.origin.file, inst.origin.line, hash, entry.config_sha256
+                        "{at}: configuration differs (config sha256 {} in the specs, {} in the bundle): {}",
+                        config_hash(inst),
+                        entry.config_sha256,
+                        fields.join("; ")
                     ));
                 }
             }
@@ -37,10 +43,53 @@ pub fn spec_differences(rendered: &generate::Rendered, lib: &Manifest) -> Vec<St
     }
     for entry in &lib.instances {
         if !in_specs.contains(entry.name.as_str()) {
-            diffs.push(format!("{}: in the bundle but not in the specs", entry.name));
+            diffs.push(format!(
+                "{}: in the bundle but not in the specs",
+                entry.name
+            ));
         }
     }
     diffs
+}
+
+/// The configuration fields in which a spec instance and a bundle entry differ.
+fn config_fields(
+    inst: &crate::spec::Instance,
+    entry: &crate::manifest::InstanceEntry,
+) -> Vec<String> {
+    fn field<T: serde::Serialize + PartialEq>(
+        out: &mut Vec<String>,
+        name: &str,
+        specs: &T,
+        bundle: &T,
+    ) {
+        if specs != bundle {
+            let j = |v: &T| serde_json::to_string(v).unwrap_or_default();
+            out.push(format!(
+                "{name}: specs {} vs bundle {}",
+                j(specs),
+                j(bundle)
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    field(&mut out, "op", &inst.op, &entry.op);
+    field(&mut out, "dtype", &inst.dtype, &entry.dtype);
+    field(&mut out, "out_dtype", &inst.out_dtype, &entry.out_dtype);
+    field(&mut out, "params", &inst.params, &entry.params);
+    field(&mut out, "epilogue", &inst.epilogue, &entry.epilogue);
+    if !entry.targets.is_empty() {
+        let archs: Vec<_> = entry.targets.iter().map(|t| t.arch).collect();
+        field(&mut out, "archs", &inst.archs, &archs);
+    }
+    field(
+        &mut out,
+        "arguments",
+        &crate::ops::signature(inst),
+        &entry.args,
+    );
+    field(&mut out, "launch", &crate::ops::launch(inst), &entry.launch);
+    out
 }
 
 /// The library files to write for a verified bundle (`lib` is its `manifest.json`): its
@@ -55,7 +104,11 @@ pub fn library_files(bundle: &Bundle, mut lib: Manifest, bindings: bool) -> Resu
         // As `generate` does: the bindings see the file list without themselves.
         let text = crate::bindings::generate(&lib)?;
         files.insert(name.into(), text.into_bytes());
-        lib.files = files.keys().filter(|k| k.as_str() != manifest::FILE_NAME).cloned().collect();
+        lib.files = files
+            .keys()
+            .filter(|k| k.as_str() != manifest::FILE_NAME)
+            .cloned()
+            .collect();
     }
     files.insert(manifest::FILE_NAME.into(), lib.to_bytes());
     Ok(files)
@@ -63,7 +116,11 @@ pub fn library_files(bundle: &Bundle, mut lib: Manifest, bindings: bool) -> Resu
 
 /// `generate` with `opts.bundle` set: verify the bundle, compare it with the specs when they
 /// exist, then write (or `--check`) the library.
-pub fn generate_from_bundle(opts: &Options, bundle_path: &Path, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Report> {
+pub fn generate_from_bundle(
+    opts: &Options,
+    bundle_path: &Path,
+    on_event: &(dyn Fn(&Event) + Sync),
+) -> Result<Report> {
     let start = Instant::now();
     if opts.filter.is_some() || opts.archs.is_some() {
         return Err(Error::Usage(
@@ -71,8 +128,10 @@ pub fn generate_from_bundle(opts: &Options, bundle_path: &Path, on_event: &(dyn 
         ));
     }
     let bundle = super::open(bundle_path, &Limits::default())?;
-    let lib = super::manifest::library_manifest(&bundle.files)
-        .map_err(|m| Error::Bundle { path: bundle_path.to_path_buf(), message: m })?;
+    let lib = super::manifest::library_manifest(&bundle.files).map_err(|m| Error::Bundle {
+        path: bundle_path.to_path_buf(),
+        message: m,
+    })?;
     let mut inputs = vec![bundle_path.to_path_buf()];
     if opts.specs.exists() {
         let rendered = generate::render_all(opts)?;
@@ -88,10 +147,17 @@ pub fn generate_from_bundle(opts: &Options, bundle_path: &Path, on_event: &(dyn 
         }
         inputs.extend(rendered.inputs);
     }
-    on_event(&Event::Planned { instances: lib.instances.len(), compiles: 0 });
+    on_event(&Event::Planned {
+        instances: lib.instances.len(),
+        compiles: 0,
+    });
     let instances = lib.instances.len();
     let files = library_files(&bundle, lib, opts.bindings)?;
-    let mut report = Report { instances, inputs, ..Default::default() };
+    let mut report = Report {
+        instances,
+        inputs,
+        ..Default::default()
+    };
     if opts.check {
         let diffs = output::check_library(&opts.out, &files);
         if !diffs.is_empty() {
@@ -104,7 +170,11 @@ pub fn generate_from_bundle(opts: &Options, bundle_path: &Path, on_event: &(dyn 
             )));
         }
     } else {
-        let WriteReport { written, removed, unchanged } = output::write_library(&opts.out, &files)?;
+        let WriteReport {
+            written,
+            removed,
+            unchanged,
+        } = output::write_library(&opts.out, &files)?;
         report.written = written;
         report.removed = removed;
         report.unchanged = unchanged;

@@ -140,7 +140,9 @@ pub fn ptx_isa_version(ptx: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(ptx).ok()?;
     text.lines().find_map(|l| {
         let v = l.trim().strip_prefix(".version")?.trim();
-        let ok = !v.is_empty() && v.split('.').count() == 2 && v.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        let ok = !v.is_empty()
+            && v.split('.').count() == 2
+            && v.bytes().all(|b| b.is_ascii_digit() || b == b'.');
         ok.then(|| v.to_string())
     })
 }
@@ -149,7 +151,8 @@ pub(crate) fn library_manifest(files: &FileSet) -> Result<Manifest, String> {
     let bytes = files
         .get(manifest::FILE_NAME)
         .ok_or_else(|| format!("no `{}` (not a tilegen library)", manifest::FILE_NAME))?;
-    let m = Manifest::from_bytes(bytes).map_err(|e| format!("`{}` is malformed: {e}", manifest::FILE_NAME))?;
+    let m = Manifest::from_bytes(bytes)
+        .map_err(|e| format!("`{}` is malformed: {e}", manifest::FILE_NAME))?;
     if m.format != manifest::FORMAT {
         return Err(format!(
             "`{}` has library format {} (this tilegen {} reads {})",
@@ -172,15 +175,25 @@ fn check_library_files(lib: &Manifest, files: &FileSet) -> Result<(), String> {
         .chain([manifest::FILE_NAME])
         .collect();
     if let Some(missing) = listed.iter().find(|p| !files.contains_key(**p)) {
-        return Err(format!("`{missing}` is listed in `{}` but missing", manifest::FILE_NAME));
+        return Err(format!(
+            "`{missing}` is listed in `{}` but missing",
+            manifest::FILE_NAME
+        ));
     }
     if let Some(extra) = files.keys().find(|p| !listed.contains(p.as_str())) {
-        return Err(format!("`{extra}` is not listed in `{}`", manifest::FILE_NAME));
+        return Err(format!(
+            "`{extra}` is not listed in `{}`",
+            manifest::FILE_NAME
+        ));
     }
     let check = |r: &FileRef| -> Result<(), String> {
-        let bytes = files
-            .get(&r.path)
-            .ok_or_else(|| format!("`{}` is described in `{}` but missing", r.path, manifest::FILE_NAME))?;
+        let bytes = files.get(&r.path).ok_or_else(|| {
+            format!(
+                "`{}` is described in `{}` but missing",
+                r.path,
+                manifest::FILE_NAME
+            )
+        })?;
         if bytes.len() as u64 != r.bytes || sha256_hex(bytes) != r.sha256 {
             return Err(format!(
                 "`{}` does not match `{}` (sha256 {}, expected {})",

@@ -37,17 +37,21 @@ pub struct Bundle {
 }
 
 fn bad(path: &Path, message: impl Into<String>) -> Error {
-    Error::Bundle { path: path.to_path_buf(), message: message.into() }
+    Error::Bundle {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
 }
 
 /// `SOURCE_DATE_EPOCH` (read through [`crate::env`]), else 0.
 pub fn source_date_epoch() -> Result<u64> {
     match crate::env::var("SOURCE_DATE_EPOCH") {
         None => Ok(0),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| Error::Usage(format!("SOURCE_DATE_EPOCH=`{v}` is not a whole number of seconds"))),
+        Some(v) => v.trim().parse().map_err(|_| {
+            Error::Usage(format!(
+                "SOURCE_DATE_EPOCH=`{v}` is not a whole number of seconds"
+            ))
+        }),
     }
 }
 
@@ -55,11 +59,16 @@ pub fn source_date_epoch() -> Result<u64> {
 pub fn load_library(dir: &Path) -> Result<FileSet> {
     let mpath = dir.join(crate::manifest::FILE_NAME);
     let mbytes = fs::read(&mpath).at(&mpath)?;
-    let lib = crate::manifest::Manifest::from_bytes(&mbytes)
-        .map_err(|e| Error::Usage(format!("{}: not a tilegen library manifest: {e}", mpath.display())))?;
+    let lib = crate::manifest::Manifest::from_bytes(&mbytes).map_err(|e| {
+        Error::Usage(format!(
+            "{}: not a tilegen library manifest: {e}",
+            mpath.display()
+        ))
+    })?;
     let mut files = FileSet::new();
     for rel in &lib.files {
-        archive::check_member_path(rel).map_err(|m| Error::Usage(format!("{}: {m}", mpath.display())))?;
+        archive::check_member_path(rel)
+            .map_err(|m| Error::Usage(format!("{}: {m}", mpath.display())))?;
         let p = dir.join(rel);
         files.insert(rel.clone(), fs::read(&p).at(&p)?);
     }
@@ -68,12 +77,16 @@ pub fn load_library(dir: &Path) -> Result<FileSet> {
 }
 
 /// The archive bytes for a library's files, and its bundle manifest.
-pub fn pack(files: &FileSet, source_date_epoch: u64) -> std::result::Result<(Vec<u8>, BundleManifest), String> {
+pub fn pack(
+    files: &FileSet,
+    source_date_epoch: u64,
+) -> std::result::Result<(Vec<u8>, BundleManifest), String> {
     let m = BundleManifest::describe(files, source_date_epoch)?;
     let mbytes = m.to_bytes();
     let mut members: Vec<(&str, &[u8])> = vec![(manifest::FILE_NAME, &mbytes)];
     members.extend(files.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
-    let bytes = archive::write(&members, source_date_epoch).map_err(|e| format!("cannot write the archive: {e}"))?;
+    let bytes = archive::write(&members, source_date_epoch)
+        .map_err(|e| format!("cannot write the archive: {e}"))?;
     Ok((bytes, m))
 }
 
@@ -83,6 +96,12 @@ pub fn create(lib: &Path, out: &Path) -> Result<BundleManifest> {
     let files = load_library(lib)?;
     let (bytes, m) = pack(&files, source_date_epoch()?).map_err(|msg| bad(lib, msg))?;
     crate::output::write_if_changed(out, &bytes)?;
+    #[cfg(unix)]
+    {
+        // A file to publish: readable by all, like any release artifact.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(out, fs::Permissions::from_mode(0o644)).at(out)?;
+    }
     Ok(m)
 }
 
@@ -98,16 +117,30 @@ pub fn verify_bytes(bytes: &[u8], limits: &Limits) -> std::result::Result<Bundle
             files.insert(path, data);
         }
     }
-    let manifest_bytes = manifest_bytes.ok_or_else(|| format!("no `{}` in the archive (not a tilegen bundle)", manifest::FILE_NAME))?;
+    let manifest_bytes = manifest_bytes.ok_or_else(|| {
+        format!(
+            "no `{}` in the archive (not a tilegen bundle)",
+            manifest::FILE_NAME
+        )
+    })?;
     let m = BundleManifest::parse(&manifest_bytes)?;
     let mut listed = std::collections::BTreeSet::new();
     for member in &m.members {
-        archive::check_member_path(&member.path).map_err(|e| format!("`{}` lists a bad name: {e}", manifest::FILE_NAME))?;
+        archive::check_member_path(&member.path)
+            .map_err(|e| format!("`{}` lists a bad name: {e}", manifest::FILE_NAME))?;
         if !listed.insert(member.path.as_str()) {
-            return Err(format!("`{}` lists `{}` twice", manifest::FILE_NAME, member.path));
+            return Err(format!(
+                "`{}` lists `{}` twice",
+                manifest::FILE_NAME,
+                member.path
+            ));
         }
         let data = files.get(&member.path).ok_or_else(|| {
-            format!("`{}` is listed in `{}` but missing from the archive", member.path, manifest::FILE_NAME)
+            format!(
+                "`{}` is listed in `{}` but missing from the archive",
+                member.path,
+                manifest::FILE_NAME
+            )
         })?;
         if data.len() as u64 != member.bytes {
             return Err(format!(
@@ -129,7 +162,10 @@ pub fn verify_bytes(bytes: &[u8], limits: &Limits) -> std::result::Result<Bundle
         }
     }
     if let Some(extra) = files.keys().find(|p| !listed.contains(p.as_str())) {
-        return Err(format!("`{extra}` is in the archive but not listed in `{}`", manifest::FILE_NAME));
+        return Err(format!(
+            "`{extra}` is in the archive but not listed in `{}`",
+            manifest::FILE_NAME
+        ));
     }
     let expected = BundleManifest::describe(&files, m.source_date_epoch)?;
     if expected != m {
@@ -139,14 +175,24 @@ pub fn verify_bytes(bytes: &[u8], limits: &Limits) -> std::result::Result<Bundle
             crate::manifest::FILE_NAME
         ));
     }
-    Ok(Bundle { manifest: m, manifest_bytes, files })
+    Ok(Bundle {
+        manifest: m,
+        manifest_bytes,
+        files,
+    })
 }
 
 /// Reads and verifies the bundle at `path`.
 pub fn open(path: &Path, limits: &Limits) -> Result<Bundle> {
     let len = fs::metadata(path).at(path)?.len();
     if len > limits.max_archive_bytes {
-        return Err(bad(path, format!("the archive is {len} bytes, over the limit of {}", limits.max_archive_bytes)));
+        return Err(bad(
+            path,
+            format!(
+                "the archive is {len} bytes, over the limit of {}",
+                limits.max_archive_bytes
+            ),
+        ));
     }
     let bytes = fs::read(path).at(path)?;
     verify_bytes(&bytes, limits).map_err(|m| bad(path, m))

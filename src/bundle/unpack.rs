@@ -12,10 +12,12 @@ use crate::error::{Error, IoContext, Result};
 use super::Bundle;
 
 fn temp_prefix(dest: &Path) -> Result<String> {
-    let name = dest
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| Error::Usage(format!("{}: the destination needs a plain folder name", dest.display())))?;
+    let name = dest.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Error::Usage(format!(
+            "{}: the destination needs a plain folder name",
+            dest.display()
+        ))
+    })?;
     Ok(format!(".{name}.tilegen-unpack-"))
 }
 
@@ -28,7 +30,11 @@ pub fn leftovers(dest: &Path) -> Result<Vec<PathBuf>> {
     };
     Ok(rd
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
         .map(|e| e.path())
         .collect())
 }
@@ -58,7 +64,10 @@ pub fn install(bundle: &Bundle, dest: &Path) -> Result<()> {
     for old in leftovers(dest)? {
         fs::remove_dir_all(&old).at(&old)?;
     }
-    let tmp = tempfile::Builder::new().prefix(&prefix).tempdir_in(&parent).at(&parent)?;
+    let tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .tempdir_in(&parent)
+        .at(&parent)?;
     let files = bundle
         .files
         .iter()
@@ -66,12 +75,17 @@ pub fn install(bundle: &Bundle, dest: &Path) -> Result<()> {
         .chain([(super::manifest::FILE_NAME, bundle.manifest_bytes.as_slice())]);
     for (rel, bytes) in files {
         // Names were checked when the archive was read; check again before touching disk.
-        super::archive::check_member_path(rel).map_err(|m| Error::Usage(format!("refusing to write: {m}")))?;
+        super::archive::check_member_path(rel)
+            .map_err(|m| Error::Usage(format!("refusing to write: {m}")))?;
         let path = tmp.path().join(rel);
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).at(dir)?;
         }
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&path).at(&path)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .at(&path)?;
         std::io::Write::write_all(&mut f, bytes).at(&path)?;
         f.sync_all().at(&path)?;
     }

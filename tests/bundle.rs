@@ -1,0 +1,703 @@
+//! Prebuilt bundles: reproducible archives, round trips, building a library from a bundle
+//! with no NVRTC, and a corpus of hostile archives that must be refused with a clear
+//! message and nothing written. No GPU and no NVRTC needed: the library is generated from
+//! the golden specs without compiling, then given fake PTX and cubins.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tilegen::bundle::{self, Limits};
+use tilegen::manifest::{FileRef, Manifest, Target};
+use tilegen::output::FileSet;
+use tilegen::Error;
+
+fn golden_specs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs")
+}
+
+/// Compares two file sets by name and hash (no giant byte dumps on failure).
+fn assert_same(got: &FileSet, want: &FileSet) {
+    let names = |f: &FileSet| {
+        f.iter()
+            .map(|(k, v)| format!("{k} {}", sha(v)))
+            .collect::<Vec<_>>()
+    };
+    let (g, w) = (names(got), names(want));
+    let only_got: Vec<_> = g.iter().filter(|x| !w.contains(x)).collect();
+    let only_want: Vec<_> = w.iter().filter(|x| !g.contains(x)).collect();
+    assert!(
+        only_got.is_empty() && only_want.is_empty(),
+        "differ: got {only_got:?}, want {only_want:?}"
+    );
+}
+
+fn sha(b: &[u8]) -> String {
+    tilegen::hashing::sha256_hex(b)
+}
+
+/// A small library (golden specs, no NVRTC) with fake binaries for sm_80 and sm_90, written
+/// into `dir`.
+fn fake_library(dir: &Path) {
+    let cache = tempfile::tempdir().unwrap();
+    let mut o = tilegen::generate::Options::new(golden_specs(), dir);
+    o.compile = false;
+    o.cache_dir = Some(cache.path().to_path_buf());
+    o.filter = Some("_f32".into());
+    tilegen::generate::generate(&o, &|_| {}).expect("renders without NVRTC");
+    let mpath = dir.join("manifest.json");
+    let mut m = Manifest::from_bytes(&std::fs::read(&mpath).unwrap()).unwrap();
+    assert!(
+        m.instances.len() >= 2,
+        "the golden specs hold several f32 instances"
+    );
+    let mut files = Vec::new();
+    for inst in &mut m.instances {
+        for (arch, isa) in [("sm_80", "8.0"), ("sm_90", "8.7")] {
+            let ptx = format!(
+                "//\n// fake PTX\n.version {isa}\n.target {arch}\n.address_size 64\n// {}\n",
+                inst.name
+            );
+            let cubin = format!("\x7fELF fake cubin of {} for {arch}", inst.name).into_bytes();
+            let fref = |ext: &str, b: &[u8]| FileRef {
+                path: format!("kernels/{}.{arch}.{ext}", inst.name),
+                sha256: sha(b),
+                bytes: b.len() as u64,
+            };
+            inst.targets.push(Target {
+                arch: tilegen::spec::Arch::parse(arch).unwrap(),
+                cache_key: sha(arch.as_bytes()),
+                ptx: fref("ptx", ptx.as_bytes()),
+                cubin: fref("cubin", &cubin),
+                resources: Default::default(),
+            });
+            files.push((
+                format!("kernels/{}.{arch}.ptx", inst.name),
+                ptx.into_bytes(),
+            ));
+            files.push((format!("kernels/{}.{arch}.cubin", inst.name), cubin));
+        }
+    }
+    for (rel, bytes) in &files {
+        std::fs::write(dir.join(rel), bytes).unwrap();
+    }
+    m.files.extend(files.into_iter().map(|(p, _)| p));
+    m.files.sort();
+    // Bindings that embed the new binaries, generated as `generate` does (from the file
+    // list without themselves).
+    let mut for_bindings = m.clone();
+    for_bindings.files.retain(|f| f != "bindings.rs");
+    let bindings = tilegen::bindings::generate(&for_bindings).unwrap();
+    std::fs::write(dir.join("bindings.rs"), bindings).unwrap();
+    std::fs::write(&mpath, m.to_bytes()).unwrap();
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    lib: PathBuf,
+    bundle: PathBuf,
+    bytes: Vec<u8>,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("lib");
+    fake_library(&lib);
+    let bundle = dir.path().join("kernels.tar.gz");
+    bundle::create(&lib, &bundle).expect("creates");
+    let bytes = std::fs::read(&bundle).unwrap();
+    Fixture {
+        _dir: dir,
+        lib,
+        bundle,
+        bytes,
+    }
+}
+
+/// The members of a good bundle (bundle.json first), to build hostile variants from.
+fn members(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
+    bundle::archive::read(bytes, &Limits::default()).unwrap()
+}
+
+/// Gzip exactly as tilegen writes it, so the hostile part is what gets tested.
+fn gz(tar: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::GzBuilder::new()
+        .mtime(0)
+        .operating_system(0xff)
+        .write(Vec::new(), flate2::Compression::new(6));
+    e.write_all(tar).unwrap();
+    e.finish().unwrap()
+}
+
+/// One raw tar entry: any name bytes, any type, link target.
+struct Raw {
+    name: Vec<u8>,
+    kind: tar::EntryType,
+    data: Vec<u8>,
+    link: Option<&'static str>,
+}
+
+fn file(name: &str, data: &[u8]) -> Raw {
+    Raw {
+        name: name.as_bytes().to_vec(),
+        kind: tar::EntryType::Regular,
+        data: data.to_vec(),
+        link: None,
+    }
+}
+
+/// A tar built with the low-level header API (no path validation), gzipped.
+fn raw_archive(entries: &[Raw]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for e in entries {
+        let mut h = tar::Header::new_gnu();
+        {
+            let name = &mut h.as_old_mut().name;
+            name[..e.name.len()].copy_from_slice(&e.name);
+        }
+        h.set_entry_type(e.kind);
+        h.set_size(e.data.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        if let Some(l) = e.link {
+            h.as_old_mut().linkname[..l.len()].copy_from_slice(l.as_bytes());
+        }
+        h.set_cksum();
+        b.append(&h, e.data.as_slice()).unwrap();
+    }
+    gz(&b.into_inner().unwrap())
+}
+
+fn good_entries(f: &Fixture) -> Vec<Raw> {
+    members(&f.bytes)
+        .into_iter()
+        .map(|(p, d)| file(&p, &d))
+        .collect()
+}
+
+/// Unpacking `bytes` fails with an `Error::Bundle` whose message holds `expect`, and
+/// nothing is written: no DEST, no temporary folder.
+fn assert_rejected_with(bytes: &[u8], limits: &Limits, expect: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.tar.gz");
+    std::fs::write(&path, bytes).unwrap();
+    let dest = dir.path().join("dest");
+    let e = bundle::unpack(&path, &dest, limits).expect_err("a hostile bundle must be refused");
+    let msg = e.to_string();
+    assert!(
+        matches!(e, Error::Bundle { .. }),
+        "not a bundle error: {msg}"
+    );
+    assert_eq!(e.exit_code(), 7);
+    assert!(msg.contains(expect), "expected `{expect}` in: {msg}");
+    assert!(
+        msg.contains("hostile.tar.gz"),
+        "the message names the bundle: {msg}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("hostile.tar.gz")],
+        "nothing may be written"
+    );
+    assert!(bundle::verify_bytes(bytes, limits).is_err());
+    msg
+}
+
+fn assert_rejected(bytes: &[u8], expect: &str) -> String {
+    assert_rejected_with(bytes, &Limits::default(), expect)
+}
+
+#[test]
+fn two_creates_in_different_folders_are_byte_identical() {
+    let a = fixture();
+    let b = fixture();
+    assert_ne!(a.lib, b.lib);
+    assert_eq!(a.bytes, b.bytes, "bundles of the same library differ");
+    // Unpacked and packed again: still the same bytes.
+    let dest = a._dir.path().join("unpacked");
+    bundle::unpack(&a.bundle, &dest, &Limits::default()).unwrap();
+    let again = a._dir.path().join("again.tar.gz");
+    bundle::create(&dest, &again).unwrap();
+    assert_eq!(std::fs::read(again).unwrap(), a.bytes);
+}
+
+#[test]
+fn archive_is_canonical_and_honours_source_date_epoch() {
+    let f = fixture();
+    let files = bundle::load_library(&f.lib).unwrap();
+    let (b0, _) = bundle::pack(&files, 0).unwrap();
+    assert_eq!(b0, f.bytes);
+    let (b1, m1) = bundle::pack(&files, 1_700_000_000).unwrap();
+    assert_ne!(b0, b1);
+    assert_eq!(m1.source_date_epoch, 1_700_000_000);
+    let dec = flate2::read::GzDecoder::new(b1.as_slice());
+    let mut ar = tar::Archive::new(dec);
+    let mut names = Vec::new();
+    for e in ar.entries().unwrap() {
+        let e = e.unwrap();
+        let h = e.header();
+        assert_eq!(h.mtime().unwrap(), 1_700_000_000);
+        assert_eq!(
+            (h.uid().unwrap(), h.gid().unwrap(), h.mode().unwrap()),
+            (0, 0, 0o644)
+        );
+        assert_eq!(h.username().unwrap().unwrap_or(""), "");
+        assert_eq!(h.groupname().unwrap().unwrap_or(""), "");
+        names.push(e.path().unwrap().to_string_lossy().into_owned());
+    }
+    assert_eq!(names[0], "bundle.json");
+    let mut sorted = names[1..].to_vec();
+    sorted.sort();
+    assert_eq!(names[1..], sorted[..], "library members are sorted");
+}
+
+#[test]
+fn bundle_manifest_lists_versions_archs_isa_and_members() {
+    let f = fixture();
+    let b = bundle::open(&f.bundle, &Limits::default()).unwrap();
+    let m = &b.manifest;
+    assert_eq!(m.format, bundle::manifest::FORMAT);
+    assert_eq!(m.tilegen_version, tilegen::VERSION);
+    assert_eq!(m.nvrtc_version, "none");
+    assert_eq!(m.archs, vec!["sm_80", "sm_90"]);
+    assert_eq!(m.ptx_isa, vec!["8.0", "8.7"]);
+    let files = bundle::load_library(&f.lib).unwrap();
+    assert_eq!(m.members.len(), files.len());
+    for mem in &m.members {
+        assert_eq!(mem.sha256, sha(&files[&mem.path]), "{}", mem.path);
+    }
+    assert!(m.summary().contains("archs: sm_80, sm_90"));
+}
+
+#[test]
+fn round_trip_unpacks_the_library_exactly() {
+    let f = fixture();
+    let dest = f._dir.path().join("out/lib");
+    bundle::unpack(&f.bundle, &dest, &Limits::default()).unwrap();
+    let lib = bundle::load_library(&f.lib).unwrap();
+    let got = bundle::load_library(&dest).unwrap();
+    assert_same(&got, &lib);
+    assert!(dest.join("bundle.json").is_file());
+    // A second unpack into a full folder is refused and changes nothing.
+    let e = bundle::unpack(&f.bundle, &dest, &Limits::default()).unwrap_err();
+    assert!(e.to_string().contains("not an empty folder"), "{e}");
+    // An empty folder is replaced.
+    let empty = f._dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    bundle::unpack(&f.bundle, &empty, &Limits::default()).unwrap();
+    assert_same(&bundle::load_library(&empty).unwrap(), &lib);
+}
+
+#[test]
+fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
+    let f = fixture();
+    let dest = f._dir.path().join("dest");
+    // What a kill midway leaves: a temporary folder beside DEST, never DEST.
+    let stale = f._dir.path().join(".dest.tilegen-unpack-abc123");
+    std::fs::create_dir_all(stale.join("kernels")).unwrap();
+    std::fs::write(stale.join("kernels/half.ptx"), b"half").unwrap();
+    assert_eq!(
+        bundle::unpack::leftovers(&dest).unwrap(),
+        vec![stale.clone()]
+    );
+    bundle::unpack(&f.bundle, &dest, &Limits::default()).unwrap();
+    assert!(!stale.exists(), "the next unpack removes leftovers");
+    assert!(bundle::unpack::leftovers(&dest).unwrap().is_empty());
+}
+
+#[test]
+fn hostile_names_and_entry_types_are_refused() {
+    let f = fixture();
+    let with = |extra: Raw| {
+        let mut e = good_entries(&f);
+        e.push(extra);
+        raw_archive(&e)
+    };
+    assert_rejected(
+        &with(file("/tmp/evil", b"x")),
+        "`/tmp/evil` is an absolute path",
+    );
+    assert_rejected(
+        &with(file("../evil", b"x")),
+        "`../evil` has a `..` component",
+    );
+    assert_rejected(
+        &with(file("kernels/../../evil", b"x")),
+        "has a `..` component",
+    );
+    let link = |kind, target| Raw {
+        name: b"kernels/link".to_vec(),
+        kind,
+        data: vec![],
+        link: Some(target),
+    };
+    assert_rejected(
+        &with(link(tar::EntryType::Symlink, "/etc/passwd")),
+        "`kernels/link` is a symbolic link",
+    );
+    assert_rejected(
+        &with(link(tar::EntryType::Link, "manifest.json")),
+        "`kernels/link` is a hard link",
+    );
+    let special = |kind| Raw {
+        name: b"dev".to_vec(),
+        kind,
+        data: vec![],
+        link: None,
+    };
+    assert_rejected(
+        &with(special(tar::EntryType::Char)),
+        "`dev` is a device file",
+    );
+    assert_rejected(
+        &with(special(tar::EntryType::Block)),
+        "`dev` is a device file",
+    );
+    assert_rejected(&with(special(tar::EntryType::Fifo)), "`dev` is a fifo");
+    assert_rejected(
+        &with(special(tar::EntryType::Directory)),
+        "`dev` is a directory entry",
+    );
+    assert_rejected(&with(file("a\\b", b"x")), "which bundle names never hold");
+}
+
+#[test]
+fn duplicate_and_case_colliding_names_are_refused() {
+    let f = fixture();
+    let mut e = good_entries(&f);
+    e.push(file("manifest.json", b"{}"));
+    assert_rejected(&raw_archive(&e), "`manifest.json` appears twice");
+    let mut e = good_entries(&f);
+    e.push(file("Manifest.json", b"{}"));
+    assert_rejected(
+        &raw_archive(&e),
+        "`manifest.json` and `Manifest.json` differ only in case",
+    );
+}
+
+#[test]
+fn unknown_manifest_version_is_refused() {
+    let f = fixture();
+    let mut e = good_entries(&f);
+    let text = String::from_utf8(e[0].data.clone()).unwrap();
+    assert!(text.contains("\"format\": 1,"));
+    e[0].data = text
+        .replacen("\"format\": 1,", "\"format\": 2,", 1)
+        .into_bytes();
+    assert_rejected(&raw_archive(&e), "unknown bundle format version 2");
+    e.remove(0);
+    assert_rejected(&raw_archive(&e), "no `bundle.json` in the archive");
+}
+
+#[test]
+fn members_that_disagree_with_the_manifest_are_refused() {
+    let f = fixture();
+    let mut e = good_entries(&f);
+    let i = e
+        .iter()
+        .position(|r| r.name.ends_with(b".sm_90.cubin"))
+        .unwrap();
+    let name = String::from_utf8(e[i].name.clone()).unwrap();
+    e[i].data[5] ^= 1;
+    assert_rejected(&raw_archive(&e), &format!("`{name}` has sha256"));
+    e[i].data.push(0);
+    assert_rejected(
+        &raw_archive(&e),
+        &format!(
+            "`{name}` is {} bytes, but `bundle.json` says",
+            e[i].data.len()
+        ),
+    );
+    // Missing and extra members.
+    let mut e = good_entries(&f);
+    let gone = e.remove(i);
+    assert_rejected(
+        &raw_archive(&e),
+        "is listed in `bundle.json` but missing from the archive",
+    );
+    e.push(gone);
+    e.push(file("kernels/extra.ptx", b".version 8.0\n"));
+    assert_rejected(
+        &raw_archive(&e),
+        "`kernels/extra.ptx` is in the archive but not listed",
+    );
+}
+
+#[test]
+fn truncated_archives_are_refused() {
+    let f = fixture();
+    for len in [
+        0,
+        5,
+        20,
+        f.bytes.len() / 3,
+        f.bytes.len() / 2,
+        f.bytes.len() - 9,
+        f.bytes.len() - 1,
+    ] {
+        let msg = assert_rejected(&f.bytes[..len], "");
+        assert!(
+            msg.contains("truncat") || msg.contains("corrupt") || msg.contains("not a gzip"),
+            "{len}: {msg}"
+        );
+    }
+    let mut trailing = f.bytes.clone();
+    trailing.extend_from_slice(&f.bytes);
+    assert_rejected(&trailing, "trailing data after the compressed stream");
+}
+
+#[test]
+fn every_bit_flipped_archive_is_refused() {
+    let f = fixture();
+    let lib = bundle::load_library(&f.lib).unwrap();
+    let mut accepted = Vec::new();
+    for i in 0..f.bytes.len() {
+        let mut b = f.bytes.clone();
+        b[i] ^= 1 << (i % 8);
+        match bundle::verify_bytes(&b, &Limits::default()) {
+            Err(_) => {}
+            // Deflate ignores the padding bits after a stored block's header and at the
+            // end: such a flip changes no content, so it may pass, but only with exactly
+            // the original files.
+            Ok(got) => {
+                assert!(
+                    got.files == lib,
+                    "a flip at byte {i} changed content and was accepted"
+                );
+                accepted.push(i);
+            }
+        }
+    }
+    assert!(
+        accepted.len() * 1000 < f.bytes.len(),
+        "flips accepted at {accepted:?}"
+    );
+    // And through unpack: refused, nothing written.
+    let mut b = f.bytes.clone();
+    let mid = b.len() / 2;
+    b[mid] ^= 0x10;
+    assert_rejected(&b, "");
+}
+
+#[test]
+fn too_many_entries_are_refused() {
+    let f = fixture();
+    let limits = Limits {
+        max_entries: 3,
+        ..Limits::default()
+    };
+    assert_rejected_with(&f.bytes, &limits, "more than 3 entries");
+    // And with the default limit.
+    let many: Vec<Raw> = (0..100_001).map(|i| file(&format!("k/{i}"), b"")).collect();
+    assert_rejected(&raw_archive(&many), "more than 100000 entries");
+}
+
+#[test]
+fn size_and_ratio_limits_stop_decompression_bombs() {
+    let bomb = raw_archive(&[file("kernels/zeros.cubin", &vec![0u8; 64 << 20])]);
+    assert!(bomb.len() < 1 << 20);
+    assert_rejected(&bomb, "times its compressed size");
+    let f = fixture();
+    let small = Limits {
+        max_archive_bytes: 100,
+        ..Limits::default()
+    };
+    assert_rejected_with(&f.bytes, &small, "over the limit of 100");
+    let small = Limits {
+        max_member_bytes: 10,
+        ..Limits::default()
+    };
+    assert_rejected_with(&f.bytes, &small, "over the member limit of 10");
+    let small = Limits {
+        max_unpacked_bytes: 4096,
+        ..Limits::default()
+    };
+    assert_rejected_with(&f.bytes, &small, "unpacks to more than 4096 bytes");
+}
+
+#[test]
+fn generate_from_a_bundle_needs_no_nvrtc_and_checks_the_specs() {
+    let f = fixture();
+    let out = tempfile::tempdir().unwrap();
+    // No specs present: the bundle is taken as it is.
+    let mut o =
+        tilegen::generate::Options::new(out.path().join("no-specs"), out.path().join("lib"));
+    o.bundle = Some(f.bundle.clone());
+    let r = tilegen::generate::generate(&o, &|_| {}).expect("builds from the bundle");
+    assert_eq!(r.compiled, 0);
+    assert_eq!(r.inputs, vec![f.bundle.clone()]);
+    let want = bundle::load_library(&f.lib).unwrap();
+    let got = bundle::load_library(&out.path().join("lib")).unwrap();
+    assert_same(&got, &want);
+    // A second run writes nothing; --check agrees.
+    let r = tilegen::generate::generate(&o, &|_| {}).unwrap();
+    assert!(r.written.is_empty());
+    o.check = true;
+    tilegen::generate::generate(&o, &|_| {}).unwrap();
+
+    // Matching specs: fine. (The fixture used `--filter _f32`; a spec file with only those.)
+    let specs = out.path().join("specs");
+    std::fs::create_dir(&specs).unwrap();
+    let text = std::fs::read_to_string(golden_specs().join("golden.yaml")).unwrap();
+    let mut o = tilegen::generate::Options::new(&specs, out.path().join("lib2"));
+    o.bundle = Some(f.bundle.clone());
+    std::fs::write(specs.join("golden.yaml"), &text).unwrap();
+    let e = tilegen::generate::generate(&o, &|_| {}).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::OutOfDate(_)), "{msg}");
+    assert!(
+        msg.contains("in the specs") && msg.contains("but not in the bundle"),
+        "{msg}"
+    );
+    assert!(
+        !out.path().join("lib2").exists(),
+        "nothing written on a mismatch"
+    );
+
+    // Same instances, one configuration changed: named.
+    let only_f32 = f32_only_spec(&text);
+    std::fs::write(specs.join("golden.yaml"), &only_f32).unwrap();
+    tilegen::generate::generate(&o, &|_| {}).expect("specs that match the bundle");
+    let changed = only_f32.replacen("    archs: [sm_80, sm_90]", "    archs: [sm_90]", 1);
+    assert_ne!(changed, only_f32);
+    std::fs::write(specs.join("golden.yaml"), &changed).unwrap();
+    let msg = tilegen::generate::generate(&o, &|_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("vector_add_f32_b256_i4 (golden.yaml:"),
+        "{msg}"
+    );
+    assert!(msg.contains("configuration differs"), "{msg}");
+    assert!(
+        msg.contains(r#"archs: specs ["sm_90"] vs bundle ["sm_80","sm_90"]"#),
+        "{msg}"
+    );
+    // A changed tile size renames the instance: both sides are named.
+    let renamed = only_f32.replacen("items: 4", "items: 2", 1);
+    std::fs::write(specs.join("golden.yaml"), &renamed).unwrap();
+    let msg = tilegen::generate::generate(&o, &|_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("vector_add_f32_b256_i2 (golden.yaml:"),
+        "{msg}"
+    );
+    assert!(msg.contains("in the specs but not in the bundle"), "{msg}");
+    assert!(
+        msg.contains("vector_add_f32_b256_i4: in the bundle but not in the specs"),
+        "{msg}"
+    );
+}
+
+/// The golden spec file cut down to the kernels whose instances are the fixture's (`_f32`),
+/// with the fixture's archs.
+fn f32_only_spec(text: &str) -> String {
+    let (head, kernels) = text.split_once("kernels:\n").unwrap();
+    // The fixture gives every instance binaries for sm_80 and sm_90.
+    let head = head.replace("archs: [sm_90]", "archs: [sm_80, sm_90]");
+    let mut out = format!("{head}kernels:\n");
+    for block in kernels
+        .split("\n  - ")
+        .map(|b| b.trim_start_matches("  - "))
+    {
+        if block.contains("dtype: f32\n") || block.trim_end().ends_with("dtype: f32") {
+            out += "  - ";
+            out += block.trim_end();
+            out += "\n";
+        }
+    }
+    out
+}
+
+#[test]
+fn builder_takes_a_bundle() {
+    let f = fixture();
+    let out = tempfile::tempdir().unwrap();
+    let mut b = tilegen::Builder::new();
+    b.specs(out.path().join("no-specs"))
+        .bundle(&f.bundle)
+        .out_dir(out.path())
+        .emit_rerun_if_changed(false);
+    let bindings = b.try_compile().expect("builds from the bundle");
+    assert_eq!(bindings, out.path().join("bindings.rs"));
+    assert_same(
+        &bundle::load_library(out.path()).unwrap(),
+        &bundle::load_library(&f.lib).unwrap(),
+    );
+}
+
+fn tilegen_cli(args: &[&str], env: &[(&str, &Path)]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tilegen"));
+    c.args(args)
+        .env_remove("TILEGEN_BUNDLE")
+        .env_remove("SOURCE_DATE_EPOCH");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn cli_create_verify_inspect_unpack_and_generate() {
+    let f = fixture();
+    let d = f._dir.path();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let out = d.join("cli.tar.gz");
+    let o = tilegen_cli(
+        &["bundle", "create", "--lib", &s(&f.lib), "--out", &s(&out)],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(&out).unwrap(), f.bytes);
+    let o = tilegen_cli(&["bundle", "verify", &s(&out)], &[]);
+    assert!(o.status.success());
+    let o = tilegen_cli(&["bundle", "inspect", &s(&out)], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("PTX ISA: 8.0, 8.7"), "{text}");
+    let o = tilegen_cli(
+        &["bundle", "unpack", &s(&out), "--to", &s(&d.join("u"))],
+        &[],
+    );
+    assert!(o.status.success());
+    // TILEGEN_BUNDLE drives `generate`.
+    let lib = d.join("from-env");
+    let o = tilegen_cli(
+        &[
+            "generate",
+            "--specs",
+            &s(&d.join("no-specs")),
+            "--out",
+            &s(&lib),
+        ],
+        &[
+            ("TILEGEN_BUNDLE", &out),
+            ("TILEGEN_CACHE_DIR", &d.join("cache")),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_same(
+        &bundle::load_library(&lib).unwrap(),
+        &bundle::load_library(&f.lib).unwrap(),
+    );
+    // A hostile bundle: exit 7, the member and the problem named.
+    let mut e = good_entries(&f);
+    e.push(file("../evil", b"x"));
+    let bad = d.join("bad.tar.gz");
+    std::fs::write(&bad, raw_archive(&e)).unwrap();
+    let o = tilegen_cli(
+        &["bundle", "unpack", &s(&bad), "--to", &s(&d.join("v"))],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(7));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad bundle: `../evil` has a `..` component"),
+        "{err}"
+    );
+    assert!(!d.join("v").exists());
+}
