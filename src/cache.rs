@@ -80,7 +80,9 @@ impl Cache {
     }
 
     pub fn entry_path(&self, key: &str) -> PathBuf {
-        self.entries_dir().join(&key[..2]).join(format!("{key}.entry"))
+        self.entries_dir()
+            .join(&key[..2])
+            .join(format!("{key}.entry"))
     }
 
     /// Looks an entry up and checks it end to end.
@@ -153,8 +155,7 @@ impl Cache {
         let files = self.entry_files();
         for p in &files {
             let key = p.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-            let ok = key.len() == 64
-                && fs::read(p).is_ok_and(|b| decode(key, &b).is_ok());
+            let ok = key.len() == 64 && fs::read(p).is_ok_and(|b| decode(key, &b).is_ok());
             if !ok {
                 let _ = fs::remove_file(p);
                 bad.push(p.display().to_string());
@@ -240,7 +241,10 @@ fn decode(key: &str, bytes: &[u8]) -> std::result::Result<Compiled, String> {
         return Err("checksum mismatch (truncated or corrupted)".into());
     }
     let rest = &body[MAGIC.len()..];
-    let nl = rest.iter().position(|&b| b == b'\n').ok_or("no header length")?;
+    let nl = rest
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or("no header length")?;
     let json_len: usize = std::str::from_utf8(&rest[..nl])
         .ok()
         .and_then(|s| s.parse().ok())
@@ -249,7 +253,8 @@ fn decode(key: &str, bytes: &[u8]) -> std::result::Result<Compiled, String> {
     if rest.len() < json_len {
         return Err("header runs past the end".into());
     }
-    let meta: Meta = serde_json::from_slice(&rest[..json_len]).map_err(|e| format!("bad header: {e}"))?;
+    let meta: Meta =
+        serde_json::from_slice(&rest[..json_len]).map_err(|e| format!("bad header: {e}"))?;
     if meta.key != key {
         return Err(format!("entry is for key {}, not {key}", meta.key));
     }
@@ -275,7 +280,10 @@ mod tests {
             ptx: b".version 9.0\n".to_vec(),
             cubin: vec![0x7f, b'E', b'L', b'F', 1, 2, 3],
             log: "ptxas info: Used 8 registers".into(),
-            resources: Resources { registers: 8, ..Default::default() },
+            resources: Resources {
+                registers: 8,
+                ..Default::default()
+            },
         }
     }
 
@@ -308,7 +316,10 @@ mod tests {
         for cut in [0, 1, MAGIC.len(), good.len() / 2, good.len() - 1] {
             cache.put(KEY, &sample()).unwrap();
             fs::write(&path, &good[..cut]).unwrap();
-            assert!(matches!(cache.get(KEY), Lookup::Corrupt(_) | Lookup::Miss), "cut {cut}");
+            assert!(
+                matches!(cache.get(KEY), Lookup::Corrupt(_) | Lookup::Miss),
+                "cut {cut}"
+            );
             assert!(!path.exists(), "corrupt entry removed");
         }
         for i in (0..good.len()).step_by(7) {

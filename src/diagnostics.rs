@@ -70,9 +70,13 @@ impl fmt::Display for Diagnostic {
                 })
                 .collect();
             let lead = " ".repeat(self.mark.col.saturating_sub(1));
-            let width = self
-                .width
-                .min(shown.chars().count().saturating_sub(self.mark.col.saturating_sub(1)).max(1));
+            let width = self.width.min(
+                shown
+                    .chars()
+                    .count()
+                    .saturating_sub(self.mark.col.saturating_sub(1))
+                    .max(1),
+            );
             write!(
                 f,
                 "\n{pad} |\n{gutter} | {shown}\n{pad} | {lead}{}",

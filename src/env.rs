@@ -23,5 +23,7 @@ pub fn var(name: &str) -> Option<String> {
 
 /// Every variable read so far, sorted.
 pub fn read_so_far() -> Vec<String> {
-    READ.lock().map(|s| s.iter().cloned().collect()).unwrap_or_default()
+    READ.lock()
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default()
 }

@@ -67,9 +67,19 @@ impl Options {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    Planned { instances: usize, compiles: usize },
-    Compiled { instance: String, arch: Arch, cached: bool, millis: u64 },
-    CacheCorrupt { message: String },
+    Planned {
+        instances: usize,
+        compiles: usize,
+    },
+    Compiled {
+        instance: String,
+        arch: Arch,
+        cached: bool,
+        millis: u64,
+    },
+    CacheCorrupt {
+        message: String,
+    },
 }
 
 /// What a run did.
@@ -103,21 +113,39 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
         // The new archs may not fit (bf16 on sm_75, shared memory on sm_86): recheck.
         let mut problems = Vec::new();
         for inst in &instances {
-            problems.extend(ops::arch_problems(inst).into_iter().map(|(_, m)| format!("{}: {m}", inst.name)));
-            problems.extend(ops::check(inst).into_iter().map(|(_, m)| format!("{}: {m}", inst.name)));
+            problems.extend(
+                ops::arch_problems(inst)
+                    .into_iter()
+                    .map(|(_, m)| format!("{}: {m}", inst.name)),
+            );
+            problems.extend(
+                ops::check(inst)
+                    .into_iter()
+                    .map(|(_, m)| format!("{}: {m}", inst.name)),
+            );
         }
         if !problems.is_empty() {
-            return Err(Error::Usage(format!("--arch does not fit every instance:\n  {}", problems.join("\n  "))));
+            return Err(Error::Usage(format!(
+                "--arch does not fit every instance:\n  {}",
+                problems.join("\n  ")
+            )));
         }
     }
     if let Some(f) = &opts.filter {
         instances.retain(|i| i.name.contains(f.as_str()));
     }
     let renderer = Renderer::new(opts.templates.as_deref())?;
-    let sources = instances.iter().map(|i| renderer.render(i)).collect::<Result<Vec<_>>>()?;
+    let sources = instances
+        .iter()
+        .map(|i| renderer.render(i))
+        .collect::<Result<Vec<_>>>()?;
     let mut inputs: Vec<PathBuf> = spec_files.into_iter().map(|s| s.path).collect();
     inputs.extend(renderer.files_read);
-    Ok(Rendered { instances, sources, inputs })
+    Ok(Rendered {
+        instances,
+        sources,
+        inputs,
+    })
 }
 
 /// Runs the whole pipeline. Nothing is written unless every instance rendered and compiled.
@@ -127,7 +155,11 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
     }
     let start = Instant::now();
     let rendered = render_all(opts)?;
-    let nvrtc_version = if opts.compile { nvrtc::load()?.version() } else { "none".to_string() };
+    let nvrtc_version = if opts.compile {
+        nvrtc::load()?.version()
+    } else {
+        "none".to_string()
+    };
     let cache = Cache::open(match &opts.cache_dir {
         Some(d) => d.clone(),
         None => Cache::default_location()?,
@@ -141,7 +173,10 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
         .flat_map(|(i, inst)| inst.archs.iter().map(move |&a| (i, a)))
         .filter(|_| opts.compile)
         .collect();
-    on_event(&Event::Planned { instances: rendered.instances.len(), compiles: jobs.len() });
+    on_event(&Event::Planned {
+        instances: rendered.instances.len(),
+        compiles: jobs.len(),
+    });
 
     let hits = AtomicUsize::new(0);
     let corrupt = AtomicUsize::new(0);
@@ -167,7 +202,12 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
                 match cache.get(&key) {
                     Lookup::Hit(c) => {
                         hits.fetch_add(1, Ordering::Relaxed);
-                        on_event(&Event::Compiled { instance: inst.name.clone(), arch, cached: true, millis: 0 });
+                        on_event(&Event::Compiled {
+                            instance: inst.name.clone(),
+                            arch,
+                            cached: true,
+                            millis: 0,
+                        });
                         return Ok((key, c));
                     }
                     Lookup::Corrupt(message) => {
@@ -178,9 +218,16 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
                 }
                 let c = nvrtc::compile(&inst.name, source, arch).map_err(|(log, options)| {
                     // Keep the failing source where the user can open it.
-                    let path = std::env::temp_dir().join(format!("tilegen-failed-{}.cu", inst.name));
+                    let path =
+                        std::env::temp_dir().join(format!("tilegen-failed-{}.cu", inst.name));
                     let _ = std::fs::write(&path, source);
-                    Error::Compile { instance: inst.name.clone(), arch: arch.to_string(), source_path: path, options, log }
+                    Error::Compile {
+                        instance: inst.name.clone(),
+                        arch: arch.to_string(),
+                        source_path: path,
+                        options,
+                        log,
+                    }
                 })?;
                 cache.put(&key, &c)?;
                 on_event(&Event::Compiled {
@@ -195,8 +242,7 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
     });
     let compiled = compiled.into_iter().collect::<Result<Vec<_>>>()?;
 
-    let (manifest, files) = assemble(&rendered, &nvrtc_version, &jobs, &compiled, opts.bindings)?;
-    let _ = manifest;
+    let files = assemble(&rendered, &nvrtc_version, &jobs, &compiled, opts.bindings)?;
     let mut report = Report {
         instances: rendered.instances.len(),
         compiled: jobs.len() - hits.load(Ordering::Relaxed),
@@ -216,7 +262,11 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
             )));
         }
     } else {
-        let WriteReport { written, removed, unchanged } = output::write_library(&opts.out, &files)?;
+        let WriteReport {
+            written,
+            removed,
+            unchanged,
+        } = output::write_library(&opts.out, &files)?;
         report.written = written;
         report.removed = removed;
         report.unchanged = unchanged;
@@ -226,17 +276,21 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
 }
 
 fn file_ref(path: String, bytes: &[u8]) -> FileRef {
-    FileRef { path, sha256: sha256_hex(bytes), bytes: bytes.len() as u64 }
+    FileRef {
+        path,
+        sha256: sha256_hex(bytes),
+        bytes: bytes.len() as u64,
+    }
 }
 
-/// Builds the manifest and the full set of library files.
+/// Builds the full set of library files: sources, binaries, bindings and the manifest.
 fn assemble(
     rendered: &Rendered,
     nvrtc_version: &str,
     jobs: &[(usize, Arch)],
     compiled: &[(String, nvrtc::Compiled)],
     bindings: bool,
-) -> Result<(Manifest, FileSet)> {
+) -> Result<FileSet> {
     let mut files = FileSet::new();
     let mut entries = Vec::new();
     for (i, inst) in rendered.instances.iter().enumerate() {
@@ -274,25 +328,19 @@ fn assemble(
             targets,
         });
     }
-    if bindings {
-        let mut m = Manifest {
-            format: manifest::FORMAT,
-            tilegen_version: crate::VERSION.into(),
-            nvrtc_version: nvrtc_version.into(),
-            instances: entries.clone(),
-            files: Vec::new(),
-        };
-        m.files = files.keys().cloned().collect();
-        let text = crate::bindings::generate(&m)?;
-        files.insert(crate::bindings::FILE_NAME.into(), text.into_bytes());
-    }
-    let manifest = Manifest {
+    let mut manifest = Manifest {
         format: manifest::FORMAT,
         tilegen_version: crate::VERSION.into(),
         nvrtc_version: nvrtc_version.into(),
         instances: entries,
         files: files.keys().cloned().collect(),
     };
+    if bindings {
+        // The bindings embed the kernel files listed so far; the manifest then lists them too.
+        let text = crate::bindings::generate(&manifest, &|path| files.get(path).cloned())?;
+        files.insert(crate::bindings::FILE_NAME.into(), text.into_bytes());
+        manifest.files = files.keys().cloned().collect();
+    }
     files.insert(manifest::FILE_NAME.into(), manifest.to_bytes());
-    Ok((manifest, files))
+    Ok(files)
 }

@@ -57,11 +57,26 @@ mod tests {
         assert_eq!(k0, cache_key(&base.clone()), "key is deterministic");
         let more_opts = vec!["-std=c++17".to_string(), "-G".to_string()];
         let variants = [
-            KeyInputs { source: "__global__ void k() { }", ..base.clone() },
-            KeyInputs { nvrtc_version: "13.1", ..base.clone() },
-            KeyInputs { options: &more_opts, ..base.clone() },
-            KeyInputs { arch: Arch::Sm80, ..base.clone() },
-            KeyInputs { tilegen_version: "0.1.1", ..base.clone() },
+            KeyInputs {
+                source: "__global__ void k() { }",
+                ..base.clone()
+            },
+            KeyInputs {
+                nvrtc_version: "13.1",
+                ..base.clone()
+            },
+            KeyInputs {
+                options: &more_opts,
+                ..base.clone()
+            },
+            KeyInputs {
+                arch: Arch::Sm80,
+                ..base.clone()
+            },
+            KeyInputs {
+                tilegen_version: "0.1.1",
+                ..base.clone()
+            },
         ];
         for v in &variants {
             assert_ne!(cache_key(v), k0, "{v:?} should change the key");
@@ -70,8 +85,14 @@ mod tests {
         let a = vec!["ab".to_string(), "c".to_string()];
         let b = vec!["a".to_string(), "bc".to_string()];
         assert_ne!(
-            cache_key(&KeyInputs { options: &a, ..base.clone() }),
-            cache_key(&KeyInputs { options: &b, ..base.clone() })
+            cache_key(&KeyInputs {
+                options: &a,
+                ..base.clone()
+            }),
+            cache_key(&KeyInputs {
+                options: &b,
+                ..base.clone()
+            })
         );
     }
 }

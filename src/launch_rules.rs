@@ -22,15 +22,35 @@ pub struct LaunchDims {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgError {
     /// A buffer holds fewer elements than the call needs.
-    TooShort { arg: &'static str, needed: u64, len: u64 },
+    TooShort {
+        arg: &'static str,
+        needed: u64,
+        len: u64,
+    },
     /// A pointer is not aligned as the kernel's vector accesses need.
-    Misaligned { arg: &'static str, address: u64, align: u64 },
+    Misaligned {
+        arg: &'static str,
+        address: u64,
+        align: u64,
+    },
     /// A size is outside what the kernel supports.
-    OutOfRange { what: &'static str, value: u64, min: u64, max: u64 },
+    OutOfRange {
+        what: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
     /// A size must be a multiple of something (vector width, tile).
-    NotMultiple { what: &'static str, value: u64, of: u64 },
+    NotMultiple {
+        what: &'static str,
+        value: u64,
+        of: u64,
+    },
     /// No instance of the op handles this shape.
-    NoInstance { op: &'static str, reason: &'static str },
+    NoInstance {
+        op: &'static str,
+        reason: &'static str,
+    },
 }
 
 impl core::fmt::Display for ArgError {
@@ -59,7 +79,11 @@ impl std::error::Error for ArgError {}
 /// Checks that a buffer of `len` elements holds at least `needed`.
 pub fn check_len(arg: &'static str, len: usize, needed: u64) -> Result<(), ArgError> {
     if (len as u64) < needed {
-        return Err(ArgError::TooShort { arg, needed, len: len as u64 });
+        return Err(ArgError::TooShort {
+            arg,
+            needed,
+            len: len as u64,
+        });
     }
     Ok(())
 }
@@ -67,14 +91,23 @@ pub fn check_len(arg: &'static str, len: usize, needed: u64) -> Result<(), ArgEr
 /// Checks a device address for the alignment of the kernel's vector accesses.
 pub fn check_aligned(arg: &'static str, address: u64, align: u64) -> Result<(), ArgError> {
     if align > 1 && address % align != 0 {
-        return Err(ArgError::Misaligned { arg, address, align });
+        return Err(ArgError::Misaligned {
+            arg,
+            address,
+            align,
+        });
     }
     Ok(())
 }
 
 pub fn check_range(what: &'static str, value: u64, min: u64, max: u64) -> Result<(), ArgError> {
     if value < min || value > max {
-        return Err(ArgError::OutOfRange { what, value, min, max });
+        return Err(ArgError::OutOfRange {
+            what,
+            value,
+            min,
+            max,
+        });
     }
     Ok(())
 }
@@ -88,26 +121,56 @@ pub fn check_multiple(what: &'static str, value: u64, of: u64) -> Result<(), Arg
 
 /// rows * cols without overflow.
 pub fn checked_area(what: &'static str, rows: u64, cols: u64) -> Result<u64, ArgError> {
-    rows.checked_mul(cols).ok_or(ArgError::OutOfRange { what, value: u64::MAX, min: 0, max: i64::MAX as u64 })
+    rows.checked_mul(cols).ok_or(ArgError::OutOfRange {
+        what,
+        value: u64::MAX,
+        min: 0,
+        max: i64::MAX as u64,
+    })
 }
 
 /// Grid-stride elementwise kernels: one block per `elems_per_block` elements, capped.
 pub fn elements_dims(n: u64, elems_per_block: u32, threads: u32) -> LaunchDims {
-    let blocks = n.div_ceil(elems_per_block.max(1) as u64).clamp(1, MAX_STRIDE_BLOCKS);
-    LaunchDims { grid: (blocks as u32, 1, 1), block: (threads, 1, 1), shared_bytes: 0 }
+    let blocks = n
+        .div_ceil(elems_per_block.max(1) as u64)
+        .clamp(1, MAX_STRIDE_BLOCKS);
+    LaunchDims {
+        grid: (blocks as u32, 1, 1),
+        block: (threads, 1, 1),
+        shared_bytes: 0,
+    }
 }
 
 /// Row kernels: one block per row (the kernels stride over rows beyond the grid).
 pub fn rows_dims(rows: u64, rows_per_block: u32, threads: u32) -> LaunchDims {
-    let blocks = rows.div_ceil(rows_per_block.max(1) as u64).clamp(1, MAX_GRID_X);
-    LaunchDims { grid: (blocks as u32, 1, 1), block: (threads, 1, 1), shared_bytes: 0 }
+    let blocks = rows
+        .div_ceil(rows_per_block.max(1) as u64)
+        .clamp(1, MAX_GRID_X);
+    LaunchDims {
+        grid: (blocks as u32, 1, 1),
+        block: (threads, 1, 1),
+        shared_bytes: 0,
+    }
 }
 
 /// Tiled kernels: one block per output tile, linearised (the kernel orders tiles for L2 reuse).
-pub fn tiles_dims(m: u64, n: u64, tile_m: u32, tile_n: u32, threads: u32, shared_bytes: u32) -> Result<LaunchDims, ArgError> {
-    let tiles = m.div_ceil(tile_m as u64).saturating_mul(n.div_ceil(tile_n as u64));
+pub fn tiles_dims(
+    m: u64,
+    n: u64,
+    tile_m: u32,
+    tile_n: u32,
+    threads: u32,
+    shared_bytes: u32,
+) -> Result<LaunchDims, ArgError> {
+    let tiles = m
+        .div_ceil(tile_m as u64)
+        .saturating_mul(n.div_ceil(tile_n as u64));
     check_range("number of output tiles", tiles, 1, MAX_GRID_X)?;
-    Ok(LaunchDims { grid: (tiles as u32, 1, 1), block: (threads, 1, 1), shared_bytes })
+    Ok(LaunchDims {
+        grid: (tiles as u32, 1, 1),
+        block: (threads, 1, 1),
+        shared_bytes,
+    })
 }
 
 #[cfg(test)]
@@ -118,7 +181,10 @@ mod tests {
     fn grids() {
         assert_eq!(elements_dims(0, 4096, 256).grid.0, 1);
         assert_eq!(elements_dims(4097, 4096, 256).grid.0, 2);
-        assert_eq!(elements_dims(u64::MAX / 2, 4096, 256).grid.0 as u64, MAX_STRIDE_BLOCKS);
+        assert_eq!(
+            elements_dims(u64::MAX / 2, 4096, 256).grid.0 as u64,
+            MAX_STRIDE_BLOCKS
+        );
         assert_eq!(rows_dims(65536, 1, 128).grid.0, 65536);
         assert_eq!(tiles_dims(129, 256, 128, 128, 256, 0).unwrap().grid.0, 4);
     }

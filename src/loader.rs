@@ -61,38 +61,230 @@ impl fmt::Display for Sm {
     }
 }
 
-/// Which of the `available` binaries (architecture, kind) runs best on a device of compute
-/// capability `major.minor`, as an index into `available`:
+/// A CUDA version (what a driver supports, e.g. 12.4) or a PTX ISA version (what a PTX
+/// file's `.version` line declares, e.g. 9.0), as major.minor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Version {
+    pub const fn new(major: u32, minor: u32) -> Version {
+        Version { major, minor }
+    }
+
+    /// Parses `9.0`, `12.4`.
+    pub fn parse(text: &str) -> Option<Version> {
+        let (major, minor) = text.trim().split_once('.')?;
+        let number = |s: &str| {
+            (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse().ok())
+                .flatten()
+        };
+        Some(Version::new(number(major)?, number(minor)?))
+    }
+
+    /// The version `cuDriverGetVersion` reports as 1000 * major + 10 * minor (12040 is 12.4).
+    pub fn from_driver(v: i32) -> Option<Version> {
+        (v > 0).then(|| Version::new(v as u32 / 1000, (v as u32 % 1000) / 10))
+    }
+
+    /// The PTX ISA version a PTX file declares in its `.version X.Y` line.
+    pub fn of_ptx(ptx: &[u8]) -> Option<Version> {
+        // The directive comes first after comments; a prefix is enough and avoids
+        // requiring the whole file to be UTF-8.
+        let head = &ptx[..ptx.len().min(4096)];
+        let text = match std::str::from_utf8(head) {
+            Ok(t) => t,
+            Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
+        };
+        text.lines()
+            .find_map(|l| Version::parse(l.trim().strip_prefix(".version")?))
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// The first CUDA version of each PTX ISA version: a driver for that CUDA version (or newer)
+/// JIT-compiles PTX of that ISA version; an older one fails with
+/// CUDA_ERROR_UNSUPPORTED_PTX_VERSION. From the PTX ISA release history table, "Release
+/// Notes" of the PTX ISA manual:
+/// https://docs.nvidia.com/cuda/parallel-thread-execution/#release-notes-ptx-release-history
+/// (note the step at 8.6, which came with CUDA 12.7); cuda-python's
+/// `cuda.bindings.utils.get_minimal_required_cuda_ver_from_ptx_ver` has the same table.
+/// This is the only copy of the mapping in tilegen and the bindings: add rows as CUDA
+/// releases add ISA versions; ISA versions past the table are extrapolated by
+/// [`min_cuda_for_ptx`].
+pub const PTX_ISA_CUDA: &[(Version, Version)] = &[
+    (Version::new(1, 0), Version::new(1, 0)),
+    (Version::new(1, 1), Version::new(1, 1)),
+    (Version::new(1, 2), Version::new(2, 0)),
+    (Version::new(1, 3), Version::new(2, 1)),
+    (Version::new(1, 4), Version::new(2, 2)),
+    (Version::new(2, 0), Version::new(3, 0)),
+    (Version::new(2, 1), Version::new(3, 1)),
+    (Version::new(2, 2), Version::new(3, 2)),
+    (Version::new(2, 3), Version::new(4, 0)),
+    (Version::new(3, 0), Version::new(4, 1)),
+    (Version::new(3, 1), Version::new(5, 0)),
+    (Version::new(3, 2), Version::new(5, 5)),
+    (Version::new(4, 0), Version::new(6, 0)),
+    (Version::new(4, 1), Version::new(6, 5)),
+    (Version::new(4, 2), Version::new(7, 0)),
+    (Version::new(4, 3), Version::new(7, 5)),
+    (Version::new(5, 0), Version::new(8, 0)),
+    (Version::new(6, 0), Version::new(9, 0)),
+    (Version::new(6, 1), Version::new(9, 1)),
+    (Version::new(6, 2), Version::new(9, 2)),
+    (Version::new(6, 3), Version::new(10, 0)),
+    (Version::new(6, 4), Version::new(10, 1)),
+    (Version::new(6, 5), Version::new(10, 2)),
+    (Version::new(7, 0), Version::new(11, 0)),
+    (Version::new(7, 1), Version::new(11, 1)),
+    (Version::new(7, 2), Version::new(11, 2)),
+    (Version::new(7, 3), Version::new(11, 3)),
+    (Version::new(7, 4), Version::new(11, 4)),
+    (Version::new(7, 5), Version::new(11, 5)),
+    (Version::new(7, 6), Version::new(11, 6)),
+    (Version::new(7, 7), Version::new(11, 7)),
+    (Version::new(7, 8), Version::new(11, 8)),
+    (Version::new(8, 0), Version::new(12, 0)),
+    (Version::new(8, 1), Version::new(12, 1)),
+    (Version::new(8, 2), Version::new(12, 2)),
+    (Version::new(8, 3), Version::new(12, 3)),
+    (Version::new(8, 4), Version::new(12, 4)),
+    (Version::new(8, 5), Version::new(12, 5)),
+    (Version::new(8, 6), Version::new(12, 7)),
+    (Version::new(8, 7), Version::new(12, 8)),
+    (Version::new(8, 8), Version::new(12, 9)),
+    (Version::new(9, 0), Version::new(13, 0)),
+    (Version::new(9, 1), Version::new(13, 1)),
+];
+
+/// The oldest CUDA version whose driver accepts PTX of ISA version `isa` ([`PTX_ISA_CUDA`]).
+/// ISA versions newer than the table's last are taken to need CUDA (major + 4).minor, and
+/// never less than the last row: the pattern since ISA 7.0.
+pub fn min_cuda_for_ptx(isa: Version) -> Version {
+    let (first, last) = (PTX_ISA_CUDA[0], PTX_ISA_CUDA[PTX_ISA_CUDA.len() - 1]);
+    if isa < first.0 {
+        return first.1;
+    }
+    if let Some((_, cuda)) = PTX_ISA_CUDA.iter().find(|(i, _)| *i == isa) {
+        return *cuda;
+    }
+    if isa > last.0 {
+        return Version::new(isa.major + 4, isa.minor).max(last.1);
+    }
+    // A gap inside the table (an ISA version that was never released): the next row's.
+    PTX_ISA_CUDA
+        .iter()
+        .find(|(i, _)| *i > isa)
+        .map_or(last.1, |(_, cuda)| *cuda)
+}
+
+/// One binary [`choose_binary`] can pick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub sm: Sm,
+    pub kind: BinaryKind,
+    /// For PTX, the ISA version of its `.version` line; None when unknown (the driver then
+    /// decides when loading).
+    pub ptx_isa: Option<Version>,
+}
+
+impl Candidate {
+    pub fn cubin(sm: Sm) -> Candidate {
+        Candidate {
+            sm,
+            kind: BinaryKind::Cubin,
+            ptx_isa: None,
+        }
+    }
+
+    pub fn ptx(sm: Sm, isa: Option<Version>) -> Candidate {
+        Candidate {
+            sm,
+            kind: BinaryKind::Ptx,
+            ptx_isa: isa,
+        }
+    }
+}
+
+/// Why [`choose_binary`] found nothing, and so what the device needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoFit {
+    /// Nothing was built for this architecture: no cubin that runs on it and no PTX for it or
+    /// an earlier architecture.
+    Arch,
+    /// PTX for this architecture exists but its ISA version is too new for the driver: the
+    /// driver must support at least CUDA `needs` (the least any such PTX needs).
+    Driver { needs: Version },
+}
+
+/// Which of the `available` binaries runs best on a device of compute capability
+/// `major.minor` whose driver supports CUDA `driver` (None: unknown), as an index into
+/// `available`:
 /// 1. a cubin for exactly this architecture (the arch-specific `a` one first);
 /// 2. else a cubin of the same major version and a lower minor (sm_80 code runs on sm_86;
 ///    arch-specific cubins never run elsewhere), the highest minor first;
-/// 3. else PTX for the highest architecture not above the device's, compiled by the
-///    driver's JIT (arch-specific PTX only on exactly its architecture);
-/// 4. else None.
-pub fn choose_binary(major: u32, minor: u32, available: &[(Sm, BinaryKind)]) -> Option<usize> {
+/// 3. else PTX for the highest architecture not above the device's whose ISA version the
+///    driver accepts ([`min_cuda_for_ptx`]), compiled by the driver's JIT (arch-specific PTX
+///    only on exactly its architecture; PTX of unknown ISA, or under an unknown driver
+///    version, is left to the driver);
+/// 4. else why nothing fits.
+pub fn choose_binary(
+    major: u32,
+    minor: u32,
+    driver: Option<Version>,
+    available: &[Candidate],
+) -> Result<usize, NoFit> {
     let exact = |s: &Sm| s.major == major && s.minor == minor;
-    let best = |ok: &dyn Fn(&Sm, BinaryKind) -> bool| {
+    let best = |ok: &dyn Fn(&Candidate) -> bool| {
         available
             .iter()
             .enumerate()
-            .filter(|(_, (s, k))| ok(s, *k))
+            .filter(|(_, c)| ok(c))
             // Highest (major, minor), arch-specific before generic; first listed on ties.
-            .max_by_key(|&(i, (s, _))| (s.major, s.minor, s.arch_specific, core::cmp::Reverse(i)))
+            .max_by_key(|&(i, c)| {
+                let s = c.sm;
+                (s.major, s.minor, s.arch_specific, core::cmp::Reverse(i))
+            })
             .map(|(i, _)| i)
     };
-    best(&|s, k| k == BinaryKind::Cubin && exact(s))
+    let ptx_fits_arch = |c: &Candidate| {
+        let s = &c.sm;
+        c.kind == BinaryKind::Ptx
+            && (s.major, s.minor) <= (major, minor)
+            && (!s.arch_specific || exact(s))
+    };
+    let driver_takes = |c: &Candidate| match (c.ptx_isa, driver) {
+        (Some(isa), Some(driver)) => min_cuda_for_ptx(isa) <= driver,
+        _ => true,
+    };
+    let chosen = best(&|c| c.kind == BinaryKind::Cubin && exact(&c.sm))
         .or_else(|| {
-            best(&|s, k| {
-                k == BinaryKind::Cubin && s.major == major && s.minor < minor && !s.arch_specific
+            best(&|c| {
+                let s = &c.sm;
+                c.kind == BinaryKind::Cubin
+                    && s.major == major
+                    && s.minor < minor
+                    && !s.arch_specific
             })
         })
-        .or_else(|| {
-            best(&|s, k| {
-                k == BinaryKind::Ptx
-                    && (s.major, s.minor) <= (major, minor)
-                    && (!s.arch_specific || exact(s))
-            })
-        })
+        .or_else(|| best(&|c| ptx_fits_arch(c) && driver_takes(c)));
+    chosen.ok_or_else(|| {
+        available
+            .iter()
+            .filter(|c| ptx_fits_arch(c))
+            .filter_map(|c| c.ptx_isa.map(min_cuda_for_ptx))
+            .min()
+            .map_or(NoFit::Arch, |needs| NoFit::Driver { needs })
+    })
 }
 
 /// One embedded kernel binary.
@@ -101,7 +293,28 @@ pub struct Binary {
     /// Architecture it was built for, e.g. `sm_90`.
     pub arch: &'static str,
     pub kind: BinaryKind,
+    /// For PTX, the ISA version of its `.version` line, read by the generator; None for cubins.
+    pub ptx_isa: Option<Version>,
     pub bytes: &'static [u8],
+}
+
+impl Binary {
+    /// What [`choose_binary`] sees of it; None when its arch does not parse.
+    pub fn candidate(&self) -> Option<Candidate> {
+        Some(Candidate {
+            sm: Sm::parse(self.arch)?,
+            kind: self.kind,
+            ptx_isa: self.ptx_isa,
+        })
+    }
+
+    /// e.g. `sm_80 cubin`, `sm_90 PTX (ISA 9.0)`.
+    pub fn describe(&self) -> String {
+        match self.ptx_isa {
+            Some(isa) => format!("{} {} (ISA {isa})", self.arch, kind_name(self.kind)),
+            None => format!("{} {}", self.arch, kind_name(self.kind)),
+        }
+    }
 }
 
 /// One kernel of the library: its instance name, entry point, dynamic shared memory and
@@ -116,16 +329,22 @@ pub struct KernelInfo {
 }
 
 impl KernelInfo {
-    /// The binary [`choose_binary`] picks for a device of compute capability `major.minor`.
-    pub fn binary_for(&self, major: u32, minor: u32) -> Option<&'static Binary> {
+    /// The binary [`choose_binary`] picks for a device of compute capability `major.minor`
+    /// whose driver supports CUDA `driver` (None: unknown, any PTX ISA is tried).
+    pub fn binary_for(
+        &self,
+        major: u32,
+        minor: u32,
+        driver: Option<Version>,
+    ) -> Result<&'static Binary, NoFit> {
         // Binaries whose arch does not parse are never chosen.
-        let parsed: Vec<(&'static Binary, Sm)> = self
+        let parsed: Vec<(&'static Binary, Candidate)> = self
             .binaries
             .iter()
-            .filter_map(|b| Sm::parse(b.arch).map(|s| (b, s)))
+            .filter_map(|b| b.candidate().map(|c| (b, c)))
             .collect();
-        let available: Vec<(Sm, BinaryKind)> = parsed.iter().map(|(b, s)| (*s, b.kind)).collect();
-        choose_binary(major, minor, &available).map(|i| parsed[i].0)
+        let available: Vec<Candidate> = parsed.iter().map(|(_, c)| *c).collect();
+        choose_binary(major, minor, driver, &available).map(|i| parsed[i].0)
     }
 }
 
@@ -137,13 +356,17 @@ pub enum Error {
     Arg(ArgError),
     /// The CUDA driver failed (loading a module, setting an attribute, launching).
     Driver(DriverError),
-    /// No binary of this kernel runs on the device.
+    /// No binary of this kernel runs on the device with its driver.
     NoBinary {
         kernel: &'static str,
         /// The device's architecture, e.g. `sm_86`.
         device: String,
-        /// What the library holds for this kernel, e.g. `sm_80 cubin`.
+        /// The CUDA version the driver supports, when known.
+        driver: Option<Version>,
+        /// What the library holds for this kernel, e.g. `sm_80 cubin`, `sm_90 PTX (ISA 9.0)`.
         available: Vec<String>,
+        /// What would make one run.
+        needs: NoFit,
     },
     /// A buffer or stream belongs to another CUDA context than the kernels were loaded into.
     WrongContext { arg: &'static str },
@@ -154,12 +377,26 @@ impl fmt::Display for Error {
         match self {
             Error::Arg(e) => write!(f, "{e}"),
             Error::Driver(e) => write!(f, "CUDA driver error: {e}"),
-            Error::NoBinary { kernel, device, available } if available.is_empty() => write!(
+            Error::NoBinary { kernel, device, available, .. } if available.is_empty() => write!(
                 f,
                 "kernel `{kernel}` has no binaries: the library was generated without compiling kernels \
                  (as under DOCS_RS), so it cannot run on this {device} device"
             ),
-            Error::NoBinary { kernel, device, available } => write!(
+            Error::NoBinary { kernel, device, driver, available, needs: NoFit::Driver { needs } } => {
+                let driver = match driver {
+                    Some(v) => format!("supports CUDA {v}"),
+                    None => "version is unknown".to_string(),
+                };
+                write!(
+                    f,
+                    "no binary of kernel `{kernel}` runs on this {device} device: the library holds {} \
+                     and no cubin for it; the PTX that could be JIT-compiled for it needs a driver for \
+                     CUDA {needs} or newer, but this driver {driver}. Update the NVIDIA driver, or \
+                     regenerate the library with an NVRTC no newer than the driver's CUDA version",
+                    available.join(", ")
+                )
+            }
+            Error::NoBinary { kernel, device, available, .. } => write!(
                 f,
                 "no binary of kernel `{kernel}` runs on this {device} device; the library holds {}. \
                  Add {device} to the spec's archs and regenerate",
@@ -202,6 +439,8 @@ pub struct Device {
     pub minor: u32,
     /// Streaming multiprocessors, for choosing among instances by problem size.
     pub sm_count: u32,
+    /// The CUDA version the driver supports (`cuDriverGetVersion`), when it says.
+    pub driver: Option<Version>,
 }
 
 impl Device {
@@ -221,17 +460,24 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Reads the device's architecture; loads nothing yet.
+    /// Reads the device's architecture and the driver's CUDA version; loads nothing yet.
     pub fn new(ctx: &Arc<CudaContext>, table: &'static [KernelInfo]) -> Result<Loader, Error> {
         let (major, minor) = ctx.compute_capability()?;
         let sm_count =
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let mut version = 0;
+        // SAFETY: a plain out-parameter; the driver is loaded, since `ctx` exists.
+        let driver = match unsafe { sys::cuDriverGetVersion(&mut version) } {
+            sys::CUresult::CUDA_SUCCESS => Version::from_driver(version),
+            _ => None,
+        };
         Ok(Loader {
             ctx: ctx.clone(),
             device: Device {
                 major: major as u32,
                 minor: minor as u32,
                 sm_count: sm_count.max(1) as u32,
+                driver,
             },
             table,
             loaded: (0..table.len()).map(|_| OnceLock::new()).collect(),
@@ -250,18 +496,17 @@ impl Loader {
         self.table
     }
 
-    /// The binary kernel `index` loads on this device, or why none fits.
+    /// The binary kernel `index` loads on this device with this driver, or why none fits.
     pub fn binary(&self, index: usize) -> Result<&'static Binary, Error> {
         let info = &self.table[index];
-        info.binary_for(self.device.major, self.device.minor)
-            .ok_or_else(|| Error::NoBinary {
+        let d = self.device;
+        info.binary_for(d.major, d.minor, d.driver)
+            .map_err(|needs| Error::NoBinary {
                 kernel: info.name,
-                device: self.device.arch(),
-                available: info
-                    .binaries
-                    .iter()
-                    .map(|b| format!("{} {}", b.arch, kind_name(b.kind)))
-                    .collect(),
+                device: d.arch(),
+                driver: d.driver,
+                available: info.binaries.iter().map(Binary::describe).collect(),
+                needs,
             })
     }
 
@@ -320,5 +565,198 @@ pub fn launch_config(dims: LaunchDims) -> LaunchConfig {
         grid_dim: dims.grid,
         block_dim: dims.block,
         shared_mem_bytes: dims.shared_bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sm(name: &str) -> Sm {
+        Sm::parse(name).unwrap()
+    }
+
+    fn v(major: u32, minor: u32) -> Option<Version> {
+        Some(Version::new(major, minor))
+    }
+
+    fn cubin(arch: &str) -> Candidate {
+        Candidate::cubin(sm(arch))
+    }
+
+    fn ptx(arch: &str, isa: (u32, u32)) -> Candidate {
+        Candidate::ptx(sm(arch), v(isa.0, isa.1))
+    }
+
+    /// What NVRTC 13.0 gives: sm_80 and sm_90 cubins and PTX of ISA 9.0.
+    fn library() -> Vec<Candidate> {
+        vec![
+            cubin("sm_80"),
+            ptx("sm_80", (9, 0)),
+            cubin("sm_90"),
+            ptx("sm_90", (9, 0)),
+        ]
+    }
+
+    #[test]
+    fn exact_cubin() {
+        let lib = library();
+        assert_eq!(choose_binary(9, 0, v(13, 0), &lib), Ok(2));
+        assert_eq!(choose_binary(8, 0, v(13, 0), &lib), Ok(0));
+        // A cubin does not go through the PTX JIT: an old driver, or none known, changes nothing.
+        assert_eq!(choose_binary(9, 0, v(12, 2), &lib), Ok(2));
+        assert_eq!(choose_binary(9, 0, None, &lib), Ok(2));
+        // sm_90a first on sm_90, and only there.
+        let with_a = [cubin("sm_90"), cubin("sm_90a"), ptx("sm_90a", (9, 0))];
+        assert_eq!(choose_binary(9, 0, v(13, 0), &with_a), Ok(1));
+        // Elsewhere the generic one, and neither `a` binary.
+        assert_eq!(choose_binary(9, 1, v(13, 0), &with_a), Ok(0));
+        assert_eq!(choose_binary(10, 0, v(13, 0), &with_a), Err(NoFit::Arch));
+    }
+
+    #[test]
+    fn compatible_minor_cubin() {
+        let lib = library();
+        // sm_86 and sm_89 run the sm_80 cubin, before any PTX, whatever the driver.
+        assert_eq!(choose_binary(8, 6, v(13, 0), &lib), Ok(0));
+        assert_eq!(choose_binary(8, 9, v(12, 0), &lib), Ok(0));
+        // The highest lower minor; never a higher one.
+        let eights = [cubin("sm_80"), cubin("sm_86"), cubin("sm_89")];
+        assert_eq!(choose_binary(8, 7, None, &eights), Ok(1));
+        assert_eq!(
+            choose_binary(8, 0, None, &[cubin("sm_86")]),
+            Err(NoFit::Arch)
+        );
+        // Arch-specific cubins never stand in for another minor.
+        assert_eq!(
+            choose_binary(9, 1, None, &[cubin("sm_90a")]),
+            Err(NoFit::Arch)
+        );
+    }
+
+    #[test]
+    fn ptx_fallback() {
+        let lib = library();
+        // Blackwell (10.0, 12.0): no cubin of that major; the highest PTX below it that the
+        // driver accepts.
+        assert_eq!(choose_binary(10, 0, v(13, 0), &lib), Ok(3));
+        assert_eq!(choose_binary(12, 0, v(13, 2), &lib), Ok(3));
+        // An unknown driver version leaves it to the driver.
+        assert_eq!(choose_binary(12, 0, None, &lib), Ok(3));
+        // PTX of unknown ISA too.
+        let unknown = [Candidate::ptx(sm("sm_90"), None)];
+        assert_eq!(choose_binary(12, 0, v(12, 0), &unknown), Ok(0));
+        // Arch-specific PTX only on its own architecture.
+        let a_only = [ptx("sm_90a", (9, 0))];
+        assert_eq!(choose_binary(9, 0, v(13, 0), &a_only), Ok(0));
+        assert_eq!(choose_binary(10, 0, v(13, 0), &a_only), Err(NoFit::Arch));
+    }
+
+    #[test]
+    fn ptx_too_new_for_the_driver() {
+        let lib = library();
+        // ISA 9.0 needs CUDA 13.0: a 12.x driver cannot JIT it, and says so.
+        for driver in [v(12, 9), v(12, 4), v(11, 8)] {
+            assert_eq!(
+                choose_binary(10, 0, driver, &lib),
+                Err(NoFit::Driver {
+                    needs: Version::new(13, 0)
+                })
+            );
+        }
+        // Older PTX that the driver accepts is taken instead of the newest arch's.
+        let mixed = [
+            ptx("sm_80", (8, 0)),
+            ptx("sm_90", (9, 0)),
+            ptx("sm_86", (8, 7)),
+        ];
+        assert_eq!(choose_binary(10, 0, v(12, 8), &mixed), Ok(2));
+        assert_eq!(choose_binary(10, 0, v(12, 4), &mixed), Ok(0));
+        assert_eq!(choose_binary(10, 0, v(13, 0), &mixed), Ok(1));
+        // What is needed is the least of what the fitting PTX needs.
+        assert_eq!(
+            choose_binary(10, 0, v(11, 8), &mixed),
+            Err(NoFit::Driver {
+                needs: Version::new(12, 0)
+            })
+        );
+    }
+
+    #[test]
+    fn no_fit_at_all() {
+        let lib = library();
+        // Turing: nothing for sm_75 or below, whatever the driver.
+        assert_eq!(choose_binary(7, 5, v(13, 0), &lib), Err(NoFit::Arch));
+        assert_eq!(choose_binary(7, 5, v(11, 0), &lib), Err(NoFit::Arch));
+        assert_eq!(choose_binary(9, 0, v(13, 0), &[]), Err(NoFit::Arch));
+    }
+
+    #[test]
+    fn ptx_isa_to_cuda() {
+        assert_eq!(min_cuda_for_ptx(Version::new(9, 0)), Version::new(13, 0));
+        assert_eq!(min_cuda_for_ptx(Version::new(8, 5)), Version::new(12, 5));
+        // No ISA 8.6 until CUDA 12.7.
+        assert_eq!(min_cuda_for_ptx(Version::new(8, 6)), Version::new(12, 7));
+        assert_eq!(min_cuda_for_ptx(Version::new(8, 8)), Version::new(12, 9));
+        assert_eq!(min_cuda_for_ptx(Version::new(7, 0)), Version::new(11, 0));
+        // Past the table: the pattern, never below the last row.
+        assert_eq!(min_cuda_for_ptx(Version::new(9, 3)), Version::new(13, 3));
+        assert_eq!(min_cuda_for_ptx(Version::new(10, 0)), Version::new(14, 0));
+        // Between rows (never released): the next row's.
+        assert_eq!(min_cuda_for_ptx(Version::new(8, 9)), Version::new(13, 0));
+        // The table is sorted both ways.
+        assert!(PTX_ISA_CUDA
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
+    }
+
+    #[test]
+    fn versions_parse() {
+        assert_eq!(Version::parse("9.0"), v(9, 0));
+        assert_eq!(Version::parse(" 12.4 "), v(12, 4));
+        for bad in ["9", "9.", ".0", "9.0.1", "x.y", "-1.0"] {
+            assert_eq!(Version::parse(bad), None, "{bad}");
+        }
+        assert_eq!(Version::from_driver(13000), v(13, 0));
+        assert_eq!(Version::from_driver(12040), v(12, 4));
+        assert_eq!(Version::from_driver(0), None);
+        let ptx = b"//\n// Generated by NVIDIA NVVM Compiler\n\n.version 9.0\n.target sm_80\n";
+        assert_eq!(Version::of_ptx(ptx), v(9, 0));
+        assert_eq!(Version::of_ptx(b".target sm_80\n"), None);
+        assert_eq!(Version::of_ptx(b".version x\n"), None);
+        assert_eq!(Version::of_ptx(b"\xff\xfe"), None);
+    }
+
+    #[test]
+    fn no_binary_says_what_the_device_needs() {
+        let e = Error::NoBinary {
+            kernel: "softmax_f32_online_b512_i2",
+            device: "sm_120".into(),
+            driver: v(12, 4),
+            available: vec!["sm_90 cubin".into(), "sm_90 PTX (ISA 9.0)".into()],
+            needs: NoFit::Driver {
+                needs: Version::new(13, 0),
+            },
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.contains("CUDA 13.0 or newer")
+                && msg.contains("supports CUDA 12.4")
+                && msg.contains("sm_120")
+                && msg.contains("softmax_f32_online_b512_i2"),
+            "{msg}"
+        );
+        let e = Error::NoBinary {
+            kernel: "k",
+            device: "sm_75".into(),
+            driver: v(13, 0),
+            available: vec!["sm_80 cubin".into()],
+            needs: NoFit::Arch,
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.contains("Add sm_75 to the spec's archs") && msg.contains("sm_80 cubin"),
+            "{msg}"
+        );
     }
 }

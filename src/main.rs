@@ -5,14 +5,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tilegen::cache::Cache;
 use tilegen::error::Error;
 use tilegen::generate::{self, Event, Options};
 use tilegen::spec::Arch;
 
 #[derive(Parser)]
-#[command(name = "tilegen", version, about = "Generate, compile and cache CUDA tile kernels from YAML specs")]
+#[command(
+    name = "tilegen",
+    version,
+    about = "Generate, compile and cache CUDA tile kernels from YAML specs"
+)]
 struct Cli {
     /// Output style: `human` text, or `json` (one JSON object per line on stdout).
     #[arg(long, value_enum, default_value_t = MessageFormat::Human, global = true)]
@@ -138,16 +142,53 @@ enum BundleAction {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Check every member against bundle.json; exit 7 when anything is wrong.
-    Verify { file: PathBuf },
+    /// Check every member against bundle.json (and, with --pubkey, the signature FILE.minisig
+    /// first); exit 7 when anything is wrong.
+    Verify {
+        file: PathBuf,
+        #[command(flatten)]
+        sig: SigArgs,
+    },
     /// Verify, then print the bundle manifest's summary.
-    Inspect { file: PathBuf },
+    Inspect {
+        file: PathBuf,
+        #[command(flatten)]
+        sig: SigArgs,
+    },
     /// Verify, then install into an absent or empty folder atomically.
     Unpack {
         file: PathBuf,
         #[arg(long)]
         to: PathBuf,
+        #[command(flatten)]
+        sig: SigArgs,
     },
+    /// Sign a bundle (or any file) with a minisign secret key, writing FILE.minisig beside it.
+    Sign {
+        file: PathBuf,
+        /// Minisign secret key file (an encrypted one takes its password from
+        /// TILEGEN_SIGN_PASSWORD).
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Write a new unencrypted minisign key pair, tilegen.pub and tilegen.key, into a folder
+    /// (for tests and CI secrets; never overwrites).
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Signature checking for the bundle commands that read a bundle.
+#[derive(Args)]
+struct SigArgs {
+    /// Check the bundle's signature FILE.minisig with this minisign public key (a .pub file,
+    /// or the key itself, RW…) before reading the bundle; a bad signature is an error.
+    #[arg(long)]
+    pubkey: Option<String>,
+    /// Refuse a bundle without a signature (needs --pubkey).
+    #[arg(long, requires = "pubkey")]
+    require_signed: bool,
 }
 
 #[derive(Subcommand)]
@@ -167,14 +208,19 @@ enum CacheAction {
 }
 
 fn parse_arch(s: &str) -> Result<Arch, String> {
-    Arch::parse(s).ok_or_else(|| format!("unknown arch `{s}` (expected one of: {})", Arch::choices()))
+    Arch::parse(s)
+        .ok_or_else(|| format!("unknown arch `{s}` (expected one of: {})", Arch::choices()))
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {
-            let m = match s[i..].to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+            let m = match s[i..]
+                .to_ascii_uppercase()
+                .trim_end_matches('B')
+                .trim_end_matches('I')
+            {
                 "" => 1u64,
                 "K" => 1 << 10,
                 "M" => 1 << 20,
@@ -239,7 +285,15 @@ fn emit_json(v: serde_json::Value) {
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     let json = cli.message_format == MessageFormat::Json;
     match cli.command {
-        Command::Generate { inputs, out, jobs, check, cache_dir, no_bindings, bundle } => {
+        Command::Generate {
+            inputs,
+            out,
+            jobs,
+            check,
+            cache_dir,
+            no_bindings,
+            bundle,
+        } => {
             let mut o = options(&inputs, out);
             o.bundle = bundle.or_else(|| tilegen::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
             o.jobs = jobs;
@@ -258,8 +312,10 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     Event::Planned { compiles, .. } if show_bar => {
                         let pb = indicatif::ProgressBar::new(*compiles as u64);
                         pb.set_style(
-                            indicatif::ProgressStyle::with_template("{spinner} compiling [{bar:30}] {pos}/{len} {msg}")
-                                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                            indicatif::ProgressStyle::with_template(
+                                "{spinner} compiling [{bar:30}] {pos}/{len} {msg}",
+                            )
+                            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
                         );
                         *bar = Some(pb);
                     }
@@ -306,7 +362,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             if json {
                 emit_json(serde_json::json!({"event": "checked", "instances": r.instances.len()}));
             } else {
-                eprintln!("{} spec file(s) OK: {} instances rendered", r.inputs.len(), r.instances.len());
+                eprintln!(
+                    "{} spec file(s) OK: {} instances rendered",
+                    r.inputs.len(),
+                    r.instances.len()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -343,20 +403,22 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             o.filter = Some(name.clone());
             let r = generate::render_all(&o)?;
             let Some(i) = r.instances.iter().position(|i| i.name == name) else {
-                return Err(Error::Usage(format!("no instance named `{name}`; `tilegen list` shows them")));
+                return Err(Error::Usage(format!(
+                    "no instance named `{name}`; `tilegen list` shows them"
+                )));
             };
             match ptx {
                 None => print!("{}", r.sources[i]),
                 Some(arch) => {
-                    let c = tilegen::nvrtc::compile(&name, &r.sources[i], arch).map_err(|(log, options)| {
-                        Error::Compile {
+                    let c = tilegen::nvrtc::compile(&name, &r.sources[i], arch).map_err(
+                        |(log, options)| Error::Compile {
                             instance: name.clone(),
                             arch: arch.to_string(),
                             source_path: PathBuf::from("(rendered in memory)"),
                             options,
                             log,
-                        }
-                    })?;
+                        },
+                    )?;
                     print!("{}", String::from_utf8_lossy(&c.ptx));
                 }
             }
@@ -407,7 +469,10 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     if json {
                         emit_json(serde_json::json!({"removed": n, "bytes_freed": bytes}));
                     } else {
-                        println!("removed {n} entries, freed {:.1} MiB", bytes as f64 / (1 << 20) as f64);
+                        println!(
+                            "removed {n} entries, freed {:.1} MiB",
+                            bytes as f64 / (1 << 20) as f64
+                        );
                     }
                 }
             }
@@ -415,7 +480,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Bundle { action } => bundle_command(action, json),
         Command::Verify { lib, filter, seed } => gpu_verify(&lib, filter.as_deref(), seed, json),
-        Command::Bench { lib, filter, json_out } => gpu_bench(&lib, filter.as_deref(), json_out.as_deref(), json),
+        Command::Bench {
+            lib,
+            filter,
+            json_out,
+        } => gpu_bench(&lib, filter.as_deref(), json_out.as_deref(), json),
         Command::Doctor => {
             let mut lines = Vec::new();
             let nvrtc = match tilegen::nvrtc::load() {
@@ -423,7 +492,12 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 Err(e) => format!("NVRTC: not found\n{e}"),
             };
             lines.push(nvrtc);
-            lines.push(format!("cache: {}", Cache::default_location().map(|p| p.display().to_string()).unwrap_or_else(|e| e.to_string())));
+            lines.push(format!(
+                "cache: {}",
+                Cache::default_location()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|e| e.to_string())
+            ));
             lines.push(tilegen_gpu_line());
             if json {
                 emit_json(serde_json::json!({"doctor": lines}));
@@ -438,26 +512,85 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
 }
 
 fn bundle_command(action: BundleAction, json: bool) -> Result<ExitCode, Error> {
-    use tilegen::bundle;
-    let (what, file, m) = match action {
-        BundleAction::Create { lib, out } => ("created", out.clone(), bundle::create(&lib, &out)?),
-        BundleAction::Verify { file } => ("verified", file.clone(), bundle::open(&file, &bundle::Limits::default())?.manifest),
-        BundleAction::Inspect { file } => {
-            let m = bundle::open(&file, &bundle::Limits::default())?.manifest;
-            if !json {
-                print!("{}", m.summary());
-            }
-            ("inspected", file, m)
+    use tilegen::bundle::{self, sign, SignaturePolicy, Signed};
+    let limits = bundle::Limits::default();
+    let pubkey = |sig: &SigArgs| sig.pubkey.as_deref().map(sign::read_public_key).transpose();
+    fn policy<'a>(sig: &SigArgs, key: &'a Option<sign::PublicKey>) -> Option<SignaturePolicy<'a>> {
+        key.as_ref().map(|k| SignaturePolicy {
+            pubkey: k,
+            required: sig.require_signed,
+        })
+    }
+    let (what, file, m, signed) = match action {
+        BundleAction::Create { lib, out } => {
+            ("created", out.clone(), bundle::create(&lib, &out)?, None)
         }
-        BundleAction::Unpack { file, to } => {
-            let m = bundle::unpack(&file, &to, &bundle::Limits::default())?.manifest;
-            ("unpacked into", to, m)
+        BundleAction::Verify { file, sig } => {
+            let key = pubkey(&sig)?;
+            let (b, signed) = bundle::open_signed(&file, &limits, policy(&sig, &key))?;
+            ("verified", file, b.manifest, signed)
+        }
+        BundleAction::Inspect { file, sig } => {
+            let key = pubkey(&sig)?;
+            let (b, signed) = bundle::open_signed(&file, &limits, policy(&sig, &key))?;
+            if !json {
+                print!("{}", b.manifest.summary());
+            }
+            ("inspected", file, b.manifest, signed)
+        }
+        BundleAction::Unpack { file, to, sig } => {
+            let key = pubkey(&sig)?;
+            let (b, signed) = bundle::unpack_signed(&file, &to, &limits, policy(&sig, &key))?;
+            ("unpacked into", to, b.manifest, signed)
+        }
+        BundleAction::Sign { file, key } => {
+            let out = sign::sign(&file, &key)?;
+            if json {
+                emit_json(serde_json::json!({"event": "signed", "path": file, "signature": out}));
+            } else {
+                eprintln!("signed {}: wrote {}", file.display(), out.display());
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        BundleAction::Keygen { out } => {
+            let (pk, sk) = sign::keygen(&out)?;
+            if json {
+                emit_json(
+                    serde_json::json!({"event": "keygen", "public_key": pk, "secret_key": sk}),
+                );
+            } else {
+                eprintln!(
+                    "wrote {} (public) and {} (secret, unencrypted: keep it out of version control)",
+                    pk.display(),
+                    sk.display()
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
         }
     };
+    let signature = match &signed {
+        Some(Signed::Yes { key_id, comment }) => Some(format!(
+            "signed by key {key_id} ({})",
+            comment.replace('\t', ", ")
+        )),
+        Some(Signed::Unsigned) => Some("unsigned (no signature to check)".to_string()),
+        None => None,
+    };
     if json {
-        emit_json(serde_json::json!({"event": what, "path": file, "bundle": m}));
+        emit_json(
+            serde_json::json!({"event": what, "path": file, "bundle": m, "signature": signature}),
+        );
     } else {
-        eprintln!("{what} {}: {} members, {} instances, archs {}", file.display(), m.members.len(), m.instances, m.archs.join(","));
+        eprintln!(
+            "{what} {}: {} members, {} instances, archs {}",
+            file.display(),
+            m.members.len(),
+            m.instances,
+            m.archs.join(",")
+        );
+        if let Some(s) = signature {
+            eprintln!("signature: {s}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -468,17 +601,26 @@ fn tilegen_gpu_line() -> String {
     }
     match cudarc::driver::CudaContext::new(0) {
         Ok(ctx) => {
-            let cc = ctx.compute_capability().map(|(a, b)| format!("sm_{a}{b}")).unwrap_or_default();
+            let cc = ctx
+                .compute_capability()
+                .map(|(a, b)| format!("sm_{a}{b}"))
+                .unwrap_or_default();
             let driver = tilegen::gpu::driver_version()
                 .map(|(a, b)| format!("{a}.{b}"))
                 .unwrap_or_else(|| "?".into());
-            format!("GPU: {} ({cc}), driver CUDA {driver}", ctx.name().unwrap_or_default())
+            format!(
+                "GPU: {} ({cc}), driver CUDA {driver}",
+                ctx.name().unwrap_or_default()
+            )
         }
         Err(e) => format!("GPU: driver present but no device opened: {e:?}"),
     }
 }
 
-fn selected<'a>(gpu: &'a tilegen::gpu::Gpu, filter: Option<&str>) -> Vec<tilegen::manifest::InstanceEntry> {
+fn selected<'a>(
+    gpu: &'a tilegen::gpu::Gpu,
+    filter: Option<&str>,
+) -> Vec<tilegen::manifest::InstanceEntry> {
     gpu.manifest
         .instances
         .iter()
@@ -487,15 +629,31 @@ fn selected<'a>(gpu: &'a tilegen::gpu::Gpu, filter: Option<&str>) -> Vec<tilegen
         .collect()
 }
 
-fn gpu_verify(lib: &std::path::Path, filter: Option<&str>, seed: Option<u64>, json: bool) -> Result<ExitCode, Error> {
+fn gpu_verify(
+    lib: &std::path::Path,
+    filter: Option<&str>,
+    seed: Option<u64>,
+    json: bool,
+) -> Result<ExitCode, Error> {
     use tilegen::gpu::{problem, verify, Gpu};
     let mut gpu = Gpu::open(lib)?;
     let seed = seed.unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
     });
     if !json {
-        println!("verify {} on {} (sm_{}), seed {seed}", lib.display(), gpu.name, gpu.sm);
-        println!("{:<44} {:<22} {:>12} {:>9}  result", "instance", "shape", "rel error", "bound");
+        println!(
+            "verify {} on {} (sm_{}), seed {seed}",
+            lib.display(),
+            gpu.name,
+            gpu.sm
+        );
+        println!(
+            "{:<44} {:<22} {:>12} {:>9}  result",
+            "instance", "shape", "rel error", "bound"
+        );
     }
     let mut rng = tilegen::gpu::data::rng(seed);
     let (mut passed, mut failed) = (0, 0);
@@ -503,38 +661,74 @@ fn gpu_verify(lib: &std::path::Path, filter: Option<&str>, seed: Option<u64>, js
         let started = std::time::Instant::now();
         for p in problem::verify_cases(&inst) {
             let r = verify::run_case(&mut gpu, &inst, p, &mut rng);
-            if r.passed { passed += 1 } else { failed += 1 }
+            if r.passed {
+                passed += 1
+            } else {
+                failed += 1
+            }
             if json {
                 emit_json(serde_json::json!({"event": "case", "result": r}));
             } else if !r.passed || tilegen::env::var_os("TILEGEN_VERBOSE").is_some() {
                 let what = match &r.error {
                     Some(e) => format!("ERROR {e}"),
-                    None if r.non_finite > 0 => format!("FAIL ({} outputs not finite)", r.non_finite),
+                    None if r.non_finite > 0 => {
+                        format!("FAIL ({} outputs not finite)", r.non_finite)
+                    }
                     None if !r.passed => "FAIL".into(),
                     None => "ok".into(),
                 };
-                println!("{:<44} {:<22} {:>12.3e} {:>9.0e}  {what}", r.instance, r.problem.to_string(), r.rel_error, r.tolerance);
+                println!(
+                    "{:<44} {:<22} {:>12.3e} {:>9.0e}  {what}",
+                    r.instance,
+                    r.problem.to_string(),
+                    r.rel_error,
+                    r.tolerance
+                );
             }
         }
         if !json {
-            println!("{:<44} done in {:.2}s", inst.name, started.elapsed().as_secs_f64());
+            println!(
+                "{:<44} done in {:.2}s",
+                inst.name,
+                started.elapsed().as_secs_f64()
+            );
         }
     }
     if json {
-        emit_json(serde_json::json!({"event": "done", "passed": passed, "failed": failed, "seed": seed}));
+        emit_json(
+            serde_json::json!({"event": "done", "passed": passed, "failed": failed, "seed": seed}),
+        );
     } else {
         println!("{passed} passed, {failed} failed");
     }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
-fn gpu_bench(lib: &std::path::Path, filter: Option<&str>, json_out: Option<&std::path::Path>, json: bool) -> Result<ExitCode, Error> {
+fn gpu_bench(
+    lib: &std::path::Path,
+    filter: Option<&str>,
+    json_out: Option<&std::path::Path>,
+    json: bool,
+) -> Result<ExitCode, Error> {
     use tilegen::gpu::{bench, problem, Gpu};
     let mut gpu = Gpu::open(lib)?;
     let ceiling = bench::copy_ceiling(&gpu, 1 << 30)?;
     if !json {
-        println!("bench {} on {} (sm_{}, {} SMs); device copy: {ceiling:.0} GB/s", lib.display(), gpu.name, gpu.sm, gpu.sm_count);
-        println!("{:<44} {:<18} {:>10} {:>10} {:>8}", "instance", "shape", "ms", "GB/s", "vs copy");
+        println!(
+            "bench {} on {} (sm_{}, {} SMs); device copy: {ceiling:.0} GB/s",
+            lib.display(),
+            gpu.name,
+            gpu.sm,
+            gpu.sm_count
+        );
+        println!(
+            "{:<44} {:<18} {:>10} {:>10} {:>8}",
+            "instance", "shape", "ms", "GB/s", "vs copy"
+        );
     }
     let mut results = Vec::new();
     let insts = selected(&gpu, filter);
@@ -554,7 +748,14 @@ fn gpu_bench(lib: &std::path::Path, filter: Option<&str>, json_out: Option<&std:
                             r.instance, r.problem.to_string(), r.median_ms, r.tflop_per_s, r.peer_value, r.peer, r.ratio
                         );
                     } else {
-                        println!("{:<44} {:<18} {:>10.4} {:>10.0} {:>8.3}", r.instance, r.problem.to_string(), r.median_ms, r.gb_per_s, r.ratio);
+                        println!(
+                            "{:<44} {:<18} {:>10.4} {:>10.0} {:>8.3}",
+                            r.instance,
+                            r.problem.to_string(),
+                            r.median_ms,
+                            r.gb_per_s,
+                            r.ratio
+                        );
                     }
                     results.push(r);
                 }
@@ -567,7 +768,8 @@ fn gpu_bench(lib: &std::path::Path, filter: Option<&str>, json_out: Option<&std:
             "gpu": gpu.name, "sm": gpu.sm, "sm_count": gpu.sm_count, "copy_gb_per_s": ceiling,
             "tilegen_version": tilegen::VERSION, "results": results,
         });
-        std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default()).map_err(|e| Error::io(path, e))?;
+        std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default())
+            .map_err(|e| Error::io(path, e))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -55,7 +55,11 @@ pub fn candidate_dirs() -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
     if let Some(p) = crate::env::var_os("TILEGEN_NVRTC") {
         let p = PathBuf::from(p);
-        let dir = if p.is_file() { p.parent().map(Path::to_path_buf).unwrap_or_default() } else { p };
+        let dir = if p.is_file() {
+            p.parent().map(Path::to_path_buf).unwrap_or_default()
+        } else {
+            p
+        };
         out.push(("TILEGEN_NVRTC".to_string(), dir));
     }
     for var in ["CUDA_PATH", "CUDA_HOME"] {
@@ -65,7 +69,10 @@ pub fn candidate_dirs() -> Vec<(String, PathBuf)> {
             out.push((var.to_string(), p.join("lib")));
         }
     }
-    out.push(("/usr/local/cuda".into(), PathBuf::from("/usr/local/cuda/lib64")));
+    out.push((
+        "/usr/local/cuda".into(),
+        PathBuf::from("/usr/local/cuda/lib64"),
+    ));
     // The project-local wheel install made by scripts/setup-nvrtc, from here upwards.
     let mut starts = vec![];
     if let Ok(cwd) = std::env::current_dir() {
@@ -153,7 +160,10 @@ fn locate_and_load() -> std::result::Result<Nvrtc, String> {
     if location.is_none() {
         // The loader's own search path (LD_LIBRARY_PATH, ldconfig).
         // SAFETY: as in open_global.
-        let found = unsafe { libloading::Library::new("libnvrtc.so.13").or_else(|_| libloading::Library::new("libnvrtc.so")) };
+        let found = unsafe {
+            libloading::Library::new("libnvrtc.so.13")
+                .or_else(|_| libloading::Library::new("libnvrtc.so"))
+        };
         match found {
             Ok(lib) => {
                 std::mem::forget(lib);
@@ -184,14 +194,20 @@ fn locate_and_load() -> std::result::Result<Nvrtc, String> {
     };
     // SAFETY: probing only opens the library by the names cudarc uses.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(format!("NVRTC at {location} loaded, but cudarc could not open it by name"));
+        return Err(format!(
+            "NVRTC at {location} loaded, but cudarc could not open it by name"
+        ));
     }
     let (mut major, mut minor) = (0, 0);
     // SAFETY: plain out-parameters.
     unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
         .result()
         .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
-    Ok(Nvrtc { major, minor, location })
+    Ok(Nvrtc {
+        major,
+        minor,
+        location,
+    })
 }
 
 /// Registers, shared memory and spills of one kernel on one arch, from ptxas' report.
@@ -246,13 +262,19 @@ pub fn options(arch: Arch) -> Vec<String> {
 
 /// Compiles `source` for `arch`, producing PTX and a cubin in one pass. On failure the error
 /// carries the NVRTC log and options; the caller adds the path of the rendered source.
-pub fn compile(name: &str, source: &str, arch: Arch) -> std::result::Result<Compiled, (String, String)> {
+pub fn compile(
+    name: &str,
+    source: &str,
+    arch: Arch,
+) -> std::result::Result<Compiled, (String, String)> {
     load().map_err(|e| (e.to_string(), String::new()))?;
     let opts = options(arch);
-    let src = CString::new(source).map_err(|_| ("source contains a NUL byte".to_string(), String::new()))?;
+    let src = CString::new(source)
+        .map_err(|_| ("source contains a NUL byte".to_string(), String::new()))?;
     let file = CString::new(format!("{name}.cu")).unwrap_or_default();
     use cudarc::nvrtc::{result, sys};
-    let prog = result::create_program(&src, Some(&file)).map_err(|e| (format!("{e:?}"), String::new()))?;
+    let prog =
+        result::create_program(&src, Some(&file)).map_err(|e| (format!("{e:?}"), String::new()))?;
     // SAFETY: prog is live until destroy_program below; buffers are sized by NVRTC.
     unsafe {
         let compiled = result::compile_program(prog, &opts);
@@ -288,7 +310,12 @@ pub fn compile(name: &str, source: &str, arch: Arch) -> std::result::Result<Comp
         };
         let _ = result::destroy_program(prog);
         let resources = Resources::from_log(&log);
-        Ok(Compiled { ptx, cubin, log, resources })
+        Ok(Compiled {
+            ptx,
+            cubin,
+            log,
+            resources,
+        })
     }
 }
 
@@ -305,7 +332,13 @@ mod tests {
         let r = Resources::from_log(log);
         assert_eq!(
             r,
-            Resources { registers: 40, shared_bytes: 256, stack_bytes: 8, spill_store_bytes: 4, spill_load_bytes: 12 }
+            Resources {
+                registers: 40,
+                shared_bytes: 256,
+                stack_bytes: 8,
+                spill_store_bytes: 4,
+                spill_load_bytes: 12
+            }
         );
     }
 }

@@ -51,7 +51,9 @@ fn is_safe_relative(p: &str) -> bool {
     let path = Path::new(p);
     !p.is_empty()
         && path.is_relative()
-        && path.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+        && path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 pub fn write_library(dir: &Path, files: &FileSet) -> Result<WriteReport> {
@@ -127,7 +129,10 @@ mod tests {
         assert_eq!(r.unchanged, 2);
         assert!(check_library(dir.path(), &files).is_empty());
         files.insert("a.txt".into(), b"uno".to_vec());
-        assert_eq!(check_library(dir.path(), &files), vec!["differs: a.txt".to_string()]);
+        assert_eq!(
+            check_library(dir.path(), &files),
+            vec!["differs: a.txt".to_string()]
+        );
     }
 
     #[test]

@@ -12,7 +12,10 @@ use crate::spec::model::Instance;
 /// The templates shipped with tilegen: (name, text).
 pub const EMBEDDED: &[(&str, &str)] = &[
     ("prelude.cuh", include_str!("../templates/prelude.cuh")),
-    ("elementwise.cu", include_str!("../templates/elementwise.cu")),
+    (
+        "elementwise.cu",
+        include_str!("../templates/elementwise.cu"),
+    ),
     ("softmax.cu", include_str!("../templates/softmax.cu")),
     ("norm.cu", include_str!("../templates/norm.cu")),
     ("gemm.cu", include_str!("../templates/gemm.cu")),
@@ -30,12 +33,17 @@ impl Renderer {
     pub fn new(overrides: Option<&Path>) -> Result<Self> {
         let mut tera = tera::Tera::default();
         tera.autoescape_on(vec![]);
-        let mut sources: Vec<(String, String)> =
-            EMBEDDED.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
+        let mut sources: Vec<(String, String)> = EMBEDDED
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect();
         let mut files_read = Vec::new();
         if let Some(dir) = overrides {
             if !dir.is_dir() {
-                return Err(Error::Usage(format!("templates folder {} does not exist", dir.display())));
+                return Err(Error::Usage(format!(
+                    "templates folder {} does not exist",
+                    dir.display()
+                )));
             }
             for (name, text) in sources.iter_mut() {
                 let path = dir.join(&*name);
@@ -58,11 +66,14 @@ impl Renderer {
     pub fn render(&self, inst: &Instance) -> Result<String> {
         let info = ops::info(inst.op);
         let ctx = context(inst);
-        let text = self.tera.render(info.template, &ctx).map_err(|e| Error::Template {
-            template: info.template.into(),
-            instance: inst.name.clone(),
-            message: error_chain(&e),
-        })?;
+        let text = self
+            .tera
+            .render(info.template, &ctx)
+            .map_err(|e| Error::Template {
+                template: info.template.into(),
+                instance: inst.name.clone(),
+                message: error_chain(&e),
+            })?;
         Ok(tidy(&text))
     }
 }
@@ -114,7 +125,10 @@ fn context(inst: &Instance) -> tera::Context {
     c.insert("threads", &launch.threads);
     c.insert("block", &inst.params.block.unwrap_or(launch.threads));
     c.insert("items", &inst.params.items.unwrap_or(1));
-    c.insert("variant", &inst.params.variant.map(|v| v.as_str()).unwrap_or(""));
+    c.insert(
+        "variant",
+        &inst.params.variant.map(|v| v.as_str()).unwrap_or(""),
+    );
     c.insert("affine", &inst.params.affine.unwrap_or(false));
     let epilogue: Vec<&str> = inst.epilogue.iter().map(|e| e.as_str()).collect();
     c.insert("epilogue", &epilogue);

@@ -7,7 +7,11 @@ mod lib {
 }
 
 use lib::launch_rules::MAX_COLS;
-use lib::{choose_binary, plan, ArgError, BinaryKind, Buf, Error, Plan, Sm, KERNELS};
+use lib::loader::min_cuda_for_ptx;
+use lib::{
+    choose_binary, plan, ArgError, BinaryKind, Buf, Candidate, Error, NoFit, Plan, Sm, Version,
+    KERNELS,
+};
 
 /// An H200's SM count; the choice among elementwise instances depends on it.
 const SMS: u32 = 132;
@@ -274,90 +278,96 @@ fn sm(name: &str) -> Sm {
     Sm::parse(name).unwrap()
 }
 
+fn cubin(arch: &str) -> Candidate {
+    Candidate::cubin(sm(arch))
+}
+
+/// PTX of ISA 9.0, as NVRTC 13.0 writes it.
+fn ptx(arch: &str) -> Candidate {
+    Candidate::ptx(sm(arch), Some(Version::new(9, 0)))
+}
+
+const CUDA_13: Option<Version> = Some(Version::new(13, 0));
+const CUDA_12_8: Option<Version> = Some(Version::new(12, 8));
+
 #[test]
 fn loader_prefers_the_exact_cubin() {
-    let avail = [
-        (sm("sm_80"), BinaryKind::Cubin),
-        (sm("sm_80"), BinaryKind::Ptx),
-        (sm("sm_90"), BinaryKind::Cubin),
-        (sm("sm_90"), BinaryKind::Ptx),
-    ];
-    assert_eq!(choose_binary(9, 0, &avail), Some(2));
-    assert_eq!(choose_binary(8, 0, &avail), Some(0));
+    let avail = [cubin("sm_80"), ptx("sm_80"), cubin("sm_90"), ptx("sm_90")];
+    assert_eq!(choose_binary(9, 0, CUDA_13, &avail), Ok(2));
+    assert_eq!(choose_binary(8, 0, CUDA_13, &avail), Ok(0));
     // The arch-specific cubin first on its own arch.
-    let with_a = [
-        (sm("sm_90"), BinaryKind::Cubin),
-        (sm("sm_90a"), BinaryKind::Cubin),
-    ];
-    assert_eq!(choose_binary(9, 0, &with_a), Some(1));
+    let with_a = [cubin("sm_90"), cubin("sm_90a")];
+    assert_eq!(choose_binary(9, 0, CUDA_13, &with_a), Ok(1));
 }
 
 #[test]
 fn loader_runs_a_lower_minor_cubin_of_the_same_major() {
-    let avail = [
-        (sm("sm_80"), BinaryKind::Cubin),
-        (sm("sm_80"), BinaryKind::Ptx),
-        (sm("sm_90a"), BinaryKind::Cubin),
-        (sm("sm_90"), BinaryKind::Ptx),
-    ];
+    let avail = [cubin("sm_80"), ptx("sm_80"), cubin("sm_90a"), ptx("sm_90")];
     // sm_86 and sm_89 run sm_80 cubins rather than JIT-compiling.
-    assert_eq!(choose_binary(8, 6, &avail), Some(0));
-    assert_eq!(choose_binary(8, 9, &avail), Some(0));
+    assert_eq!(choose_binary(8, 6, CUDA_13, &avail), Ok(0));
+    assert_eq!(choose_binary(8, 9, CUDA_12_8, &avail), Ok(0));
     // An sm_86 cubin does not run on sm_80.
     assert_eq!(
-        choose_binary(8, 0, &[(sm("sm_86"), BinaryKind::Cubin)]),
-        None
+        choose_binary(8, 0, CUDA_13, &[cubin("sm_86")]),
+        Err(NoFit::Arch)
     );
     // Arch-specific cubins only on their arch: sm_90a never stands in for a later minor.
     assert_eq!(
-        choose_binary(9, 1, &[(sm("sm_90a"), BinaryKind::Cubin)]),
-        None
+        choose_binary(9, 1, CUDA_13, &[cubin("sm_90a")]),
+        Err(NoFit::Arch)
     );
 }
 
 #[test]
 fn loader_falls_back_to_ptx_for_newer_devices() {
     let avail = [
-        (sm("sm_80"), BinaryKind::Cubin),
-        (sm("sm_80"), BinaryKind::Ptx),
-        (sm("sm_90"), BinaryKind::Cubin),
-        (sm("sm_90"), BinaryKind::Ptx),
-        (sm("sm_90a"), BinaryKind::Ptx),
+        cubin("sm_80"),
+        ptx("sm_80"),
+        cubin("sm_90"),
+        ptx("sm_90"),
+        ptx("sm_90a"),
     ];
     // Blackwell (10.0, 12.0): no cubin of that major; the highest generic PTX below it.
-    assert_eq!(choose_binary(10, 0, &avail), Some(3));
-    assert_eq!(choose_binary(12, 0, &avail), Some(3));
+    assert_eq!(choose_binary(10, 0, CUDA_13, &avail), Ok(3));
+    assert_eq!(choose_binary(12, 0, CUDA_13, &avail), Ok(3));
     // A later minor of a known major also takes PTX when it lacks a cubin of that major.
     assert_eq!(
-        choose_binary(
-            9,
-            1,
-            &[
-                (sm("sm_80"), BinaryKind::Cubin),
-                (sm("sm_90"), BinaryKind::Ptx)
-            ]
-        ),
-        Some(1)
+        choose_binary(9, 1, CUDA_13, &[cubin("sm_80"), ptx("sm_90")]),
+        Ok(1)
     );
 }
 
 #[test]
+fn loader_refuses_ptx_too_new_for_the_driver() {
+    let avail = [cubin("sm_80"), ptx("sm_80"), cubin("sm_90"), ptx("sm_90")];
+    // ISA 9.0 needs a CUDA 13.0 driver; a 12.8 one would fail at launch
+    // (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), so nothing is chosen and the error says why.
+    assert_eq!(
+        choose_binary(12, 0, CUDA_12_8, &avail),
+        Err(NoFit::Driver {
+            needs: Version::new(13, 0)
+        })
+    );
+    // Cubins are unaffected.
+    assert_eq!(choose_binary(9, 0, CUDA_12_8, &avail), Ok(2));
+}
+
+#[test]
 fn loader_reports_when_nothing_fits() {
-    let avail = [
-        (sm("sm_80"), BinaryKind::Cubin),
-        (sm("sm_80"), BinaryKind::Ptx),
-    ];
-    assert_eq!(choose_binary(7, 5, &avail), None);
-    assert_eq!(choose_binary(9, 0, &[]), None);
+    let avail = [cubin("sm_80"), ptx("sm_80")];
+    assert_eq!(choose_binary(7, 5, CUDA_13, &avail), Err(NoFit::Arch));
+    assert_eq!(choose_binary(9, 0, CUDA_13, &[]), Err(NoFit::Arch));
     let e = Error::NoBinary {
         kernel: "softmax_f32_online_b512_i2",
         device: "sm_75".into(),
-        available: vec!["sm_80 cubin".into(), "sm_80 PTX".into()],
+        driver: CUDA_13,
+        available: vec!["sm_80 cubin".into(), "sm_80 PTX (ISA 9.0)".into()],
+        needs: NoFit::Arch,
     };
     let msg = e.to_string();
     assert!(
         msg.contains("sm_75")
-            && msg.contains("sm_80 cubin, sm_80 PTX")
+            && msg.contains("sm_80 cubin, sm_80 PTX (ISA 9.0)")
             && msg.contains("softmax_f32_online_b512_i2"),
         "{msg}"
     );
@@ -366,26 +376,46 @@ fn loader_reports_when_nothing_fits() {
 #[test]
 fn every_kernel_has_a_binary_for_the_h200() {
     for k in KERNELS {
-        // The H200 (sm_90) runs a cubin: no JIT at start-up.
-        let b = k
-            .binary_for(9, 0)
-            .unwrap_or_else(|| panic!("{} has nothing for sm_90", k.name));
-        assert!(
-            b.kind == BinaryKind::Cubin && b.arch.starts_with("sm_90"),
-            "{}: {b:?}",
-            k.name
-        );
-        assert!(b.bytes.len() > 100, "{}: embedded cubin is empty", k.name);
+        // The H200 (sm_90) runs a cubin: no JIT at start-up, whatever the driver.
+        for driver in [CUDA_13, CUDA_12_8, None] {
+            let b = k
+                .binary_for(9, 0, driver)
+                .unwrap_or_else(|e| panic!("{} has nothing for sm_90: {e:?}", k.name));
+            assert!(
+                b.kind == BinaryKind::Cubin && b.arch.starts_with("sm_90"),
+                "{}: {b:?}",
+                k.name
+            );
+            assert!(b.bytes.len() > 100, "{}: embedded cubin is empty", k.name);
+        }
         // sm_86 runs the sm_80 cubin where the library has one.
         if k.binaries.iter().any(|b| b.arch == "sm_80") {
-            let b = k.binary_for(8, 6).unwrap();
+            let b = k.binary_for(8, 6, CUDA_13).unwrap();
             assert_eq!((b.arch, b.kind), ("sm_80", BinaryKind::Cubin), "{}", k.name);
         }
-        // A newer major version gets PTX, when there is generic PTX.
-        if let Some(b) = k.binary_for(12, 0) {
-            assert_eq!(b.kind, BinaryKind::Ptx, "{}", k.name);
+        // Every PTX records the ISA version of its `.version` line.
+        for b in k.binaries.iter().filter(|b| b.kind == BinaryKind::Ptx) {
+            let isa = b
+                .ptx_isa
+                .unwrap_or_else(|| panic!("{}: PTX without ISA", k.name));
+            assert_eq!(Version::of_ptx(b.bytes), Some(isa), "{}", k.name);
         }
-        assert!(k.binary_for(7, 5).is_none());
+        // A newer major version gets PTX, when there is generic PTX and the driver takes it.
+        if let Ok(b) = k.binary_for(12, 0, None) {
+            assert_eq!(b.kind, BinaryKind::Ptx, "{}", k.name);
+            let needs = min_cuda_for_ptx(b.ptx_isa.unwrap());
+            let old = Version::new(needs.major - 1, 0);
+            assert_eq!(
+                k.binary_for(12, 0, Some(old)).map(|b| b.arch),
+                Err(NoFit::Driver { needs }),
+                "{}",
+                k.name
+            );
+        }
+        assert_eq!(
+            k.binary_for(7, 5, CUDA_13).map(|b| b.arch),
+            Err(NoFit::Arch)
+        );
     }
 }
 

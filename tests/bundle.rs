@@ -86,7 +86,7 @@ fn fake_library(dir: &Path) {
     // list without themselves).
     let mut for_bindings = m.clone();
     for_bindings.files.retain(|f| f != "bindings.rs");
-    let bindings = tilegen::bindings::generate(&for_bindings).unwrap();
+    let bindings = tilegen::bindings::generate_in(&for_bindings, dir).unwrap();
     std::fs::write(dir.join("bindings.rs"), bindings).unwrap();
     std::fs::write(&mpath, m.to_bytes()).unwrap();
 }
@@ -700,4 +700,240 @@ fn cli_create_verify_inspect_unpack_and_generate() {
         "{err}"
     );
     assert!(!d.join("v").exists());
+}
+
+// Detached signatures (minisign): `bundle keygen`, `bundle sign`, and `--pubkey` /
+// `--require-signed` on verify and unpack, checked before anything in the archive is read.
+
+/// A fixture with a key pair in `keys/` and the bundle signed by it.
+fn signed_fixture() -> (Fixture, PathBuf, PathBuf) {
+    let f = fixture();
+    let (pk, sk) = bundle::sign::keygen(&f._dir.path().join("keys")).expect("keygen");
+    let sig = bundle::sign::sign(&f.bundle, &sk).expect("signs");
+    assert_eq!(sig, bundle::sign::signature_path(&f.bundle));
+    assert!(sig.to_str().unwrap().ends_with("kernels.tar.gz.minisig"));
+    (f, pk, sk)
+}
+
+fn pubkey(path: &Path) -> bundle::sign::PublicKey {
+    bundle::sign::read_public_key(path.to_str().unwrap()).unwrap()
+}
+
+fn policy(key: &bundle::sign::PublicKey, required: bool) -> Option<bundle::SignaturePolicy<'_>> {
+    Some(bundle::SignaturePolicy {
+        pubkey: key,
+        required,
+    })
+}
+
+/// Nothing but `keep` in `dir`.
+fn assert_only(dir: &Path, keep: &[&str]) {
+    let mut left: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut keep: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
+    keep.sort();
+    assert_eq!(left, keep, "something was written");
+}
+
+#[test]
+fn a_signed_bundle_verifies_and_unpacks() {
+    let (f, pk, _) = signed_fixture();
+    let key = pubkey(&pk);
+    let (b, signed) =
+        bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, true)).expect("verifies");
+    assert_eq!(
+        b.files,
+        bundle::open(&f.bundle, &Limits::default()).unwrap().files
+    );
+    match signed {
+        Some(bundle::Signed::Yes { key_id, comment }) => {
+            assert_eq!(key_id.len(), 16);
+            assert!(comment.contains("file:kernels.tar.gz"), "{comment}");
+        }
+        other => panic!("not verified: {other:?}"),
+    }
+    // The key may also be given as its base64 line, as `minisign -P` takes it.
+    let line = std::fs::read_to_string(&pk).unwrap();
+    let line = line.lines().last().unwrap();
+    assert!(line.starts_with("RW"));
+    let key2 = bundle::sign::read_public_key(line).unwrap();
+    assert!(bundle::open_signed(&f.bundle, &Limits::default(), policy(&key2, true)).is_ok());
+    let dest = f._dir.path().join("dest");
+    bundle::unpack_signed(&f.bundle, &dest, &Limits::default(), policy(&key, true))
+        .expect("unpacks");
+    assert_same(
+        &bundle::load_library(&dest).unwrap(),
+        &bundle::load_library(&f.lib).unwrap(),
+    );
+}
+
+#[test]
+fn a_tampered_bundle_fails_the_signature_check_and_writes_nothing() {
+    let (f, pk, _) = signed_fixture();
+    let key = pubkey(&pk);
+    // One flipped bit in the gzip trailer's CRC: caught by the signature before the archive
+    // is even decompressed.
+    let mut bytes = f.bytes.clone();
+    let n = bytes.len();
+    bytes[n - 6] ^= 1;
+    std::fs::write(&f.bundle, &bytes).unwrap();
+    let dest = f._dir.path().join("dest");
+    let e = bundle::unpack_signed(&f.bundle, &dest, &Limits::default(), policy(&key, true))
+        .expect_err("tampered");
+    let msg = e.to_string();
+    assert!(
+        matches!(e, Error::Bundle { .. }) && e.exit_code() == 7,
+        "{msg}"
+    );
+    assert!(
+        msg.contains("kernels.tar.gz") && msg.contains("signature check failed"),
+        "{msg}"
+    );
+    assert_only(
+        f._dir.path(),
+        &["keys", "lib", "kernels.tar.gz", "kernels.tar.gz.minisig"],
+    );
+    // A tampered signature (its trusted comment edited) fails too.
+    std::fs::write(&f.bundle, &f.bytes).unwrap();
+    let sig_path = bundle::sign::signature_path(&f.bundle);
+    let sig = std::fs::read_to_string(&sig_path).unwrap();
+    std::fs::write(&sig_path, sig.replace("file:kernels", "file:other")).unwrap();
+    let e = bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, true))
+        .expect_err("edited trusted comment");
+    assert!(e.to_string().contains("signature check failed"), "{e}");
+    // A signature that is not one at all.
+    std::fs::write(&sig_path, "not a signature\n").unwrap();
+    let e = bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, false))
+        .expect_err("garbage signature");
+    assert!(e.to_string().contains("not a minisign signature"), "{e}");
+}
+
+#[test]
+fn the_wrong_key_fails_with_both_key_ids() {
+    let (f, _, _) = signed_fixture();
+    let (other, _) = bundle::sign::keygen(&f._dir.path().join("other")).unwrap();
+    let key = pubkey(&other);
+    let e = bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, false))
+        .expect_err("wrong key");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("signature check failed: it was signed with key")
+            && msg.contains("not with the given public key"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn require_signed_refuses_an_unsigned_bundle_and_writes_nothing() {
+    let f = fixture();
+    let (pk, _) = bundle::sign::keygen(&f._dir.path().join("keys")).unwrap();
+    let key = pubkey(&pk);
+    let dest = f._dir.path().join("dest");
+    let e = bundle::unpack_signed(&f.bundle, &dest, &Limits::default(), policy(&key, true))
+        .expect_err("unsigned");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("unsigned: there is no") && msg.contains("kernels.tar.gz.minisig"),
+        "{msg}"
+    );
+    assert_eq!(e.exit_code(), 7);
+    assert_only(f._dir.path(), &["keys", "lib", "kernels.tar.gz"]);
+    // Without --require-signed, an unsigned bundle is taken, and said to be unsigned.
+    let (_, signed) =
+        bundle::unpack_signed(&f.bundle, &dest, &Limits::default(), policy(&key, false)).unwrap();
+    assert_eq!(signed, Some(bundle::Signed::Unsigned));
+}
+
+#[test]
+fn keygen_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pk, sk) = bundle::sign::keygen(dir.path()).unwrap();
+    let before = (std::fs::read(&pk).unwrap(), std::fs::read(&sk).unwrap());
+    let e = bundle::sign::keygen(dir.path()).expect_err("keys exist");
+    assert!(e.to_string().contains("never overwrites"), "{e}");
+    assert_eq!(
+        (std::fs::read(&pk).unwrap(), std::fs::read(&sk).unwrap()),
+        before
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&sk).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "the secret key is private");
+    }
+}
+
+#[test]
+fn cli_keygen_sign_verify_and_require_signed() {
+    let f = fixture();
+    let d = f._dir.path();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let keys = d.join("keys");
+    let o = tilegen_cli(&["bundle", "keygen", "--out", &s(&keys)], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (pk, sk) = (keys.join("tilegen.pub"), keys.join("tilegen.key"));
+    // Unsigned, required: exit 7, nothing unpacked.
+    let dest = d.join("dest");
+    let o = tilegen_cli(
+        &[
+            "bundle",
+            "unpack",
+            &s(&f.bundle),
+            "--to",
+            &s(&dest),
+            "--pubkey",
+            &s(&pk),
+            "--require-signed",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(7));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("a signature is required"), "{err}");
+    assert!(!dest.exists());
+    // --require-signed needs a key to check with.
+    let o = tilegen_cli(
+        &["bundle", "verify", &s(&f.bundle), "--require-signed"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    // Sign, then verify and unpack.
+    let o = tilegen_cli(&["bundle", "sign", &s(&f.bundle), "--key", &s(&sk)], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(bundle::sign::signature_path(&f.bundle).is_file());
+    let o = tilegen_cli(
+        &["bundle", "verify", &s(&f.bundle), "--pubkey", &s(&pk)],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("signature: signed by key"));
+    let o = tilegen_cli(
+        &[
+            "bundle",
+            "unpack",
+            &s(&f.bundle),
+            "--to",
+            &s(&dest),
+            "--pubkey",
+            &s(&pk),
+            "--require-signed",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dest.join("manifest.json").is_file());
+    // Tampered: exit 7 with the reason.
+    let mut bytes = f.bytes.clone();
+    bytes[20] ^= 0x40;
+    std::fs::write(&f.bundle, &bytes).unwrap();
+    let o = tilegen_cli(
+        &["bundle", "verify", &s(&f.bundle), "--pubkey", &s(&pk)],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(7));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("signature check failed"), "{err}");
 }

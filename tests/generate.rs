@@ -43,7 +43,13 @@ fn report(stdout: &str) -> serde_json::Value {
 }
 
 fn generate(out: &Path, cache: &Path, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["--message-format", "json", "generate", "--out", out.to_str().unwrap()];
+    let mut args = vec![
+        "--message-format",
+        "json",
+        "generate",
+        "--out",
+        out.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     report(&ok(&tilegen(&args, cache)))
 }
@@ -55,7 +61,12 @@ fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_file())
         .map(|e| {
-            let rel = e.path().strip_prefix(dir).unwrap().to_string_lossy().replace('\\', "/");
+            let rel = e
+                .path()
+                .strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             (rel, std::fs::read(e.path()).unwrap())
         })
         .collect()
@@ -76,7 +87,10 @@ fn default_library_is_deterministic_and_checked_in() {
     let (ta, tb) = (tree(&a), tree(&b));
     let only_a: Vec<&String> = ta.keys().filter(|k| !tb.contains_key(*k)).collect();
     let only_b: Vec<&String> = tb.keys().filter(|k| !ta.contains_key(*k)).collect();
-    assert!(only_a.is_empty() && only_b.is_empty(), "file sets differ: only in a {only_a:?}, only in b {only_b:?}");
+    assert!(
+        only_a.is_empty() && only_b.is_empty(),
+        "file sets differ: only in a {only_a:?}, only in b {only_b:?}"
+    );
     for (k, v) in &ta {
         assert!(tb[k] == *v, "{k} differs between two runs");
     }
@@ -84,10 +98,20 @@ fn default_library_is_deterministic_and_checked_in() {
     // sm_80's 163 KiB (the specs give those archs: [sm_90] alone).
     let manifest: serde_json::Value = serde_json::from_slice(&ta["manifest.json"]).unwrap();
     for inst in manifest["instances"].as_array().unwrap() {
-        let archs: Vec<&str> = inst["targets"].as_array().unwrap().iter().map(|t| t["arch"].as_str().unwrap()).collect();
+        let archs: Vec<&str> = inst["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["arch"].as_str().unwrap())
+            .collect();
         let fits_sm80 = inst["launch"]["shared_bytes"].as_u64().unwrap() <= 163 * 1024;
         assert!(archs.contains(&"sm_90"), "{}: {archs:?}", inst["name"]);
-        assert_eq!(archs.contains(&"sm_80"), fits_sm80, "{}: {archs:?}", inst["name"]);
+        assert_eq!(
+            archs.contains(&"sm_80"),
+            fits_sm80,
+            "{}: {archs:?}",
+            inst["name"]
+        );
     }
 
     // Warm run: everything from the cache, nothing written.
@@ -116,7 +140,16 @@ fn default_library_is_deterministic_and_checked_in() {
     let mid = flipped.len() / 2;
     flipped[mid] ^= 0x01;
     std::fs::write(&entries[1], &flipped).unwrap();
-    let out = ok(&tilegen(&["--message-format", "json", "generate", "--out", a.to_str().unwrap()], &cache_a));
+    let out = ok(&tilegen(
+        &[
+            "--message-format",
+            "json",
+            "generate",
+            "--out",
+            a.to_str().unwrap(),
+        ],
+        &cache_a,
+    ));
     let r = report(&out);
     assert_eq!(r["corrupt_cache_entries"], 2, "{r}");
     assert_eq!(r["compiled"], 2, "{r}");
@@ -140,13 +173,26 @@ fn stale_files_are_removed_and_check_reports_them() {
     assert!(out.join("kernels/add_f16_b256_i4.cu").exists());
     std::fs::write(out.join("user-notes.txt"), "mine").unwrap();
     std::fs::write(specs.join("a.yaml"), spec("f32")).unwrap();
-    let check = tilegen(&["generate", "--check", "--specs", s, "--out", out.to_str().unwrap()], &cache);
+    let check = tilegen(
+        &[
+            "generate",
+            "--check",
+            "--specs",
+            s,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &cache,
+    );
     assert_eq!(check.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&check.stderr).contains("stale: kernels/add_f16_b256_i4.cu"));
     let r = generate(&out, &cache, &["--specs", s]);
     assert!(!r["removed"].as_array().unwrap().is_empty());
     assert!(!out.join("kernels/add_f16_b256_i4.cu").exists());
-    assert!(out.join("user-notes.txt").exists(), "files tilegen did not write are kept");
+    assert!(
+        out.join("user-notes.txt").exists(),
+        "files tilegen did not write are kept"
+    );
 }
 
 #[test]
@@ -159,7 +205,15 @@ fn concurrent_generates_on_one_cold_cache_agree() {
             let out = tmp.path().join(format!("out{i}"));
             let child = Command::new(BIN)
                 .current_dir(repo())
-                .args(["generate", "--filter", "softmax_f32", "-j", "1", "--out", out.to_str().unwrap()])
+                .args([
+                    "generate",
+                    "--filter",
+                    "softmax_f32",
+                    "-j",
+                    "1",
+                    "--out",
+                    out.to_str().unwrap(),
+                ])
                 .env("TILEGEN_CACHE_DIR", &cache)
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::piped())
@@ -175,10 +229,17 @@ fn concurrent_generates_on_one_cold_cache_agree() {
         trees.push(tree(&out));
     }
     for t in &trees[1..] {
-        assert!(*t == trees[0], "concurrent runs produced different libraries");
+        assert!(
+            *t == trees[0],
+            "concurrent runs produced different libraries"
+        );
     }
     let verify = tilegen(&["cache", "verify"], &cache);
-    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
 }
 
 #[test]
@@ -189,7 +250,13 @@ fn killed_generate_leaves_no_usable_partial_entry() {
     for delay_ms in [150, 400, 900] {
         let mut child = Command::new(BIN)
             .current_dir(repo())
-            .args(["generate", "--filter", "layernorm", "--out", out.to_str().unwrap()])
+            .args([
+                "generate",
+                "--filter",
+                "layernorm",
+                "--out",
+                out.to_str().unwrap(),
+            ])
             .env("TILEGEN_CACHE_DIR", &cache)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -200,11 +267,23 @@ fn killed_generate_leaves_no_usable_partial_entry() {
         let _ = child.wait();
         // Whatever was published is whole: verify finds nothing corrupt.
         let v = tilegen(&["cache", "verify"], &cache);
-        assert!(v.status.success(), "after a kill at {delay_ms} ms: {}", String::from_utf8_lossy(&v.stdout));
+        assert!(
+            v.status.success(),
+            "after a kill at {delay_ms} ms: {}",
+            String::from_utf8_lossy(&v.stdout)
+        );
     }
     let r = generate(&out, &cache, &["--filter", "layernorm"]);
     assert_eq!(r["corrupt_cache_entries"], 0);
     let fresh = tmp.path().join("fresh");
-    generate(&fresh, &tmp.path().join("cache2"), &["--filter", "layernorm"]);
-    assert_eq!(tree(&out), tree(&fresh), "a run after kills gives the same library as a clean one");
+    generate(
+        &fresh,
+        &tmp.path().join("cache2"),
+        &["--filter", "layernorm"],
+    );
+    assert_eq!(
+        tree(&out),
+        tree(&fresh),
+        "a run after kills gives the same library as a clean one"
+    );
 }

@@ -46,7 +46,7 @@ fn blessed_manifest() -> Manifest {
 
 #[test]
 fn bindings_match_the_golden_file() {
-    let text = tilegen::bindings::generate(&blessed_manifest()).unwrap();
+    let text = tilegen::bindings::generate_in(&blessed_manifest(), &dir()).unwrap();
     let path = dir().join("bindings.rs");
     let golden = std::fs::read_to_string(&path).unwrap_or_default();
     if text != golden {
@@ -85,9 +85,12 @@ fn golden_manifest_still_describes_its_specs() {
 #[test]
 fn generation_is_deterministic() {
     let m = blessed_manifest();
-    let first = tilegen::bindings::generate(&m).unwrap();
+    let first = tilegen::bindings::generate_in(&m, &dir()).unwrap();
     for _ in 0..3 {
-        assert_eq!(tilegen::bindings::generate(&m.clone()).unwrap(), first);
+        assert_eq!(
+            tilegen::bindings::generate_in(&m.clone(), &dir()).unwrap(),
+            first
+        );
     }
 }
 
@@ -98,7 +101,8 @@ fn bindings_without_binaries_parse_and_embed_nothing() {
     for inst in &mut m.instances {
         inst.targets.clear();
     }
-    let text = tilegen::bindings::generate(&m).unwrap();
+    // Nothing to read: no target lists a PTX file.
+    let text = tilegen::bindings::generate(&m, &|_| None).unwrap();
     assert!(!text.contains("include_bytes!"));
     syn::parse_file(&text).expect("bindings parse");
 }
@@ -119,7 +123,7 @@ fn header_says_what_made_it() {
 
 mod compiled {
     //! The golden bindings, compiled: their checks and tables, with no GPU.
-    use super::golden::{call_checks, plan, ArgError, BinaryKind, Buf, Plan, KERNELS};
+    use super::golden::{call_checks, plan, ArgError, BinaryKind, Buf, NoFit, Plan, KERNELS};
 
     const SMS: u32 = 132;
     const BASE: u64 = 0x7f00_0000_0000;
@@ -474,9 +478,9 @@ mod compiled {
             .find(|k| k.name.starts_with("gemm_"))
             .unwrap();
         assert_eq!(
-            k.binary_for(9, 0).map(|b| (b.arch, b.kind)),
-            Some(("sm_90", BinaryKind::Cubin))
+            k.binary_for(9, 0, None).map(|b| (b.arch, b.kind)),
+            Ok(("sm_90", BinaryKind::Cubin))
         );
-        assert!(k.binary_for(8, 6).is_none());
+        assert_eq!(k.binary_for(8, 6, None).map(|b| b.arch), Err(NoFit::Arch));
     }
 }

@@ -10,7 +10,11 @@ use tilegen::ops::ArgKind;
 
 #[test]
 fn references_are_finite_and_fast_for_every_verify_case() {
-    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/generated/manifest.json")).unwrap();
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/generated/manifest.json"
+    ))
+    .unwrap();
     let manifest = Manifest::from_bytes(&bytes).unwrap();
     let mut rng = data::rng(7);
     let start = Instant::now();
@@ -27,15 +31,30 @@ fn references_are_finite_and_fast_for_every_verify_case() {
             for a in inst.args.iter().filter(|a| a.kind == ArgKind::In) {
                 let dt = tilegen::spec::DType::parse(&a.ty).unwrap();
                 let len = problem::buffer_len(inst, &a.name, p) as usize;
-                inputs.insert(a.name.clone(), data::uniform(&mut rng, dt, len, -2.0, 2.0).values);
+                inputs.insert(
+                    a.name.clone(),
+                    data::uniform(&mut rng, dt, len, -2.0, 2.0).values,
+                );
             }
             let t = Instant::now();
             let out = reference::compute(inst, p, &inputs);
             let expect_len = problem::buffer_len(inst, "out", p);
             assert_eq!(out.len() as u64, expect_len, "{} {p}", inst.name);
-            assert!(out.iter().all(|v| v.is_finite()), "{} {p}: non-finite reference", inst.name);
-            assert!(t.elapsed().as_secs() < 20, "{} {p}: reference too slow", inst.name);
+            assert!(
+                out.iter().all(|v| v.is_finite()),
+                "{} {p}: non-finite reference",
+                inst.name
+            );
+            assert!(
+                t.elapsed().as_secs() < 20,
+                "{} {p}: reference too slow",
+                inst.name
+            );
         }
     }
-    eprintln!("references for {} instances in {:?}", manifest.instances.len(), start.elapsed());
+    eprintln!(
+        "references for {} instances in {:?}",
+        manifest.instances.len(),
+        start.elapsed()
+    );
 }

@@ -5,6 +5,7 @@ use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::error::Result;
+use crate::loader::Version;
 use crate::manifest::{InstanceEntry, Manifest};
 use crate::ops::{ArgKind, GridRule};
 use crate::spec::model::{DType, Layout};
@@ -50,28 +51,42 @@ fn doc_lines<S: AsRef<str>>(lines: &[S]) -> TokenStream {
     quote!(#(#lines)*)
 }
 
-/// The table of every kernel and its embedded binaries, in manifest order.
-pub fn kernel_table(m: &Manifest) -> TokenStream {
-    let entries = m.instances.iter().map(|inst| {
+/// The table of every kernel and its embedded binaries, in manifest order. `ptx_isa` gives
+/// the PTX ISA version of a PTX file (by its manifest path), recorded beside it for the
+/// loader's choice.
+pub fn kernel_table(
+    m: &Manifest,
+    ptx_isa: &dyn Fn(&str) -> Result<Version>,
+) -> Result<TokenStream> {
+    let mut entries = Vec::new();
+    for inst in &m.instances {
         let name = &inst.name;
         let entry = &inst.entry_point;
         let shared = u32_lit(inst.launch.shared_bytes);
-        let binaries = inst.targets.iter().flat_map(|t| {
+        let mut binaries = Vec::new();
+        for t in &inst.targets {
             let arch = t.arch.as_str();
             let (cubin, ptx) = (&t.cubin.path, &t.ptx.path);
-            [
-                quote!(loader::Binary { arch: #arch, kind: loader::BinaryKind::Cubin, bytes: include_bytes!(#cubin) }),
-                quote!(loader::Binary { arch: #arch, kind: loader::BinaryKind::Ptx, bytes: include_bytes!(#ptx) }),
-            ]
-        });
-        quote!(loader::KernelInfo { name: #name, entry_point: #entry, shared_bytes: #shared, binaries: &[#(#binaries),*] })
-    });
-    quote! {
+            let isa = ptx_isa(ptx)?;
+            let (isa_major, isa_minor) = (u32_lit(isa.major), u32_lit(isa.minor));
+            binaries.push(quote!(loader::Binary {
+                arch: #arch, kind: loader::BinaryKind::Cubin, ptx_isa: None, bytes: include_bytes!(#cubin)
+            }));
+            binaries.push(quote!(loader::Binary {
+                arch: #arch,
+                kind: loader::BinaryKind::Ptx,
+                ptx_isa: Some(loader::Version::new(#isa_major, #isa_minor)),
+                bytes: include_bytes!(#ptx)
+            }));
+        }
+        entries.push(quote!(loader::KernelInfo { name: #name, entry_point: #entry, shared_bytes: #shared, binaries: &[#(#binaries),*] }));
+    }
+    Ok(quote! {
         /// Every kernel of the library with its embedded binaries, in manifest order.
         /// [`Plan::kernel`] indexes it.
         #[allow(dead_code)]
         pub static KERNELS: &[loader::KernelInfo] = &[#(#entries),*];
-    }
+    })
 }
 
 /// The `Kernels` type and its fixed methods.
@@ -363,7 +378,10 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
         for &i in &g.members {
             let f = ident(&m.instances[i].name);
             let body = instance_plan_body(m, i)?;
-            let doc = format!(" Checks a [`super::Kernels::{}`] call.", m.instances[i].name);
+            let doc = format!(
+                " Checks a [`super::Kernels::{}`] call.",
+                m.instances[i].name
+            );
             fns.push(quote! {
                 #[doc = #doc]
                 pub fn #f(_sm_count: u32, #(#decls),*) -> Result<Plan, ArgError> { #body }

@@ -34,11 +34,26 @@ const RUNTIME: &[(&str, &str)] = &[
     ("loader", include_str!("../loader.rs")),
 ];
 
-/// Generates `bindings.rs` for a library. Deterministic: the same manifest gives the same
-/// bytes (only names, signatures, launch rules and file paths are read, never binaries).
-pub fn generate(m: &Manifest) -> Result<String> {
+/// Generates `bindings.rs` for a library. `read` gives a library file's bytes by its manifest
+/// path (None when it has no such file); only the PTX files are read, for the PTX ISA version
+/// of their `.version` line, which the table records for the loader (a driver older than that
+/// ISA cannot JIT them). Deterministic: the same manifest and PTX headers give the same bytes
+/// (otherwise only names, signatures, launch rules and file paths are read).
+pub fn generate(m: &Manifest, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<String> {
     let groups = group::groups(m)?;
-    let table = emit::kernel_table(m);
+    let ptx_isa = |path: &str| {
+        let bytes = read(path).ok_or_else(|| {
+            Error::Usage(format!(
+                "bindings: the library has no `{path}`, which its manifest lists"
+            ))
+        })?;
+        crate::loader::Version::of_ptx(&bytes).ok_or_else(|| {
+            Error::Usage(format!(
+                "bindings: `{path}` has no `.version X.Y` line (is it PTX?)"
+            ))
+        })
+    };
+    let table = emit::kernel_table(m, &ptx_isa)?;
     let kernels = emit::kernels_type(m);
     let methods = groups
         .iter()
@@ -51,7 +66,9 @@ pub fn generate(m: &Manifest) -> Result<String> {
         #[allow(unused_imports)]
         pub use self::launch_rules::{ArgError, LaunchDims};
         #[allow(unused_imports)]
-        pub use self::loader::{choose_binary, Binary, BinaryKind, Device, Error, KernelInfo, Sm};
+        pub use self::loader::{
+            choose_binary, Binary, BinaryKind, Candidate, Device, Error, KernelInfo, NoFit, Sm, Version,
+        };
         #table
         #kernels
         #(#methods)*
@@ -96,6 +113,11 @@ pub fn generate(m: &Manifest) -> Result<String> {
         hash = &sha256_hex(body.as_bytes())[..16],
     );
     Ok(header + &body)
+}
+
+/// [`generate`] for the library in folder `dir`, reading its PTX files from there.
+pub fn generate_in(m: &Manifest, dir: &std::path::Path) -> Result<String> {
+    generate(m, &|path| std::fs::read(dir.join(path)).ok())
 }
 
 /// A shared source file as a public module of the bindings, unchanged. `#[cfg(test)]`

@@ -102,7 +102,7 @@ pub fn library_files(bundle: &Bundle, mut lib: Manifest, bindings: bool) -> Resu
     lib.files.retain(|f| f != name);
     if bindings {
         // As `generate` does: the bindings see the file list without themselves.
-        let text = crate::bindings::generate(&lib)?;
+        let text = crate::bindings::generate(&lib, &|path| files.get(path).cloned())?;
         files.insert(name.into(), text.into_bytes());
         lib.files = files
             .keys()

@@ -6,6 +6,8 @@
 //! - [`open`] reads and verifies a bundle entirely in memory (hostile input: see
 //!   [`archive::read`] and [`Limits`]);
 //! - [`unpack`] verifies, then installs into a folder atomically;
+//! - [`sign`]: detached minisign signatures (`FILE.minisig`), checked by [`open_signed`] and
+//!   [`unpack_signed`] on the raw archive before anything in it is read;
 //! - [`library`] builds a library from a bundle with no NVRTC (`tilegen generate --bundle`,
 //!   [`crate::Builder::bundle`], `TILEGEN_BUNDLE`).
 //!
@@ -15,6 +17,7 @@
 pub mod archive;
 pub mod library;
 pub mod manifest;
+pub mod sign;
 pub mod unpack;
 
 use std::fs;
@@ -25,6 +28,7 @@ use crate::output::FileSet;
 
 pub use archive::Limits;
 pub use manifest::{BundleManifest, Member};
+pub use sign::{SignaturePolicy, Signed};
 
 /// A verified bundle, in memory.
 #[derive(Debug, Clone)]
@@ -184,6 +188,17 @@ pub fn verify_bytes(bytes: &[u8], limits: &Limits) -> std::result::Result<Bundle
 
 /// Reads and verifies the bundle at `path`.
 pub fn open(path: &Path, limits: &Limits) -> Result<Bundle> {
+    open_signed(path, limits, None).map(|(b, _)| b)
+}
+
+/// [`open`], first checking the archive's raw bytes against its detached signature
+/// `FILE.minisig` when `policy` is given (see [`sign::check`]): nothing in the archive is read
+/// before the signature verifies.
+pub fn open_signed(
+    path: &Path,
+    limits: &Limits,
+    policy: Option<SignaturePolicy>,
+) -> Result<(Bundle, Option<Signed>)> {
     let len = fs::metadata(path).at(path)?.len();
     if len > limits.max_archive_bytes {
         return Err(bad(
@@ -195,13 +210,28 @@ pub fn open(path: &Path, limits: &Limits) -> Result<Bundle> {
         ));
     }
     let bytes = fs::read(path).at(path)?;
-    verify_bytes(&bytes, limits).map_err(|m| bad(path, m))
+    let signed = match policy {
+        Some(p) => Some(sign::check(path, &bytes, p)?),
+        None => None,
+    };
+    let bundle = verify_bytes(&bytes, limits).map_err(|m| bad(path, m))?;
+    Ok((bundle, signed))
 }
 
 /// Verifies the bundle at `path`, then installs it into `dest` (absent or an empty folder)
 /// atomically: nothing is written when any check fails.
 pub fn unpack(path: &Path, dest: &Path, limits: &Limits) -> Result<Bundle> {
-    let bundle = open(path, limits)?;
+    unpack_signed(path, dest, limits, None).map(|(b, _)| b)
+}
+
+/// [`unpack`] with the signature check of [`open_signed`] first.
+pub fn unpack_signed(
+    path: &Path,
+    dest: &Path,
+    limits: &Limits,
+    policy: Option<SignaturePolicy>,
+) -> Result<(Bundle, Option<Signed>)> {
+    let (bundle, signed) = open_signed(path, limits, policy)?;
     unpack::install(&bundle, dest)?;
-    Ok(bundle)
+    Ok((bundle, signed))
 }

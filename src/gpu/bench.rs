@@ -5,9 +5,9 @@
 
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
+use super::cublas::Blas;
 use super::data;
 use super::problem::{self, Problem};
-use super::cublas::Blas;
 use super::{call_args, gpu_err, launch, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
@@ -46,11 +46,21 @@ pub fn time_ms(gpu: &Gpu, mut body: impl FnMut(usize) -> Result<()>) -> Result<(
     let mut times = Vec::with_capacity(RUNS);
     let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     for i in 0..RUNS {
-        let start = gpu.stream.record_event(flags).map_err(|e| gpu_err("event", e))?;
+        let start = gpu
+            .stream
+            .record_event(flags)
+            .map_err(|e| gpu_err("event", e))?;
         body(WARMUP + i)?;
-        let end = gpu.stream.record_event(flags).map_err(|e| gpu_err("event", e))?;
+        let end = gpu
+            .stream
+            .record_event(flags)
+            .map_err(|e| gpu_err("event", e))?;
         end.synchronize().map_err(|e| gpu_err("kernel failed", e))?;
-        times.push(start.elapsed_ms(&end).map_err(|e| gpu_err("event timing", e))? as f64);
+        times.push(
+            start
+                .elapsed_ms(&end)
+                .map_err(|e| gpu_err("event timing", e))? as f64,
+        );
     }
     times.sort_by(|a, b| a.total_cmp(b));
     Ok((times[times.len() / 2], times[0]))
@@ -76,12 +86,15 @@ pub fn random_buffer(gpu: &Gpu, bytes: usize, dtype: DType, seed: u64) -> Result
     let mut rng = data::rng(seed);
     let block = bytes.min(16 << 20).max(dtype.size() as usize);
     let host = data::uniform(&mut rng, dtype, block / dtype.size() as usize, -2.0, 2.0).bytes;
-    let mut buf = unsafe { gpu.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| gpu_err("allocating", e))?;
+    let mut buf =
+        unsafe { gpu.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| gpu_err("allocating", e))?;
     let mut off = 0;
     while off < bytes {
         let n = host.len().min(bytes - off);
         let mut view = buf.slice_mut(off..off + n);
-        gpu.stream.memcpy_htod(&host[..n], &mut view).map_err(|e| gpu_err("copy to device", e))?;
+        gpu.stream
+            .memcpy_htod(&host[..n], &mut view)
+            .map_err(|e| gpu_err("copy to device", e))?;
         off += n;
     }
     Ok(buf)
@@ -105,7 +118,13 @@ pub fn traffic(inst: &InstanceEntry, p: Problem) -> (u64, u64) {
 /// Times one instance on one problem beside its peer: the copy bandwidth of this run
 /// (`ceiling_gbps`) for memory-bound ops; for GEMMs cuBLASLt with the same fused bias+activation
 /// where it has one, else plain cuBLAS (TF32 for TF32 instances), timed here on the same data.
-pub fn bench_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, ceiling_gbps: f64, blas: Option<&Blas>) -> Result<BenchResult> {
+pub fn bench_case(
+    gpu: &mut Gpu,
+    inst: &InstanceEntry,
+    p: Problem,
+    ceiling_gbps: f64,
+    blas: Option<&Blas>,
+) -> Result<BenchResult> {
     let f = gpu.function(inst)?;
     let (bytes, flops) = traffic(inst, p);
     // Enough input sets that one cycle through them is at least 4x the L2.
@@ -114,9 +133,15 @@ pub fn bench_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, ceiling_gbps:
     for s in 0..sets {
         let mut set = Vec::new();
         for (i, a) in inst.args.iter().enumerate() {
-            let len = problem::buffer_len(inst, &a.name, p) as usize * data::dtype_of(&a.ty).size() as usize;
+            let len = problem::buffer_len(inst, &a.name, p) as usize
+                * data::dtype_of(&a.ty).size() as usize;
             set.push(match a.kind {
-                ArgKind::In => Some(random_buffer(gpu, len, data::dtype_of(&a.ty), (s * 64 + i) as u64)?),
+                ArgKind::In => Some(random_buffer(
+                    gpu,
+                    len,
+                    data::dtype_of(&a.ty),
+                    (s * 64 + i) as u64,
+                )?),
                 ArgKind::Out => Some(gpu.alloc_filled(len, 0xFF)?),
                 ArgKind::Scalar => None,
             });
@@ -136,14 +161,26 @@ pub fn bench_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, ceiling_gbps:
         (Problem::Gemm { m, n, k }, Some(blas)) => {
             let set = &mut buffers[0];
             let idx = |name: &str| inst.args.iter().position(|a| a.name == name);
-            let out_i = inst.args.iter().position(|a| a.kind == ArgKind::Out).expect("an output");
+            let out_i = inst
+                .args
+                .iter()
+                .position(|a| a.kind == ArgKind::Out)
+                .expect("an output");
             let mut d = set[out_i].take().expect("output buffer");
-            let (a, b) = (set[idx("a").expect("a")].as_ref().expect("a"), set[idx("b").expect("b")].as_ref().expect("b"));
+            let (a, b) = (
+                set[idx("a").expect("a")].as_ref().expect("a"),
+                set[idx("b").expect("b")].as_ref().expect("b"),
+            );
             let bias = idx("bias").and_then(|i| set[i].as_ref());
-            let fused = bias.is_some_and(|bias| blas.fused_bias_act(gpu, inst, (m, n, k), a, b, bias, &mut d).is_some());
+            let fused = bias.is_some_and(|bias| {
+                blas.fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
+                    .is_some()
+            });
             let tf32 = inst.params.tf32 == Some(true);
             let (peer_ms, _) = time_ms(gpu, |_| match bias.filter(|_| fused) {
-                Some(bias) => blas.fused_bias_act(gpu, inst, (m, n, k), a, b, bias, &mut d).expect("fused peer exists"),
+                Some(bias) => blas
+                    .fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
+                    .expect("fused peer exists"),
                 None => blas.gemm(gpu, inst, (m, n, k), a, b, &mut d, inst.out_dtype, tf32),
             })?;
             let name = match (fused, tf32) {
@@ -154,7 +191,11 @@ pub fn bench_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, ceiling_gbps:
             let peer_tflops = flops as f64 / (peer_ms * 1e-3) / 1e12;
             (name.to_string(), peer_tflops, tflop_per_s / peer_tflops)
         }
-        _ => ("device copy GB/s".to_string(), ceiling_gbps, gb_per_s / ceiling_gbps),
+        _ => (
+            "device copy GB/s".to_string(),
+            ceiling_gbps,
+            gb_per_s / ceiling_gbps,
+        ),
     };
     Ok(BenchResult {
         instance: inst.name.clone(),

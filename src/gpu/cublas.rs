@@ -3,7 +3,9 @@
 //! Our matrices are row-major; cuBLAS is column-major. A row-major D (m×n) is a column-major
 //! Dᵀ (n×m), and Dᵀ = Bᵀ·Aᵀ, so every call swaps the operands and the m/n sizes.
 
-use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t};
+use cudarc::cublas::sys::{
+    cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t,
+};
 use cudarc::cublaslt::{Activation, CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
@@ -22,7 +24,13 @@ fn data_type(d: DType) -> cudaDataType_t {
 }
 
 fn layout(inst: &InstanceEntry) -> (bool, bool) {
-    let l = inst.params.layout.map(|l| l.as_str()).unwrap_or("nn").as_bytes().to_vec();
+    let l = inst
+        .params
+        .layout
+        .map(|l| l.as_str())
+        .unwrap_or("nn")
+        .as_bytes()
+        .to_vec();
     (l[0] == b't', l[1] == b't')
 }
 
@@ -35,7 +43,8 @@ pub struct Blas {
 impl Blas {
     pub fn new(gpu: &Gpu) -> Result<Blas> {
         Ok(Blas {
-            blas: cudarc::cublas::CudaBlas::new(gpu.stream.clone()).map_err(|e| gpu_err("cuBLAS", e))?,
+            blas: cudarc::cublas::CudaBlas::new(gpu.stream.clone())
+                .map_err(|e| gpu_err("cuBLAS", e))?,
             lt: CudaBlasLT::new(gpu.stream.clone()).map_err(|e| gpu_err("cuBLASLt", e))?,
         })
     }
@@ -56,7 +65,13 @@ impl Blas {
     ) -> Result<()> {
         let (ta, tb) = layout(inst);
         let (lda, ldb, _) = gemm_ld(inst, m, n, k);
-        let op = |t: bool| if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N };
+        let op = |t: bool| {
+            if t {
+                cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cublasOperation_t::CUBLAS_OP_N
+            }
+        };
         let (alpha, beta) = (1.0f32, 0.0f32);
         let compute = if tf32 {
             cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
@@ -100,7 +115,6 @@ impl Blas {
     #[allow(clippy::too_many_arguments)]
     pub fn fused_bias_act(
         &self,
-        gpu: &Gpu,
         inst: &InstanceEntry,
         (m, n, k): (u64, u64, u64),
         a: &CudaSlice<u8>,
@@ -146,11 +160,14 @@ impl Blas {
                     let biasv = bias.transmute::<$t>(bias.len() / std::mem::size_of::<$t>())?;
                     let dlen = d.len() / std::mem::size_of::<$t>();
                     let mut dv = d.transmute_mut::<$t>(dlen)?;
-                    Some(self.lt.matmul(cfg, &bv, &av, &mut dv, Some(&biasv), Some(&act)).map_err(|e| gpu_err("cublasLtMatmul", e)))
+                    Some(
+                        self.lt
+                            .matmul(cfg, &bv, &av, &mut dv, Some(&biasv), Some(&act))
+                            .map_err(|e| gpu_err("cublasLtMatmul", e)),
+                    )
                 }
             }};
         }
-        let _ = gpu;
         match inst.dtype {
             DType::Bf16 => run!(half::bf16),
             DType::F16 => run!(half::f16),

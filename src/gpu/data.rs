@@ -29,9 +29,18 @@ fn encode(dtype: DType, x: f32, out: &mut Vec<u8>) {
 /// Decodes dtype bytes to f64.
 pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
     match dtype {
-        DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
-        DType::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
-        DType::Bf16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        DType::Bf16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
     }
 }
 
@@ -47,7 +56,11 @@ pub fn uniform(rng: &mut impl Rng, dtype: DType, len: usize, lo: f32, hi: f32) -
         encode(dtype, rng.random_range(lo..hi), &mut bytes);
     }
     let values = decode(dtype, &bytes);
-    HostTensor { dtype, bytes, values }
+    HostTensor {
+        dtype,
+        bytes,
+        values,
+    }
 }
 
 /// Relative error ‖out − ref‖₂ / ‖ref‖₂, and whether every output is finite where the
@@ -64,7 +77,11 @@ pub fn compare(out: &[f64], reference: &[f64]) -> (f64, usize) {
         num += (o - r) * (o - r);
         den += r * r;
     }
-    let rel = if den > 0.0 { (num / den).sqrt() } else { num.sqrt() };
+    let rel = if den > 0.0 {
+        (num / den).sqrt()
+    } else {
+        num.sqrt()
+    };
     (rel, non_finite)
 }
 

@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
 
 use crate::error::{Error, IoContext, Result};
 use crate::launch_rules::LaunchDims;
@@ -65,10 +67,13 @@ impl Gpu {
         }
         let path = lib_dir.join(crate::manifest::FILE_NAME);
         let bytes = std::fs::read(&path).at(&path)?;
-        let manifest = Manifest::from_bytes(&bytes)
-            .map_err(|e| Error::Usage(format!("{}: not a tilegen manifest: {e}", path.display())))?;
+        let manifest = Manifest::from_bytes(&bytes).map_err(|e| {
+            Error::Usage(format!("{}: not a tilegen manifest: {e}", path.display()))
+        })?;
         let ctx = CudaContext::new(0).map_err(|e| gpu_err("opening GPU 0", e))?;
-        let (major, minor) = ctx.compute_capability().map_err(|e| gpu_err("compute capability", e))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| gpu_err("compute capability", e))?;
         use cudarc::driver::sys::CUdevice_attribute as A;
         let attr = |a| ctx.attribute(a).map_err(|e| gpu_err("device attribute", e));
         let sm_count = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
@@ -90,24 +95,40 @@ impl Gpu {
 
     /// The binary of an instance that runs here, chosen exactly as the generated bindings
     /// choose (`loader::choose_binary`): the cubin for this arch, else a compatible cubin,
-    /// else PTX for the driver to compile. Returns the arch, the path and whether it is a cubin.
+    /// else PTX whose ISA version (its `.version` line) the driver accepts, for the driver to
+    /// compile. Returns the arch, the path and whether it is a cubin.
     pub fn pick_binary(&self, inst: &InstanceEntry) -> Result<(Arch, PathBuf, bool)> {
-        use crate::loader::{choose_binary, BinaryKind, Sm};
+        use crate::loader::{choose_binary, Candidate, NoFit, Sm, Version};
+        let driver = driver_version().and_then(|(major, minor)| {
+            Some(Version::new(major.try_into().ok()?, minor.try_into().ok()?))
+        });
         let mut available = Vec::new();
         let mut files = Vec::new();
         for t in &inst.targets {
-            let Some(sm) = Sm::parse(t.arch.as_str()) else { continue };
-            available.push((sm, BinaryKind::Cubin));
+            let Some(sm) = Sm::parse(t.arch.as_str()) else {
+                continue;
+            };
+            available.push(Candidate::cubin(sm));
             files.push((t.arch, &t.cubin.path, true));
-            available.push((sm, BinaryKind::Ptx));
+            // Unreadable PTX counts as of unknown ISA here; loading it reports the error.
+            let ptx = self.lib_dir.join(&t.ptx.path);
+            let isa = std::fs::read(&ptx).ok().and_then(|b| Version::of_ptx(&b));
+            available.push(Candidate::ptx(sm, isa));
             files.push((t.arch, &t.ptx.path, false));
         }
-        match choose_binary(self.sm / 10, self.sm % 10, &available) {
-            Some(i) => Ok((files[i].0, self.lib_dir.join(files[i].1), files[i].2)),
-            None => {
+        match choose_binary(self.sm / 10, self.sm % 10, driver, &available) {
+            Ok(i) => Ok((files[i].0, self.lib_dir.join(files[i].1), files[i].2)),
+            Err(needs) => {
                 let have: Vec<&str> = inst.targets.iter().map(|t| t.arch.as_str()).collect();
+                let why = match needs {
+                    NoFit::Arch => format!("add sm_{} to the spec's archs and regenerate", self.sm),
+                    NoFit::Driver { needs } => format!(
+                        "its PTX needs a driver for CUDA {needs} or newer, and this one supports CUDA {}",
+                        driver.map_or("(unknown)".to_string(), |v| v.to_string())
+                    ),
+                };
                 Err(Error::Gpu(format!(
-                    "{}: nothing runs on this sm_{} device; the library holds {}",
+                    "{}: nothing runs on this sm_{} device; the library holds {}: {why}",
                     inst.name,
                     self.sm,
                     have.join(", ")
@@ -124,11 +145,20 @@ impl Gpu {
         let (_, path, is_cubin) = self.pick_binary(inst)?;
         let bytes = std::fs::read(&path).at(&path)?;
         // The library is only trusted as far as its manifest: check the bytes first.
-        let expect = inst.targets.iter().find(|t| self.lib_dir.join(&t.cubin.path) == path || self.lib_dir.join(&t.ptx.path) == path);
+        let expect = inst.targets.iter().find(|t| {
+            self.lib_dir.join(&t.cubin.path) == path || self.lib_dir.join(&t.ptx.path) == path
+        });
         if let Some(t) = expect {
-            let want = if is_cubin { &t.cubin.sha256 } else { &t.ptx.sha256 };
+            let want = if is_cubin {
+                &t.cubin.sha256
+            } else {
+                &t.ptx.sha256
+            };
             if &crate::hashing::sha256_hex(&bytes) != want {
-                return Err(Error::Gpu(format!("{}: does not match the manifest's sha256", path.display())));
+                return Err(Error::Gpu(format!(
+                    "{}: does not match the manifest's sha256",
+                    path.display()
+                )));
             }
         }
         let image = if is_cubin {
@@ -136,10 +166,16 @@ impl Gpu {
         } else {
             cudarc::nvrtc::Ptx::from_src(String::from_utf8_lossy(&bytes).into_owned())
         };
-        let module = self.ctx.load_module(image).map_err(|e| gpu_err(&format!("loading {}", path.display()), e))?;
-        let f = module
-            .load_function(&inst.entry_point)
-            .map_err(|e| gpu_err(&format!("finding {} in {}", inst.entry_point, path.display()), e))?;
+        let module = self
+            .ctx
+            .load_module(image)
+            .map_err(|e| gpu_err(&format!("loading {}", path.display()), e))?;
+        let f = module.load_function(&inst.entry_point).map_err(|e| {
+            gpu_err(
+                &format!("finding {} in {}", inst.entry_point, path.display()),
+                e,
+            )
+        })?;
         if inst.launch.shared_bytes > 48 * 1024 {
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -153,7 +189,8 @@ impl Gpu {
 
     /// Allocates `bytes` of device memory filled with `byte`.
     pub fn alloc_filled(&self, bytes: usize, byte: u8) -> Result<CudaSlice<u8>> {
-        let buf = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| gpu_err("allocating", e))?;
+        let buf = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
+            .map_err(|e| gpu_err("allocating", e))?;
         self.fill(&buf, byte)?;
         Ok(buf)
     }
@@ -162,20 +199,28 @@ impl Gpu {
         use cudarc::driver::DevicePtr;
         let (ptr, _sync) = buf.device_ptr(&self.stream);
         // SAFETY: ptr covers buf.len() bytes for as long as `_sync` lives.
-        unsafe { cudarc::driver::result::memset_d8_async(ptr, byte, buf.len(), self.stream.cu_stream()) }
-            .map_err(|e| gpu_err("memset", e))
+        unsafe {
+            cudarc::driver::result::memset_d8_async(ptr, byte, buf.len(), self.stream.cu_stream())
+        }
+        .map_err(|e| gpu_err("memset", e))
     }
 
     pub fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>> {
-        self.stream.clone_htod(bytes).map_err(|e| gpu_err("copy to device", e))
+        self.stream
+            .clone_htod(bytes)
+            .map_err(|e| gpu_err("copy to device", e))
     }
 
     pub fn download(&self, buf: &CudaSlice<u8>) -> Result<Vec<u8>> {
-        self.stream.clone_dtoh(buf).map_err(|e| gpu_err("copy to host", e))
+        self.stream
+            .clone_dtoh(buf)
+            .map_err(|e| gpu_err("copy to host", e))
     }
 
     pub fn sync(&self) -> Result<()> {
-        self.stream.synchronize().map_err(|e| gpu_err("kernel failed", e))
+        self.stream
+            .synchronize()
+            .map_err(|e| gpu_err("kernel failed", e))
     }
 }
 
@@ -188,13 +233,19 @@ pub enum ArgValue<'a> {
 
 /// The argument list of one call: buffers (one per pointer argument, None for scalars) and
 /// the problem's scalars, in the manifest's order.
-pub fn call_args<'a>(inst: &InstanceEntry, p: problem::Problem, bufs: &'a [Option<CudaSlice<u8>>]) -> Vec<ArgValue<'a>> {
+pub fn call_args<'a>(
+    inst: &InstanceEntry,
+    p: problem::Problem,
+    bufs: &'a [Option<CudaSlice<u8>>],
+) -> Vec<ArgValue<'a>> {
     use crate::ops::ArgKind;
     inst.args
         .iter()
         .zip(bufs)
         .map(|(a, b)| match (a.kind, b) {
-            (ArgKind::Scalar, _) if a.ty == "f32" => ArgValue::F32(problem::scalar(inst, &a.name, p) as f32),
+            (ArgKind::Scalar, _) if a.ty == "f32" => {
+                ArgValue::F32(problem::scalar(inst, &a.name, p) as f32)
+            }
             (ArgKind::Scalar, _) => ArgValue::I64(problem::scalar(inst, &a.name, p) as i64),
             (_, Some(buf)) => ArgValue::Buf(buf),
             (_, None) => unreachable!("buffers exist for pointer arguments"),
@@ -204,7 +255,11 @@ pub fn call_args<'a>(inst: &InstanceEntry, p: problem::Problem, bufs: &'a [Optio
 
 /// Launches `f` with `args` in order.
 pub fn launch(gpu: &Gpu, f: &CudaFunction, dims: LaunchDims, args: &[ArgValue]) -> Result<()> {
-    let cfg = LaunchConfig { grid_dim: dims.grid, block_dim: dims.block, shared_mem_bytes: dims.shared_bytes };
+    let cfg = LaunchConfig {
+        grid_dim: dims.grid,
+        block_dim: dims.block,
+        shared_mem_bytes: dims.shared_bytes,
+    };
     let mut b = gpu.stream.launch_builder(f);
     for a in args {
         match a {
@@ -221,5 +276,7 @@ pub fn launch(gpu: &Gpu, f: &CudaFunction, dims: LaunchDims, args: &[ArgValue]) 
     }
     // SAFETY: the argument list follows the manifest's signature of this kernel and every
     // buffer was sized for the problem by `problem::buffer_len`.
-    unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| gpu_err("launch", e))
+    unsafe { b.launch(cfg) }
+        .map(|_| ())
+        .map_err(|e| gpu_err("launch", e))
 }

@@ -11,9 +11,19 @@ use crate::spec::model::{Epilogue, Op};
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Problem {
     /// `n` elements; rows of `cols` for a broadcast bias.
-    Elements { n: u64, cols: u64 },
-    Rows { rows: u64, cols: u64 },
-    Gemm { m: u64, n: u64, k: u64 },
+    Elements {
+        n: u64,
+        cols: u64,
+    },
+    Rows {
+        rows: u64,
+        cols: u64,
+    },
+    Gemm {
+        m: u64,
+        n: u64,
+        k: u64,
+    },
 }
 
 impl std::fmt::Display for Problem {
@@ -51,7 +61,13 @@ pub fn buffer_len(inst: &InstanceEntry, arg: &str, p: Problem) -> u64 {
 
 /// Leading dimensions (in elements) of the dense operands for a GEMM layout.
 pub fn gemm_ld(inst: &InstanceEntry, m: u64, n: u64, k: u64) -> (u64, u64, u64) {
-    let layout = inst.params.layout.map(|l| l.as_str()).unwrap_or("nn").as_bytes().to_vec();
+    let layout = inst
+        .params
+        .layout
+        .map(|l| l.as_str())
+        .unwrap_or("nn")
+        .as_bytes()
+        .to_vec();
     let lda = if layout[0] == b'n' { k } else { m };
     let ldb = if layout[1] == b'n' { n } else { k };
     (lda, ldb, n)
@@ -94,15 +110,23 @@ pub fn dims(inst: &InstanceEntry, p: Problem) -> Result<LaunchDims, launch_rules
         (GridRule::Tiles { tile_m, tile_n }, Problem::Gemm { m, n, .. }) => {
             launch_rules::tiles_dims(m, n, *tile_m, *tile_n, threads, inst.launch.shared_bytes)
         }
-        _ => Err(launch_rules::ArgError::NoInstance { op: "matching", reason: "for this problem kind" }),
+        _ => Err(launch_rules::ArgError::NoInstance {
+            op: "matching",
+            reason: "for this problem kind",
+        }),
     }?;
-    Ok(LaunchDims { shared_bytes: inst.launch.shared_bytes, ..dims })
+    Ok(LaunchDims {
+        shared_bytes: inst.launch.shared_bytes,
+        ..dims
+    })
 }
 
 /// Whether the instance handles the problem at all.
 pub fn fits(inst: &InstanceEntry, p: Problem) -> bool {
     match (&inst.launch.grid, p) {
-        (GridRule::Rows { max_cols, .. }, Problem::Rows { cols, .. }) => max_cols.is_none_or(|m| cols <= m as u64),
+        (GridRule::Rows { max_cols, .. }, Problem::Rows { cols, .. }) => {
+            max_cols.is_none_or(|m| cols <= m as u64)
+        }
         (GridRule::Tiles { .. }, Problem::Gemm { k, n, m }) => {
             // Vector loads need leading dimensions in whole 16-byte vectors.
             let v = inst.dtype.per_16_bytes() as u64;
@@ -129,14 +153,29 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
             for n in [1, vec - 1, vec + 1, epb - 1, epb + 1, 10_007, (1 << 22) + 3] {
                 // The bias is a row of `cols`; pick a prime width that tiles n unevenly.
                 let cols = if with_bias { 97.min(n).max(1) } else { 1 };
-                let n = if with_bias { n.div_ceil(cols) * cols } else { n };
+                let n = if with_bias {
+                    n.div_ceil(cols) * cols
+                } else {
+                    n
+                };
                 out.push(Problem::Elements { n, cols });
             }
         }
         GridRule::Rows { max_cols, .. } => {
             let limit = max_cols.map(|m| m as u64).unwrap_or(3 * 4096 * vec + 5);
             let chunk = inst.launch.threads as u64 * vec * inst.params.items.unwrap_or(1) as u64;
-            let mut cols = vec![1, vec - 1, vec, vec + 1, 97, chunk - 1, chunk, chunk + 1, limit - 1, limit];
+            let mut cols = vec![
+                1,
+                vec - 1,
+                vec,
+                vec + 1,
+                97,
+                chunk - 1,
+                chunk,
+                chunk + 1,
+                limit - 1,
+                limit,
+            ];
             if max_cols.is_none() {
                 cols.extend([2 * chunk + 7, 5 * chunk]);
             }
@@ -173,21 +212,58 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
 pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
     let out: Vec<Problem> = match inst.op {
         Op::VectorAdd | Op::Fma => {
-            let cols = if inst.epilogue.contains(&Epilogue::Bias) { 4096 } else { 1 };
+            let cols = if inst.epilogue.contains(&Epilogue::Bias) {
+                4096
+            } else {
+                1
+            };
             vec![Problem::Elements { n: 1 << 28, cols }]
         }
         Op::Softmax | Op::LayerNorm | Op::RmsNorm => vec![
-            Problem::Rows { rows: 32768, cols: 4096 },
-            Problem::Rows { rows: 8192, cols: 32768 },
-            Problem::Rows { rows: 65536, cols: 1024 },
+            Problem::Rows {
+                rows: 32768,
+                cols: 4096,
+            },
+            Problem::Rows {
+                rows: 8192,
+                cols: 32768,
+            },
+            Problem::Rows {
+                rows: 65536,
+                cols: 1024,
+            },
         ],
         Op::Gemm => vec![
-            Problem::Gemm { m: 4096, n: 4096, k: 4096 },
-            Problem::Gemm { m: 8192, n: 8192, k: 8192 },
-            Problem::Gemm { m: 8192, n: 11008, k: 4096 },
-            Problem::Gemm { m: 16384, n: 4096, k: 4096 },
-            Problem::Gemm { m: 16, n: 4096, k: 4096 },
-            Problem::Gemm { m: 128, n: 4096, k: 4096 },
+            Problem::Gemm {
+                m: 4096,
+                n: 4096,
+                k: 4096,
+            },
+            Problem::Gemm {
+                m: 8192,
+                n: 8192,
+                k: 8192,
+            },
+            Problem::Gemm {
+                m: 8192,
+                n: 11008,
+                k: 4096,
+            },
+            Problem::Gemm {
+                m: 16384,
+                n: 4096,
+                k: 4096,
+            },
+            Problem::Gemm {
+                m: 16,
+                n: 4096,
+                k: 4096,
+            },
+            Problem::Gemm {
+                m: 128,
+                n: 4096,
+                k: 4096,
+            },
         ],
     };
     out.into_iter().filter(|p| fits(inst, *p)).collect()

@@ -73,7 +73,11 @@ pub fn compute(inst: &InstanceEntry, p: Problem, inp: &Inputs) -> Vec<f64> {
             let (x, w, b, bias) = (get("x"), get("w"), get("b"), get("bias"));
             (0..n as usize)
                 .map(|i| {
-                    let bv = if bias.is_empty() { 0.0 } else { bias[i % cols as usize] };
+                    let bv = if bias.is_empty() {
+                        0.0
+                    } else {
+                        bias[i % cols as usize]
+                    };
                     epilogue(&inst.epilogue, x[i] * w[i] + b[i], bv, 0.0)
                 })
                 .collect()
@@ -94,18 +98,27 @@ pub fn compute(inst: &InstanceEntry, p: Problem, inp: &Inputs) -> Vec<f64> {
                     }
                     Op::LayerNorm => {
                         let mean = row.iter().sum::<f64>() / c as f64;
-                        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / c as f64;
+                        let var =
+                            row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / c as f64;
                         let rstd = 1.0 / (var + LAYERNORM_EPS as f64).sqrt();
                         for (j, (o, v)) in o.iter_mut().zip(row).enumerate() {
                             let y = (v - mean) * rstd;
-                            *o = if weight.is_empty() { y } else { y * weight[j] + bias[j] };
+                            *o = if weight.is_empty() {
+                                y
+                            } else {
+                                y * weight[j] + bias[j]
+                            };
                         }
                     }
                     _ => {
                         let ms = row.iter().map(|v| v * v).sum::<f64>() / c as f64;
                         let rstd = 1.0 / (ms + LAYERNORM_EPS as f64).sqrt();
                         for (j, (o, v)) in o.iter_mut().zip(row).enumerate() {
-                            *o = if weight.is_empty() { v * rstd } else { v * rstd * weight[j] };
+                            *o = if weight.is_empty() {
+                                v * rstd
+                            } else {
+                                v * rstd * weight[j]
+                            };
                         }
                     }
                 }
@@ -115,15 +128,35 @@ pub fn compute(inst: &InstanceEntry, p: Problem, inp: &Inputs) -> Vec<f64> {
         (Op::Gemm, Problem::Gemm { m, n, k }) => {
             let (a, b) = (get("a"), get("b"));
             let (lda, ldb, _) = problem::gemm_ld(inst, m, n, k);
-            let layout = inst.params.layout.map(|l| l.as_str()).unwrap_or("nn").as_bytes().to_vec();
-            let a_at = |i: usize, p: usize| if layout[0] == b'n' { a[i * lda as usize + p] } else { a[p * lda as usize + i] };
-            let b_at = |p: usize, j: usize| if layout[1] == b'n' { b[p * ldb as usize + j] } else { b[j * ldb as usize + p] };
-            let mut acc = vec![0.0; (m * n) as usize];
-            acc.par_chunks_mut(n as usize).enumerate().for_each(|(i, row)| {
-                for (j, o) in row.iter_mut().enumerate() {
-                    *o = (0..k as usize).map(|p| a_at(i, p) * b_at(p, j)).sum();
+            let layout = inst
+                .params
+                .layout
+                .map(|l| l.as_str())
+                .unwrap_or("nn")
+                .as_bytes()
+                .to_vec();
+            let a_at = |i: usize, p: usize| {
+                if layout[0] == b'n' {
+                    a[i * lda as usize + p]
+                } else {
+                    a[p * lda as usize + i]
                 }
-            });
+            };
+            let b_at = |p: usize, j: usize| {
+                if layout[1] == b'n' {
+                    b[p * ldb as usize + j]
+                } else {
+                    b[j * ldb as usize + p]
+                }
+            };
+            let mut acc = vec![0.0; (m * n) as usize];
+            acc.par_chunks_mut(n as usize)
+                .enumerate()
+                .for_each(|(i, row)| {
+                    for (j, o) in row.iter_mut().enumerate() {
+                        *o = (0..k as usize).map(|p| a_at(i, p) * b_at(p, j)).sum();
+                    }
+                });
             gemm_epilogue(inst, p, &acc, inp)
         }
         _ => Vec::new(),
@@ -132,7 +165,9 @@ pub fn compute(inst: &InstanceEntry, p: Problem, inp: &Inputs) -> Vec<f64> {
 
 /// Applies a GEMM instance's epilogue (bias per column, residual C) to accumulated A·B.
 pub fn gemm_epilogue(inst: &InstanceEntry, p: Problem, acc: &[f64], inp: &Inputs) -> Vec<f64> {
-    let Problem::Gemm { n, .. } = p else { return Vec::new() };
+    let Problem::Gemm { n, .. } = p else {
+        return Vec::new();
+    };
     let empty = Vec::new();
     let bias = inp.get("bias").unwrap_or(&empty);
     let c = inp.get("c").unwrap_or(&empty);
@@ -153,15 +188,31 @@ mod tests {
 
     #[test]
     fn erf_matches_known_values() {
-        for (x, want) in [(0.0, 0.0), (0.5, 0.5204998778130465), (1.0, 0.8427007929497149), (2.5, 0.9995930479825550), (-3.5, -0.9999992569016276)] {
-            assert!((erf(x) - want).abs() < 1e-13, "erf({x}) = {} not {want}", erf(x));
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.5204998778130465),
+            (1.0, 0.8427007929497149),
+            (2.5, 0.9995930479825550),
+            (-3.5, -0.9999992569016276),
+        ] {
+            assert!(
+                (erf(x) - want).abs() < 1e-13,
+                "erf({x}) = {} not {want}",
+                erf(x)
+            );
         }
     }
 
     #[test]
     fn epilogue_chain_in_order() {
-        assert_eq!(epilogue(&[Epilogue::Bias, Epilogue::Relu], -1.0, 0.5, 0.0), 0.0);
-        assert_eq!(epilogue(&[Epilogue::Relu, Epilogue::Bias], -1.0, 0.5, 0.0), 0.5);
+        assert_eq!(
+            epilogue(&[Epilogue::Bias, Epilogue::Relu], -1.0, 0.5, 0.0),
+            0.0
+        );
+        assert_eq!(
+            epilogue(&[Epilogue::Relu, Epilogue::Bias], -1.0, 0.5, 0.0),
+            0.5
+        );
         assert!((epilogue(&[Epilogue::Gelu], 1.0, 0.0, 0.0) - 0.8411919906082768).abs() < 1e-12);
     }
 }

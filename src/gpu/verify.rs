@@ -38,7 +38,12 @@ fn input_range(op: Op, arg: &str) -> (f32, f32) {
 }
 
 /// Runs one case; errors (launch failures, bad sizes) become failed results.
-pub fn run_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl rand::Rng) -> CaseResult {
+pub fn run_case(
+    gpu: &mut Gpu,
+    inst: &InstanceEntry,
+    p: Problem,
+    rng: &mut impl rand::Rng,
+) -> CaseResult {
     let start = Instant::now();
     let mut res = CaseResult {
         instance: inst.name.clone(),
@@ -62,14 +67,25 @@ pub fn run_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl 
     res
 }
 
-fn try_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl rand::Rng) -> Result<(f64, usize)> {
+fn try_case(
+    gpu: &mut Gpu,
+    inst: &InstanceEntry,
+    p: Problem,
+    rng: &mut impl rand::Rng,
+) -> Result<(f64, usize)> {
     let f = gpu.function(inst)?;
     let mut inputs = reference::Inputs::new();
     let mut host: Vec<Option<HostTensor>> = Vec::new();
     for a in &inst.args {
         if a.kind == ArgKind::In {
             let (lo, hi) = input_range(inst.op, &a.name);
-            let t = data::uniform(rng, data::dtype_of(&a.ty), problem::buffer_len(inst, &a.name, p) as usize, lo, hi);
+            let t = data::uniform(
+                rng,
+                data::dtype_of(&a.ty),
+                problem::buffer_len(inst, &a.name, p) as usize,
+                lo,
+                hi,
+            );
             inputs.insert(a.name.clone(), t.values.clone());
             host.push(Some(t));
         } else {
@@ -82,7 +98,8 @@ fn try_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl rand
         match a.kind {
             ArgKind::In => bufs.push(Some(gpu.upload(&host[i].as_ref().expect("input").bytes)?)),
             ArgKind::Out => {
-                let len = problem::buffer_len(inst, &a.name, p) as usize * data::dtype_of(&a.ty).size() as usize;
+                let len = problem::buffer_len(inst, &a.name, p) as usize
+                    * data::dtype_of(&a.ty).size() as usize;
                 // 0xFF bytes are NaN in every float type: anything left unwritten fails.
                 bufs.push(Some(gpu.alloc_filled(len, 0xFF)?));
                 out_index = Some(i);
@@ -95,11 +112,19 @@ fn try_case(gpu: &mut Gpu, inst: &InstanceEntry, p: Problem, rng: &mut impl rand
     launch(gpu, &f, dims, &args)?;
     gpu.sync()?;
     let out_i = out_index.expect("every kernel writes an output");
-    let out = data::decode(inst.out_dtype, &gpu.download(bufs[out_i].as_ref().expect("output"))?);
+    let out = data::decode(
+        inst.out_dtype,
+        &gpu.download(bufs[out_i].as_ref().expect("output"))?,
+    );
     let reference = match p {
         Problem::Gemm { m, n, k } if problem::too_big_for_cpu(p) => {
             // cuBLAS computes A·B in f32 (no TF32); the epilogue is applied here in f64.
-            let find = |name: &str| inst.args.iter().position(|a| a.name == name).and_then(|i| bufs[i].as_ref());
+            let find = |name: &str| {
+                inst.args
+                    .iter()
+                    .position(|a| a.name == name)
+                    .and_then(|i| bufs[i].as_ref())
+            };
             let (a, b) = (find("a").expect("a"), find("b").expect("b"));
             let mut d = gpu.alloc_filled((m * n * 4) as usize, 0xFF)?;
             let blas = super::cublas::Blas::new(gpu)?;

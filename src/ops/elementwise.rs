@@ -37,12 +37,18 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let p = &inst.params;
     if let Some(b) = p.block {
         if !is_pow2_in(b, 32, 1024) {
-            out.push((Field::Block, format!("block must be a power of two from 32 to 1024, not {b}")));
+            out.push((
+                Field::Block,
+                format!("block must be a power of two from 32 to 1024, not {b}"),
+            ));
         }
     }
     if let Some(i) = p.items {
         if !is_pow2_in(i, 1, 16) {
-            out.push((Field::Items, format!("items must be a power of two from 1 to 16, not {i}")));
+            out.push((
+                Field::Items,
+                format!("items must be a power of two from 1 to 16, not {i}"),
+            ));
         }
     }
     out

@@ -104,7 +104,9 @@ impl Plan {
         let (warps_m, warps_n) = ((tm / wm).max(1), (tn / wn).max(1));
         let threads = warps_m * warps_n * 32;
         let tc = tensor_cores(inst);
-        let stages = p.stages.unwrap_or(if tc { DEFAULT_TC_STAGES } else { SIMT_STAGES });
+        let stages = p
+            .stages
+            .unwrap_or(if tc { DEFAULT_TC_STAGES } else { SIMT_STAGES });
         let layout = p.layout.unwrap_or(Layout::Nn).as_str().as_bytes();
         let elem = inst.dtype.size();
         let vec = 16 / elem;
@@ -117,7 +119,11 @@ impl Plan {
                 // conflict-free: 16 bytes (odd number of 16-byte units per row, as every
                 // power-of-two tile edge ≥ 16 gives) except f32 [k][mn] tiles, read by 32-bit
                 // loads at (k = lane%4, mn = lane/4), which need a pitch ≡ 8 (mod 32) words.
-                let pad = if !k_contiguous && elem == 4 { 8 } else { 16 / elem };
+                let pad = if !k_contiguous && elem == 4 {
+                    8
+                } else {
+                    16 / elem
+                };
                 (outer, inner, pad)
             } else {
                 // SIMT: always [k][mn], 4 floats of padding (transposing stores then hit 32
@@ -187,17 +193,26 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let tc = tensor_cores(inst);
     for (v, what) in [(tm, "tile m"), (tn, "tile n")] {
         if !is_pow2_in(v, 16, 256) {
-            out.push((Field::Tile, format!("{what} must be a power of two from 16 to 256, not {v}")));
+            out.push((
+                Field::Tile,
+                format!("{what} must be a power of two from 16 to 256, not {v}"),
+            ));
         }
     }
     if !is_pow2_in(tk, 8, 128) {
-        out.push((Field::Tile, format!("tile k must be a power of two from 8 to 128, not {tk}")));
+        out.push((
+            Field::Tile,
+            format!("tile k must be a power of two from 8 to 128, not {tk}"),
+        ));
     }
     if inst.dtype == DType::F32 && inst.out_dtype != DType::F32 {
         out.push((Field::OutDtype, "an f32 GEMM writes f32".to_string()));
     }
     if inst.dtype != DType::F32 && inst.params.tf32 == Some(true) {
-        out.push((Field::Tf32, format!("tf32 applies to f32 inputs, not {}", inst.dtype)));
+        out.push((
+            Field::Tf32,
+            format!("tf32 applies to f32 inputs, not {}", inst.dtype),
+        ));
     }
     if let Some(s) = inst.params.stages {
         if !tc && s != SIMT_STAGES {
@@ -209,7 +224,10 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
                 ),
             ));
         } else if tc && !(2..=8).contains(&s) {
-            out.push((Field::Stages, format!("stages must be from 2 to 8, not {s}")));
+            out.push((
+                Field::Stages,
+                format!("stages must be from 2 to 8, not {s}"),
+            ));
         }
     }
     if !out.is_empty() {
@@ -226,12 +244,18 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         return out;
     }
     if wm > tm || wn > tn {
-        out.push((Field::Warp, format!("warp tile {wm}x{wn} does not fit in block tile {tm}x{tn}")));
+        out.push((
+            Field::Warp,
+            format!("warp tile {wm}x{wn} does not fit in block tile {tm}x{tn}"),
+        ));
         return out;
     }
     let warps = (tm / wm) * (tn / wn);
     if !(1..=16).contains(&warps) {
-        out.push((Field::Warp, format!("{tm}x{tn} tile over {wm}x{wn} warp tiles makes {warps} warps; 1 to 16 work")));
+        out.push((
+            Field::Warp,
+            format!("{tm}x{tn} tile over {wm}x{wn} warp tiles makes {warps} warps; 1 to 16 work"),
+        ));
         return out;
     }
     if tc {
@@ -273,7 +297,10 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             ));
         }
         if tk > 32 {
-            out.push((Field::Tile, format!("the f32 SIMT path takes tile k from 8 to 32, not {tk}")));
+            out.push((
+                Field::Tile,
+                format!("the f32 SIMT path takes tile k from 8 to 32, not {tk}"),
+            ));
         }
     }
     if !out.is_empty() {
@@ -310,8 +337,9 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
 }
 
 pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
-    (inst.op == crate::spec::model::Op::Gemm && arch.sm() < 80)
-        .then(|| format!("gemm uses cp.async and mma.sync m16n8k16, which need sm_80+; {arch} lacks them"))
+    (inst.op == crate::spec::model::Op::Gemm && arch.sm() < 80).then(|| {
+        format!("gemm uses cp.async and mma.sync m16n8k16, which need sm_80+; {arch} lacks them")
+    })
 }
 
 pub fn signature(inst: &Instance) -> Vec<Arg> {
@@ -407,7 +435,9 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
         .chain(has_c.then_some("c"))
         .collect::<Vec<_>>()
         .join(", ");
-    r.push(format!("d overlaps no input ({inputs}): the kernel's pointers are __restrict__"));
+    r.push(format!(
+        "d overlaps no input ({inputs}): the kernel's pointers are __restrict__"
+    ));
     r
 }
 
@@ -415,7 +445,10 @@ pub fn launch(inst: &Instance) -> Launch {
     let plan = Plan::new(inst);
     Launch {
         threads: plan.threads,
-        grid: GridRule::Tiles { tile_m: plan.tile[0], tile_n: plan.tile[1] },
+        grid: GridRule::Tiles {
+            tile_m: plan.tile[0],
+            tile_n: plan.tile[1],
+        },
         shared_bytes: plan.shared_bytes(),
     }
 }
@@ -434,7 +467,10 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("warps_n", plan.warps_n.into()),
         ("stages", plan.stages.into()),
         ("group_m", GROUP_M.into()),
-        ("layout", inst.params.layout.unwrap_or(Layout::Nn).as_str().into()),
+        (
+            "layout",
+            inst.params.layout.unwrap_or(Layout::Nn).as_str().into(),
+        ),
         ("a_row_major", plan.a.k_contiguous.into()),
         ("b_row_major", (!plan.b.k_contiguous).into()),
         ("tensor_cores", plan.tc.into()),
@@ -447,10 +483,19 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("requirements", runtime_requirements(inst).into()),
     ];
     for (o, keys) in [
-        (&plan.a, ["a_ld", "a_rows", "a_cpr", "a_iters", "a_rows_per_pass"]),
-        (&plan.b, ["b_ld", "b_rows", "b_cpr", "b_iters", "b_rows_per_pass"]),
+        (
+            &plan.a,
+            ["a_ld", "a_rows", "a_cpr", "a_iters", "a_rows_per_pass"],
+        ),
+        (
+            &plan.b,
+            ["b_ld", "b_rows", "b_cpr", "b_iters", "b_rows_per_pass"],
+        ),
     ] {
-        for (key, value) in keys.into_iter().zip([o.ld, o.rows, o.chunks_per_row, o.iters, o.rows_per_pass]) {
+        for (key, value) in
+            keys.into_iter()
+                .zip([o.ld, o.rows, o.chunks_per_row, o.iters, o.rows_per_pass])
+        {
             v.push((key, value.into()));
         }
     }
@@ -462,7 +507,14 @@ mod tests {
     use super::*;
     use crate::spec::model::{Op, Origin};
 
-    fn inst(dtype: DType, tile: [u32; 3], warp: [u32; 2], stages: Option<u32>, layout: Layout, tf32: bool) -> Instance {
+    fn inst(
+        dtype: DType,
+        tile: [u32; 3],
+        warp: [u32; 2],
+        stages: Option<u32>,
+        layout: Layout,
+        tf32: bool,
+    ) -> Instance {
         Instance {
             name: "t".into(),
             op: Op::Gemm,
@@ -478,18 +530,35 @@ mod tests {
             },
             epilogue: vec![],
             archs: vec![Arch::Sm80, Arch::Sm90],
-            origin: Origin { file: "t.yaml".into(), line: 1 },
+            origin: Origin {
+                file: "t.yaml".into(),
+                line: 1,
+            },
         }
     }
 
     #[test]
     fn shared_memory_sizes() {
         // 16-bit, nn: A [128][32+8], B [32][128+8], 3 stages.
-        let i = inst(DType::Bf16, [128, 128, 32], [64, 64], Some(3), Layout::Nn, false);
+        let i = inst(
+            DType::Bf16,
+            [128, 128, 32],
+            [64, 64],
+            Some(3),
+            Layout::Nn,
+            false,
+        );
         assert_eq!(launch(&i).shared_bytes, 3 * (128 * 40 + 32 * 136) * 2);
         assert_eq!(launch(&i).threads, 128);
         // nt: B [128][32+8].
-        let i = inst(DType::F16, [128, 256, 32], [64, 64], Some(3), Layout::Nt, false);
+        let i = inst(
+            DType::F16,
+            [128, 256, 32],
+            [64, 64],
+            Some(3),
+            Layout::Nt,
+            false,
+        );
         assert_eq!(launch(&i).shared_bytes, 3 * (128 * 40 + 256 * 40) * 2);
         assert_eq!(launch(&i).threads, 256);
         // SIMT: [k][m+4] and [k][n+4], 2 buffers.
@@ -497,14 +566,28 @@ mod tests {
         assert_eq!(launch(&i).shared_bytes, 2 * (8 * 132 + 8 * 132) * 4);
         assert!(check(&i).is_empty(), "{:?}", check(&i));
         // tf32 nn: A [128][32+4], B [32][128+8].
-        let i = inst(DType::F32, [128, 128, 32], [64, 64], Some(3), Layout::Nn, true);
+        let i = inst(
+            DType::F32,
+            [128, 128, 32],
+            [64, 64],
+            Some(3),
+            Layout::Nn,
+            true,
+        );
         assert_eq!(launch(&i).shared_bytes, 3 * (128 * 36 + 32 * 136) * 4);
         assert!(check(&i).is_empty(), "{:?}", check(&i));
     }
 
     #[test]
     fn states_runtime_requirements() {
-        let mut i = inst(DType::Bf16, [128, 128, 32], [64, 64], Some(4), Layout::Nt, false);
+        let mut i = inst(
+            DType::Bf16,
+            [128, 128, 32],
+            [64, 64],
+            Some(4),
+            Layout::Nt,
+            false,
+        );
         i.out_dtype = DType::F32;
         i.epilogue = vec![Epilogue::Bias, Epilogue::Residual];
         let r = runtime_requirements(&i).join("\n");
@@ -525,14 +608,68 @@ mod tests {
     fn rejects_unworkable_configs() {
         let bad = |i: Instance, needle: &str| {
             let p = check(&i);
-            assert!(p.iter().any(|(_, m)| m.contains(needle)), "{needle:?} not in {p:?}");
+            assert!(
+                p.iter().any(|(_, m)| m.contains(needle)),
+                "{needle:?} not in {p:?}"
+            );
         };
-        bad(inst(DType::Bf16, [128, 128, 16], [64, 64], Some(3), Layout::Nn, false), "at least 32");
-        bad(inst(DType::Bf16, [128, 128, 32], [128, 64], Some(3), Layout::Nn, false), "spill");
-        bad(inst(DType::F32, [128, 128, 8], [64, 64], None, Layout::Nn, false), "8x8 outputs per thread");
-        bad(inst(DType::F32, [128, 128, 8], [64, 32], Some(3), Layout::Nn, false), "stages must be 2");
+        bad(
+            inst(
+                DType::Bf16,
+                [128, 128, 16],
+                [64, 64],
+                Some(3),
+                Layout::Nn,
+                false,
+            ),
+            "at least 32",
+        );
+        bad(
+            inst(
+                DType::Bf16,
+                [128, 128, 32],
+                [128, 64],
+                Some(3),
+                Layout::Nn,
+                false,
+            ),
+            "spill",
+        );
+        bad(
+            inst(DType::F32, [128, 128, 8], [64, 64], None, Layout::Nn, false),
+            "8x8 outputs per thread",
+        );
+        bad(
+            inst(
+                DType::F32,
+                [128, 128, 8],
+                [64, 32],
+                Some(3),
+                Layout::Nn,
+                false,
+            ),
+            "stages must be 2",
+        );
         // 16 warps of 16x16 on a 64x64x32 tile: 256 A chunks over 512 threads.
-        bad(inst(DType::Bf16, [64, 64, 32], [16, 16], Some(3), Layout::Nn, false), "split evenly");
-        assert!(check(&inst(DType::Bf16, [64, 64, 32], [32, 32], Some(4), Layout::Nt, false)).is_empty());
+        bad(
+            inst(
+                DType::Bf16,
+                [64, 64, 32],
+                [16, 16],
+                Some(3),
+                Layout::Nn,
+                false,
+            ),
+            "split evenly",
+        );
+        assert!(check(&inst(
+            DType::Bf16,
+            [64, 64, 32],
+            [32, 32],
+            Some(4),
+            Layout::Nt,
+            false
+        ))
+        .is_empty());
     }
 }

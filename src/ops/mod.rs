@@ -234,7 +234,10 @@ pub enum GridRule {
     /// Grid-stride over `n` elements; `elems_per_block` per block per trip.
     Elements { elems_per_block: u32 },
     /// One block per `rows_per_block` rows (grid-stride beyond the grid limit).
-    Rows { rows_per_block: u32, max_cols: Option<u32> },
+    Rows {
+        rows_per_block: u32,
+        max_cols: Option<u32>,
+    },
     /// One block per `tile_m`×`tile_n` output tile, in a grouped order.
     Tiles { tile_m: u32, tile_n: u32 },
 }
@@ -275,10 +278,15 @@ pub fn arch_problems(inst: &Instance) -> Vec<(Arch, String)> {
     for &arch in &inst.archs {
         for dt in [inst.dtype, inst.out_dtype] {
             if arch.sm() < dt.min_sm() {
-                out.push((arch, format!("{dt} needs sm_{}+, and {arch} lacks it", dt.min_sm())));
+                out.push((
+                    arch,
+                    format!("{dt} needs sm_{}+, and {arch} lacks it", dt.min_sm()),
+                ));
             }
         }
-        if let Some(reason) = gemm::arch_problem(inst, arch).or_else(|| rows::arch_problem(inst, arch)) {
+        if let Some(reason) =
+            gemm::arch_problem(inst, arch).or_else(|| rows::arch_problem(inst, arch))
+        {
             out.push((arch, reason));
         }
     }

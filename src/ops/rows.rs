@@ -48,16 +48,25 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let mut out = Vec::new();
     let p = &inst.params;
     if inst.op != Op::Softmax && p.variant == Some(RowVariant::Online) {
-        out.push((Field::Variant, format!("{} has no online variant (onepass or staged)", inst.op)));
+        out.push((
+            Field::Variant,
+            format!("{} has no online variant (onepass or staged)", inst.op),
+        ));
     }
     if let Some(b) = p.block {
         if !is_pow2_in(b, 32, 1024) {
-            out.push((Field::Block, format!("block must be a power of two from 32 to 1024, not {b}")));
+            out.push((
+                Field::Block,
+                format!("block must be a power of two from 32 to 1024, not {b}"),
+            ));
         }
     }
     if let Some(i) = p.items {
         if !is_pow2_in(i, 1, 32) {
-            out.push((Field::Items, format!("items must be a power of two from 1 to 32, not {i}")));
+            out.push((
+                Field::Items,
+                format!("items must be a power of two from 1 to 32, not {i}"),
+            ));
         } else if i * inst.dtype.per_16_bytes() > MAX_VALUES_PER_THREAD {
             out.push((
                 Field::Items,

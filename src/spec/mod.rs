@@ -72,7 +72,10 @@ pub fn read_specs(root: &Path, files: &[PathBuf]) -> Result<(Vec<SpecSource>, Di
                 path,
                 Mark { line: 1, col: 1 },
                 1,
-                format!("spec file is {} bytes, over the limit of {MAX_SPEC_BYTES}", meta.len()),
+                format!(
+                    "spec file is {} bytes, over the limit of {MAX_SPEC_BYTES}",
+                    meta.len()
+                ),
             ));
             continue;
         }
@@ -83,7 +86,9 @@ pub fn read_specs(root: &Path, files: &[PathBuf]) -> Result<(Vec<SpecSource>, Di
             .to_string_lossy()
             .replace('\\', "/");
         let rel = if rel.is_empty() {
-            path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
+            path.file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
         } else {
             rel
         };

@@ -72,7 +72,10 @@ impl<'a> FileContext<'a> {
         let Some(top) = root.as_map() else {
             self.error(
                 &root,
-                format!("expected a mapping with `defaults` and `kernels`, found {}", root.kind()),
+                format!(
+                    "expected a mapping with `defaults` and `kernels`, found {}",
+                    root.kind()
+                ),
             );
             return Vec::new();
         };
@@ -86,7 +89,10 @@ impl<'a> FileContext<'a> {
                     let hint = did_you_mean(&scalar_text(k), &["defaults", "kernels"]);
                     self.error(
                         k,
-                        format!("unknown top-level key `{}` (expected `defaults` or `kernels`){hint}", scalar_text(k)),
+                        format!(
+                            "unknown top-level key `{}` (expected `defaults` or `kernels`){hint}",
+                            scalar_text(k)
+                        ),
                     )
                 }
             }
@@ -97,29 +103,45 @@ impl<'a> FileContext<'a> {
                 Some(entries) => {
                     for (k, v) in entries {
                         if k.as_str() == Some("name") {
-                            self.error(k, "`name` cannot be a default: each kernel names itself".into());
+                            self.error(
+                                k,
+                                "`name` cannot be a default: each kernel names itself".into(),
+                            );
                         } else if self.known_key(k) {
                             default_fields.insert(scalar_text(k), (k, v));
                         }
                     }
                 }
                 None if d.is_null() => {}
-                None => self.error(d, format!("`defaults` must be a mapping, found {}", d.kind())),
+                None => self.error(
+                    d,
+                    format!("`defaults` must be a mapping, found {}", d.kind()),
+                ),
             }
         }
         let Some(kernels) = kernels else {
-            self.error_at(root.mark, 1, "missing `kernels`: a spec file lists its kernels under `kernels:`".into());
+            self.error_at(
+                root.mark,
+                1,
+                "missing `kernels`: a spec file lists its kernels under `kernels:`".into(),
+            );
             return Vec::new();
         };
         let Some(list) = kernels.as_seq() else {
             self.error(
                 kernels,
-                format!("`kernels` must be a list, found {}: start each kernel with `- name: ...`", kernels.kind()),
+                format!(
+                    "`kernels` must be a list, found {}: start each kernel with `- name: ...`",
+                    kernels.kind()
+                ),
             );
             return Vec::new();
         };
         if list.is_empty() {
-            self.error(kernels, "`kernels` is empty: list at least one kernel".into());
+            self.error(
+                kernels,
+                "`kernels` is empty: list at least one kernel".into(),
+            );
         }
         let mut out = Vec::new();
         for entry in list {
@@ -132,7 +154,13 @@ impl<'a> FileContext<'a> {
         let mut all = vec!["name", "op", "dtype", "archs"];
         all.extend(Field::ALL.iter().map(|f| f.key()));
         let Value::Scalar(key, _) = &k.value else {
-            self.error(k, format!("a key must be a plain word such as `block`, found {}", k.kind()));
+            self.error(
+                k,
+                format!(
+                    "a key must be a plain word such as `block`, found {}",
+                    k.kind()
+                ),
+            );
             return false;
         };
         if all.contains(&key.as_str()) {
@@ -144,13 +172,26 @@ impl<'a> FileContext<'a> {
         } else {
             did_you_mean(&key, &all)
         };
-        self.error(k, format!("unknown key `{key}` (expected one of: {}){hint}", all.join(", ")));
+        self.error(
+            k,
+            format!(
+                "unknown key `{key}` (expected one of: {}){hint}",
+                all.join(", ")
+            ),
+        );
         false
     }
 
-    fn expand_kernel<'n>(&mut self, entry: &'n Node, defaults: &Fields<'n>) -> Vec<(Instance, Mark)> {
+    fn expand_kernel<'n>(
+        &mut self,
+        entry: &'n Node,
+        defaults: &Fields<'n>,
+    ) -> Vec<(Instance, Mark)> {
         let Some(entries) = entry.as_map() else {
-            self.error(entry, format!("a kernel must be a mapping, found {}", entry.kind()));
+            self.error(
+                entry,
+                format!("a kernel must be a mapping, found {}", entry.kind()),
+            );
             return Vec::new();
         };
         let mut fields = defaults.clone();
@@ -165,7 +206,11 @@ impl<'a> FileContext<'a> {
         let name = match fields.get("name") {
             Some((_, v)) => self.identifier(v),
             None => {
-                self.error(entry, "kernel has no `name`: give it a plain identifier, e.g. `name: my_kernel`".into());
+                self.error(
+                    entry,
+                    "kernel has no `name`: give it a plain identifier, e.g. `name: my_kernel`"
+                        .into(),
+                );
                 None
             }
         };
@@ -173,7 +218,10 @@ impl<'a> FileContext<'a> {
         let op = match fields.get("op") {
             Some((_, v)) => self.keyword::<Op>(v, "op", Op::parse, Op::choices),
             None => {
-                self.error(entry, format!("kernel has no `op` (expected one of: {})", Op::choices()));
+                self.error(
+                    entry,
+                    format!("kernel has no `op` (expected one of: {})", Op::choices()),
+                );
                 None
             }
         };
@@ -186,15 +234,26 @@ impl<'a> FileContext<'a> {
                     let takes: Vec<&str> = info.fields.iter().map(|f| f.key()).collect();
                     self.error(
                         k,
-                        format!("`{key}` does not apply to op `{op}` (it takes: {})", takes.join(", ")),
+                        format!(
+                            "`{key}` does not apply to op `{op}` (it takes: {})",
+                            takes.join(", ")
+                        ),
                     );
                 }
             }
         }
         let dtypes = match fields.get("dtype") {
-            Some((_, v)) => self.sweep(v, "dtype", |c, n| c.keyword(n, "dtype", DType::parse, DType::choices)),
+            Some((_, v)) => self.sweep(v, "dtype", |c, n| {
+                c.keyword(n, "dtype", DType::parse, DType::choices)
+            }),
             None => {
-                self.error(entry, format!("kernel has no `dtype` (expected one of: {}, or a list of them)", DType::choices()));
+                self.error(
+                    entry,
+                    format!(
+                        "kernel has no `dtype` (expected one of: {}, or a list of them)",
+                        DType::choices()
+                    ),
+                );
                 Vec::new()
             }
         };
@@ -202,11 +261,22 @@ impl<'a> FileContext<'a> {
             if !info.dtypes.contains(&d.value) {
                 let node = d.node.unwrap_or(entry);
                 let ok: Vec<&str> = info.dtypes.iter().map(|d| d.as_str()).collect();
-                self.error(node, format!("op `{op}` does not support dtype `{}` (it supports: {})", d.value, ok.join(", ")));
+                self.error(
+                    node,
+                    format!(
+                        "op `{op}` does not support dtype `{}` (it supports: {})",
+                        d.value,
+                        ok.join(", ")
+                    ),
+                );
             }
         }
         let arch_nodes: Vec<(Arch, Option<&Node>)> = match fields.get("archs") {
-            Some((_, v)) => self.archs(v).into_iter().map(|(a, n)| (a, Some(n))).collect(),
+            Some((_, v)) => self
+                .archs(v)
+                .into_iter()
+                .map(|(a, n)| (a, Some(n)))
+                .collect(),
             None => DEFAULT_ARCHS.iter().map(|&a| (a, None)).collect(),
         };
         let archs: Vec<Arch> = arch_nodes.iter().map(|(a, _)| *a).collect();
@@ -215,21 +285,32 @@ impl<'a> FileContext<'a> {
             let applies = Field::from_key(key).map_or(true, |f| info.fields.contains(&f));
             fields.get(key).filter(|_| applies).map(|(_, v)| *v)
         };
-        let out_dtypes = self.optional_sweep(get("out_dtype"), "out_dtype", |c, n| c.keyword(n, "out_dtype", DType::parse, DType::choices));
+        let out_dtypes = self.optional_sweep(get("out_dtype"), "out_dtype", |c, n| {
+            c.keyword(n, "out_dtype", DType::parse, DType::choices)
+        });
         let blocks = self.optional_sweep(get("block"), "block", |c, n| c.integer(n, "block"));
         let items = self.optional_sweep(get("items"), "items", |c, n| c.integer(n, "items"));
         let stages = self.optional_sweep(get("stages"), "stages", |c, n| c.integer(n, "stages"));
         let variants = self.optional_sweep(get("variant"), "variant", |c, n| {
             c.keyword(n, "variant", RowVariant::parse, RowVariant::choices)
         });
-        let layouts = self.optional_sweep(get("layout"), "layout", |c, n| c.keyword(n, "layout", Layout::parse, Layout::choices));
+        let layouts = self.optional_sweep(get("layout"), "layout", |c, n| {
+            c.keyword(n, "layout", Layout::parse, Layout::choices)
+        });
         let affines = self.optional_sweep(get("affine"), "affine", |c, n| c.boolean(n, "affine"));
         let tf32s = self.optional_sweep(get("tf32"), "tf32", |c, n| c.boolean(n, "tf32"));
-        let tiles = self.optional_sweep_of_lists(get("tile"), "tile", |c, n| c.int_array::<3>(n, "tile", "[m, n, k]"));
-        let warps = self.optional_sweep_of_lists(get("warp"), "warp", |c, n| c.int_array::<2>(n, "warp", "[m, n]"));
+        let tiles = self.optional_sweep_of_lists(get("tile"), "tile", |c, n| {
+            c.int_array::<3>(n, "tile", "[m, n, k]")
+        });
+        let warps = self.optional_sweep_of_lists(get("warp"), "warp", |c, n| {
+            c.int_array::<2>(n, "warp", "[m, n]")
+        });
         let epilogues = match get("epilogue") {
             Some(v) => self.epilogues(v, op, info.epilogues),
-            None => vec![Choice { value: Vec::new(), node: None }],
+            None => vec![Choice {
+                value: Vec::new(),
+                node: None,
+            }],
         };
         let epilogue_swept = epilogues.len() > 1;
 
@@ -254,7 +335,11 @@ impl<'a> FileContext<'a> {
         ];
         let total = counts.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n));
         if total.map_or(true, |t| t > MAX_INSTANCES_PER_KERNEL) {
-            let swept: Vec<String> = counts.iter().filter(|&&n| n > 1).map(|n| n.to_string()).collect();
+            let swept: Vec<String> = counts
+                .iter()
+                .filter(|&&n| n > 1)
+                .map(|n| n.to_string())
+                .collect();
             let total = total.map_or_else(|| "too many".to_string(), |t| t.to_string());
             self.error(
                 entry,
@@ -308,7 +393,11 @@ impl<'a> FileContext<'a> {
                                                             archs: archs.clone(),
                                                             origin: origin.clone(),
                                                         };
-                                                        inst.name = instance_name(&name, &inst, epilogue_swept);
+                                                        inst.name = instance_name(
+                                                            &name,
+                                                            &inst,
+                                                            epilogue_swept,
+                                                        );
                                                         let node_of = |f: Field| -> &Node {
                                                             let n = match f {
                                                                 Field::Block => bl.node,
@@ -329,26 +418,46 @@ impl<'a> FileContext<'a> {
                                                         for (field, msg) in ops::check(&inst) {
                                                             bad = true;
                                                             let n = node_of(field);
-                                                            if reported.insert((n.mark, msg.clone())) {
-                                                                self.error(n, format!("{}: {msg}", inst.name));
+                                                            if reported
+                                                                .insert((n.mark, msg.clone()))
+                                                            {
+                                                                self.error(
+                                                                    n,
+                                                                    format!("{}: {msg}", inst.name),
+                                                                );
                                                             }
                                                         }
-                                                        for (arch, msg) in ops::arch_problems(&inst) {
+                                                        for (arch, msg) in ops::arch_problems(&inst)
+                                                        {
                                                             bad = true;
                                                             // A dtype the arch lacks points at the
                                                             // dtype; anything else the op needs
                                                             // from newer hardware, at the arch.
-                                                            let lacks = |d: DType| msg.starts_with(&format!("{d} needs sm_"));
+                                                            let lacks = |d: DType| {
+                                                                msg.starts_with(&format!(
+                                                                    "{d} needs sm_"
+                                                                ))
+                                                            };
                                                             let n = if lacks(inst.dtype) {
                                                                 dt.node
                                                             } else if lacks(inst.out_dtype) {
-                                                                od.node.or(get("out_dtype")).or(dt.node)
+                                                                od.node
+                                                                    .or(get("out_dtype"))
+                                                                    .or(dt.node)
                                                             } else {
-                                                                arch_nodes.iter().find(|(a, _)| *a == arch).and_then(|(_, n)| *n)
+                                                                arch_nodes
+                                                                    .iter()
+                                                                    .find(|(a, _)| *a == arch)
+                                                                    .and_then(|(_, n)| *n)
                                                             }
                                                             .unwrap_or(entry);
-                                                            if reported.insert((n.mark, msg.clone())) {
-                                                                self.error(n, format!("{}: {msg}", inst.name));
+                                                            if reported
+                                                                .insert((n.mark, msg.clone()))
+                                                            {
+                                                                self.error(
+                                                                    n,
+                                                                    format!("{}: {msg}", inst.name),
+                                                                );
                                                             }
                                                         }
                                                         if !bad {
@@ -373,16 +482,24 @@ impl<'a> FileContext<'a> {
 
     fn identifier(&mut self, n: &Node) -> Option<String> {
         let Value::Scalar(s, _) = &n.value else {
-            self.error(n, format!("`name` must be a plain identifier, found {}", n.kind()));
+            self.error(
+                n,
+                format!("`name` must be a plain identifier, found {}", n.kind()),
+            );
             return None;
         };
         if s.is_empty() {
-            self.error(n, "`name` is empty: expected a plain identifier such as `my_kernel`".into());
+            self.error(
+                n,
+                "`name` is empty: expected a plain identifier such as `my_kernel`".into(),
+            );
             return None;
         }
         // Names become C symbols, Rust identifiers and file names: anything beyond this
         // alphabet could inject code or paths.
-        let bad_char = s.chars().find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        let bad_char = s
+            .chars()
+            .find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
         let problem = if let Some(c) = bad_char {
             Some(match c {
                 ' ' => "it contains a space".to_string(),
@@ -411,17 +528,33 @@ impl<'a> FileContext<'a> {
         Some(s.clone())
     }
 
-    fn keyword<T>(&mut self, n: &Node, what: &str, parse: fn(&str) -> Option<T>, choices: fn() -> String) -> Option<T> {
+    fn keyword<T>(
+        &mut self,
+        n: &Node,
+        what: &str,
+        parse: fn(&str) -> Option<T>,
+        choices: fn() -> String,
+    ) -> Option<T> {
         match &n.value {
             Value::Scalar(s, _) => match parse(s) {
                 Some(v) => Some(v),
                 None => {
-                    self.error(n, format!("unknown {what} `{}` (expected one of: {})", shown(s), choices()));
+                    self.error(
+                        n,
+                        format!(
+                            "unknown {what} `{}` (expected one of: {})",
+                            shown(s),
+                            choices()
+                        ),
+                    );
                     None
                 }
             },
             _ => {
-                self.error(n, format!("`{what}` must be one of {}, found {}", choices(), n.kind()));
+                self.error(
+                    n,
+                    format!("`{what}` must be one of {}, found {}", choices(), n.kind()),
+                );
                 None
             }
         }
@@ -429,7 +562,10 @@ impl<'a> FileContext<'a> {
 
     fn integer(&mut self, n: &Node, what: &str) -> Option<u32> {
         let Value::Scalar(s, quoted) = &n.value else {
-            self.error(n, format!("`{what}` must be a whole number, found {}", n.kind()));
+            self.error(
+                n,
+                format!("`{what}` must be a whole number, found {}", n.kind()),
+            );
             return None;
         };
         if *quoted {
@@ -437,19 +573,28 @@ impl<'a> FileContext<'a> {
             return None;
         }
         if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) {
-            self.error(n, format!("`{what}` must be a whole number, found `{}`", shown(s)));
+            self.error(
+                n,
+                format!("`{what}` must be a whole number, found `{}`", shown(s)),
+            );
             return None;
         }
         if s.len() > 1 && s.starts_with('0') {
             // YAML 1.1 reads `0256` as octal and YAML 1.2 as decimal: refuse to guess.
-            self.error(n, format!("`{what}` must be written without leading zeros, found `{s}`"));
+            self.error(
+                n,
+                format!("`{what}` must be written without leading zeros, found `{s}`"),
+            );
             return None;
         }
         let ceiling = integer_ceiling(what);
         match s.parse::<u32>() {
             Ok(v) if v <= ceiling => Some(v),
             _ => {
-                self.error(n, format!("`{what}` value {s} is out of range (at most {ceiling})"));
+                self.error(
+                    n,
+                    format!("`{what}` value {s} is out of range (at most {ceiling})"),
+                );
                 None
             }
         }
@@ -474,7 +619,10 @@ impl<'a> FileContext<'a> {
     fn int_array<const N: usize>(&mut self, n: &Node, what: &str, shape: &str) -> Option<[u32; N]> {
         let items = n.as_seq().filter(|s| s.len() == N);
         let Some(items) = items else {
-            self.error(n, format!("`{what}` must be a list of {N} whole numbers {shape}"));
+            self.error(
+                n,
+                format!("`{what}` must be a list of {N} whole numbers {shape}"),
+            );
             return None;
         };
         let mut out = [0u32; N];
@@ -495,17 +643,27 @@ impl<'a> FileContext<'a> {
         }
         let mut archs: Vec<(Arch, &Node)> = nodes
             .into_iter()
-            .filter_map(|a| self.keyword(a, "arch", Arch::parse, Arch::choices).map(|v| (v, a)))
+            .filter_map(|a| {
+                self.keyword(a, "arch", Arch::parse, Arch::choices)
+                    .map(|v| (v, a))
+            })
             .collect();
         archs.sort_by_key(|(a, _)| *a);
         archs.dedup_by_key(|(a, _)| *a);
         archs
     }
 
-    fn epilogues<'n>(&mut self, n: &'n Node, op: Op, allowed: &[Epilogue]) -> Vec<Choice<'n, Vec<Epilogue>>> {
+    fn epilogues<'n>(
+        &mut self,
+        n: &'n Node,
+        op: Op,
+        allowed: &[Epilogue],
+    ) -> Vec<Choice<'n, Vec<Epilogue>>> {
         // A list of lists sweeps; a flat list (or one name) is a single chain.
         let chains: Vec<&Node> = match &n.value {
-            Value::Seq(items) if items.iter().any(|i| i.as_seq().is_some()) => items.iter().collect(),
+            Value::Seq(items) if items.iter().any(|i| i.as_seq().is_some()) => {
+                items.iter().collect()
+            }
             _ => vec![n],
         };
         let mut out = Vec::new();
@@ -520,8 +678,17 @@ impl<'a> FileContext<'a> {
                 if let Some(e) = self.keyword(s, "epilogue", Epilogue::parse, Epilogue::choices) {
                     if !allowed.contains(&e) {
                         let ok: Vec<&str> = allowed.iter().map(|e| e.as_str()).collect();
-                        let ok = if ok.is_empty() { "none".to_string() } else { ok.join(", ") };
-                        self.error(s, format!("op `{op}` does not support epilogue `{e}` (it supports: {ok})"));
+                        let ok = if ok.is_empty() {
+                            "none".to_string()
+                        } else {
+                            ok.join(", ")
+                        };
+                        self.error(
+                            s,
+                            format!(
+                                "op `{op}` does not support epilogue `{e}` (it supports: {ok})"
+                            ),
+                        );
                     } else if parsed.contains(&e) {
                         self.error(s, format!("epilogue `{e}` appears twice in one chain"));
                     } else {
@@ -529,7 +696,10 @@ impl<'a> FileContext<'a> {
                     }
                 }
             }
-            out.push(Choice { value: parsed, node: Some(chain) });
+            out.push(Choice {
+                value: parsed,
+                node: Some(chain),
+            });
         }
         self.no_repeats("epilogue", &out);
         out
@@ -552,17 +722,30 @@ impl<'a> FileContext<'a> {
         }
     }
 
-    fn sweep<'n, T: PartialEq>(&mut self, n: &'n Node, what: &str, mut one: impl FnMut(&mut Self, &'n Node) -> Option<T>) -> Vec<Choice<'n, T>> {
+    fn sweep<'n, T: PartialEq>(
+        &mut self,
+        n: &'n Node,
+        what: &str,
+        mut one: impl FnMut(&mut Self, &'n Node) -> Option<T>,
+    ) -> Vec<Choice<'n, T>> {
         let nodes: Vec<&Node> = match &n.value {
             Value::Seq(items) => items.iter().collect(),
             _ => vec![n],
         };
         if nodes.is_empty() {
-            self.error(n, "empty list: a swept field needs at least one value".into());
+            self.error(
+                n,
+                "empty list: a swept field needs at least one value".into(),
+            );
         }
         let choices: Vec<Choice<T>> = nodes
             .into_iter()
-            .filter_map(|node| one(self, node).map(|value| Choice { value, node: Some(node) }))
+            .filter_map(|node| {
+                one(self, node).map(|value| Choice {
+                    value,
+                    node: Some(node),
+                })
+            })
             .collect();
         self.no_repeats(what, &choices);
         choices
@@ -575,11 +758,17 @@ impl<'a> FileContext<'a> {
         one: impl FnMut(&mut Self, &'n Node) -> Option<T>,
     ) -> Vec<Choice<'n, Option<T>>> {
         match n {
-            None => vec![Choice { value: None, node: None }],
+            None => vec![Choice {
+                value: None,
+                node: None,
+            }],
             Some(n) => self
                 .sweep(n, what, one)
                 .into_iter()
-                .map(|c| Choice { value: Some(c.value), node: c.node })
+                .map(|c| Choice {
+                    value: Some(c.value),
+                    node: c.node,
+                })
                 .collect(),
         }
     }
@@ -593,15 +782,25 @@ impl<'a> FileContext<'a> {
         mut one: impl FnMut(&mut Self, &'n Node) -> Option<T>,
     ) -> Vec<Choice<'n, Option<T>>> {
         let Some(n) = n else {
-            return vec![Choice { value: None, node: None }];
+            return vec![Choice {
+                value: None,
+                node: None,
+            }];
         };
         let nodes: Vec<&Node> = match &n.value {
-            Value::Seq(items) if items.iter().any(|i| i.as_seq().is_some()) => items.iter().collect(),
+            Value::Seq(items) if items.iter().any(|i| i.as_seq().is_some()) => {
+                items.iter().collect()
+            }
             _ => vec![n],
         };
         let choices: Vec<Choice<Option<T>>> = nodes
             .into_iter()
-            .filter_map(|node| one(self, node).map(|v| Choice { value: Some(v), node: Some(node) }))
+            .filter_map(|node| {
+                one(self, node).map(|v| Choice {
+                    value: Some(v),
+                    node: Some(node),
+                })
+            })
             .collect();
         self.no_repeats(what, &choices);
         choices
@@ -624,7 +823,13 @@ fn integer_ceiling(what: &str) -> u32 {
 /// User text for a message: control characters escaped, everything else as written.
 fn shown(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
         .collect()
 }
 
