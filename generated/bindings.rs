@@ -4,7 +4,7 @@
 // dtype, plus one per kernel). Needs `cudarc` (features driver, nvrtc, f16) and `half`.
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 69fba7816702a53e
+// content sha256 bd40084c8b862aad
 
 #[allow(unused_imports)]
 pub use self::call_checks::{Buf, Plan};
@@ -15042,7 +15042,10 @@ pub fn gemm(
 /// block), then the rest smallest first (more blocks). Ties keep the listed order.
 pub fn tile_order(m: usize, n: usize, sm_count: u32, tiles: &[(u32, u32)]) -> Vec<usize> {
     let count = |&(tm, tn): &(u32, u32)| {
-        (m as u64).div_ceil(tm.max(1) as u64) * (n as u64).div_ceil(tn.max(1) as u64)
+        // Saturating: sizes are range-checked later, and dispatch must not overflow first.
+        (m as u64)
+            .div_ceil(tm.max(1) as u64)
+            .saturating_mul((n as u64).div_ceil(tn.max(1) as u64))
     };
     let area = |&(tm, tn): &(u32, u32)| tm as u64 * tn as u64;
     let (mut fill, mut rest): (Vec<usize>, Vec<usize>) =

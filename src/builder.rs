@@ -33,7 +33,7 @@ use crate::spec::Arch;
 /// under `OUT_DIR` (unless [`Builder::out_dir`] is given an absolute path), and only files
 /// whose bytes change. Under `DOCS_RS` it compiles nothing: the bindings still compile, and
 /// their kernels fail at load time.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Builder {
     specs: Option<PathBuf>,
     templates: Option<PathBuf>,
@@ -46,11 +46,25 @@ pub struct Builder {
     emit_rerun: bool,
 }
 
+impl Default for Builder {
+    /// The same as [`Builder::new`]: cargo directives on.
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
 impl Builder {
     pub fn new() -> Builder {
         Builder {
             emit_rerun: true,
-            ..Builder::default()
+            specs: None,
+            templates: None,
+            archs: None,
+            out_dir: None,
+            jobs: None,
+            cache_dir: None,
+            filter: None,
+            bundle: None,
         }
     }
 
@@ -198,14 +212,7 @@ impl Builder {
 fn parse_archs(names: &[String]) -> Result<Vec<Arch>> {
     names
         .iter()
-        .map(|n| {
-            Arch::parse(n).ok_or_else(|| {
-                Error::Usage(format!(
-                    "unknown arch `{n}` (expected one of: {})",
-                    Arch::choices()
-                ))
-            })
-        })
+        .map(|n| n.parse::<Arch>().map_err(Error::Usage))
         .collect()
 }
 

@@ -1,5 +1,6 @@
 //! The generator core: specs → instances → CUDA C → (cache | NVRTC) → library files.
-//! The CLI, the build.rs `Builder` and bundle creation all call [`generate`].
+//! The CLI and the build.rs `Builder` both call [`generate`]; with a bundle it writes the library
+//! from the bundle instead of compiling.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -165,13 +166,13 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
         None => Cache::default_location()?,
     });
 
-    // One job per (instance, arch).
+    // One job per (instance, arch); none when only the bindings are wanted (docs.rs).
     let jobs: Vec<(usize, Arch)> = rendered
         .instances
         .iter()
+        .filter(|_| opts.compile)
         .enumerate()
         .flat_map(|(i, inst)| inst.archs.iter().map(move |&a| (i, a)))
-        .filter(|_| opts.compile)
         .collect();
     on_event(&Event::Planned {
         instances: rendered.instances.len(),
@@ -184,63 +185,41 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
         .num_threads(opts.jobs)
         .build()
         .map_err(|e| Error::Environment(format!("cannot start worker threads: {e}")))?;
-    let compiled: Vec<Result<(String, nvrtc::Compiled)>> = pool.install(|| {
+    let results: Vec<Result<(String, nvrtc::Compiled)>> = pool.install(|| {
         use rayon::prelude::*;
         jobs.par_iter()
             .map(|&(i, arch)| {
                 let inst = &rendered.instances[i];
-                let source = &rendered.sources[i];
-                let options = nvrtc::options(arch);
-                let key = cache_key(&KeyInputs {
-                    source,
-                    nvrtc_version: &nvrtc_version,
-                    options: &options,
-                    arch,
-                    tilegen_version: crate::VERSION,
-                });
                 let t = Instant::now();
-                match cache.get(&key) {
-                    Lookup::Hit(c) => {
-                        hits.fetch_add(1, Ordering::Relaxed);
-                        on_event(&Event::Compiled {
-                            instance: inst.name.clone(),
-                            arch,
-                            cached: true,
-                            millis: 0,
-                        });
-                        return Ok((key, c));
-                    }
-                    Lookup::Corrupt(message) => {
-                        corrupt.fetch_add(1, Ordering::Relaxed);
-                        on_event(&Event::CacheCorrupt { message });
-                    }
-                    Lookup::Miss => {}
+                let done = compile_cached(
+                    &cache,
+                    &nvrtc_version,
+                    &inst.name,
+                    &rendered.sources[i],
+                    arch,
+                )?;
+                if let Some(message) = done.corrupt {
+                    corrupt.fetch_add(1, Ordering::Relaxed);
+                    on_event(&Event::CacheCorrupt { message });
                 }
-                let c = nvrtc::compile(&inst.name, source, arch).map_err(|(log, options)| {
-                    // Keep the failing source where the user can open it.
-                    let path =
-                        std::env::temp_dir().join(format!("tilegen-failed-{}.cu", inst.name));
-                    let _ = std::fs::write(&path, source);
-                    Error::Compile {
-                        instance: inst.name.clone(),
-                        arch: arch.to_string(),
-                        source_path: path,
-                        options,
-                        log,
-                    }
-                })?;
-                cache.put(&key, &c)?;
+                if done.cached {
+                    hits.fetch_add(1, Ordering::Relaxed);
+                }
                 on_event(&Event::Compiled {
                     instance: inst.name.clone(),
                     arch,
-                    cached: false,
-                    millis: t.elapsed().as_millis() as u64,
+                    cached: done.cached,
+                    millis: if done.cached {
+                        0
+                    } else {
+                        t.elapsed().as_millis() as u64
+                    },
                 });
-                Ok((key, c))
+                Ok((done.key, done.compiled))
             })
             .collect()
     });
-    let compiled = compiled.into_iter().collect::<Result<Vec<_>>>()?;
+    let compiled = first_error_of_all(results)?;
 
     let files = assemble(&rendered, &nvrtc_version, &jobs, &compiled, opts.bindings)?;
     let mut report = Report {
@@ -273,6 +252,108 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
     }
     report.millis = start.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// One compile, satisfied from the cache or by NVRTC.
+pub struct CompileDone {
+    pub key: String,
+    pub compiled: nvrtc::Compiled,
+    /// Served from an intact cache entry.
+    pub cached: bool,
+    /// A corrupt entry found (and removed) on the way, to report.
+    pub corrupt: Option<String>,
+}
+
+/// Compiles one instance's source for one arch, through the cache: an intact entry is used,
+/// a corrupt one is removed and rebuilt, a new result is published for other processes.
+/// On failure the rendered source is kept in a file the error names.
+pub fn compile_cached(
+    cache: &Cache,
+    nvrtc_version: &str,
+    name: &str,
+    source: &str,
+    arch: Arch,
+) -> Result<CompileDone> {
+    let options = nvrtc::options(arch);
+    let key = cache_key(&KeyInputs {
+        source,
+        nvrtc_version,
+        options: &options,
+        arch,
+        tilegen_version: crate::VERSION,
+    });
+    let corrupt = match cache.get(&key) {
+        Lookup::Hit(compiled) => {
+            return Ok(CompileDone {
+                key,
+                compiled,
+                cached: true,
+                corrupt: None,
+            })
+        }
+        Lookup::Corrupt(message) => Some(message),
+        Lookup::Miss => None,
+    };
+    let compiled = nvrtc::compile(name, source, arch).map_err(|(log, options)| Error::Compile {
+        instance: name.to_string(),
+        arch: arch.to_string(),
+        source_path: keep_failed_source(name, source),
+        options,
+        log,
+    })?;
+    cache.put(&key, &compiled)?;
+    Ok(CompileDone {
+        key,
+        compiled,
+        cached: false,
+        corrupt,
+    })
+}
+
+/// Writes a source NVRTC rejected to a fresh temporary file (never a predictable name in a
+/// shared folder) and returns its path.
+fn keep_failed_source(name: &str, source: &str) -> PathBuf {
+    let kept = tempfile::Builder::new()
+        .prefix(&format!("tilegen-failed-{name}-"))
+        .suffix(".cu")
+        .tempfile()
+        .and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(source.as_bytes())?;
+            f.keep().map_err(|e| e.error)
+        });
+    match kept {
+        Ok((_, path)) => path,
+        Err(_) => PathBuf::from("(the rendered source could not be saved)"),
+    }
+}
+
+/// Every job's result, or the first failure with the others named in it, so one run reports
+/// every instance that does not compile.
+fn first_error_of_all<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
+    let (oks, errs): (Vec<_>, Vec<_>) = results.into_iter().partition(|r| r.is_ok());
+    let mut errs = errs.into_iter().filter_map(|r| r.err());
+    match errs.next() {
+        None => Ok(oks.into_iter().filter_map(|r| r.ok()).collect()),
+        Some(mut first) => {
+            let rest: Vec<String> = errs
+                .map(|e| match e {
+                    Error::Compile { instance, arch, .. } => format!("{instance} ({arch})"),
+                    other => other.to_string(),
+                })
+                .collect();
+            if !rest.is_empty() {
+                if let Error::Compile { log, .. } = &mut first {
+                    log.push_str(&format!(
+                        "\n{} more failed: {}",
+                        rest.len(),
+                        rest.join(", ")
+                    ));
+                }
+            }
+            Err(first)
+        }
+    }
 }
 
 fn file_ref(path: String, bytes: &[u8]) -> FileRef {

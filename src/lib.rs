@@ -5,8 +5,8 @@
 //! to PTX and cubins per target arch, caches the results by content, and writes a kernel
 //! library: the CUDA C, PTX, cubins, a JSON manifest and typed Rust bindings.
 //!
-//! The command-line tool, the build-script [`Builder`] and bundle creation all run the same
-//! core, [`generate::generate`].
+//! The command-line tool and the build-script [`Builder`] run the same core,
+//! [`generate::generate`]; a bundle packs the library folder that core writes.
 //!
 //! # From a build script
 //!

@@ -208,8 +208,7 @@ enum CacheAction {
 }
 
 fn parse_arch(s: &str) -> Result<Arch, String> {
-    Arch::parse(s)
-        .ok_or_else(|| format!("unknown arch `{s}` (expected one of: {})", Arch::choices()))
+    s.parse()
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -410,15 +409,10 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             match ptx {
                 None => print!("{}", r.sources[i]),
                 Some(arch) => {
-                    let c = tilegen::nvrtc::compile(&name, &r.sources[i], arch).map_err(
-                        |(log, options)| Error::Compile {
-                            instance: name.clone(),
-                            arch: arch.to_string(),
-                            source_path: PathBuf::from("(rendered in memory)"),
-                            options,
-                            log,
-                        },
-                    )?;
+                    let nvrtc = tilegen::nvrtc::load()?.version();
+                    let cache = Cache::open(Cache::default_location()?);
+                    let c = generate::compile_cached(&cache, &nvrtc, &name, &r.sources[i], arch)?
+                        .compiled;
                     print!("{}", String::from_utf8_lossy(&c.ptx));
                 }
             }
@@ -606,7 +600,7 @@ fn tilegen_gpu_line() -> String {
                 .map(|(a, b)| format!("sm_{a}{b}"))
                 .unwrap_or_default();
             let driver = tilegen::gpu::driver_version()
-                .map(|(a, b)| format!("{a}.{b}"))
+                .map(|v| v.to_string())
                 .unwrap_or_else(|| "?".into());
             format!(
                 "GPU: {} ({cc}), driver CUDA {driver}",
@@ -731,6 +725,7 @@ fn gpu_bench(
         );
     }
     let mut results = Vec::new();
+    let mut failures = 0;
     let insts = selected(&gpu, filter);
     let blas = match insts.iter().any(|i| i.op == tilegen::spec::Op::Gemm) {
         true => Some(tilegen::gpu::cublas::Blas::new(&gpu)?),
@@ -759,7 +754,10 @@ fn gpu_bench(
                     }
                     results.push(r);
                 }
-                Err(e) => eprintln!("{}: {}: {e}", inst.name, p),
+                Err(e) => {
+                    failures += 1;
+                    eprintln!("{}: {}: {e}", inst.name, p);
+                }
             }
         }
     }
@@ -771,5 +769,10 @@ fn gpu_bench(
         std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default())
             .map_err(|e| Error::io(path, e))?;
     }
-    Ok(ExitCode::SUCCESS)
+    // A case that could not run (launch failure, bad size) is a failed benchmark.
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

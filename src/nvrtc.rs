@@ -142,16 +142,24 @@ fn open_global(path: &Path) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Opens the NVRTC in `dir` (builtins first: libnvrtc opens them by bare name at compile
+/// time) and returns its path, or None when `dir` has none.
+fn open_in(dir: &Path) -> std::result::Result<Option<PathBuf>, String> {
+    let Some((lib, builtins)) = lib_in(dir) else {
+        return Ok(None);
+    };
+    if let Some(b) = &builtins {
+        open_global(b)?;
+    }
+    open_global(&lib)?;
+    Ok(Some(lib))
+}
+
 fn locate_and_load() -> std::result::Result<Nvrtc, String> {
     let mut tried = Vec::new();
-    let mut dirs = candidate_dirs();
     let mut location = None;
-    for (what, dir) in dirs.drain(..) {
-        if let Some((lib, builtins)) = lib_in(&dir) {
-            if let Some(b) = &builtins {
-                open_global(b)?;
-            }
-            open_global(&lib)?;
+    for (what, dir) in candidate_dirs() {
+        if let Some(lib) = open_in(&dir)? {
             location = Some(format!("{} ({what})", lib.display()));
             break;
         }
@@ -173,17 +181,13 @@ fn locate_and_load() -> std::result::Result<Nvrtc, String> {
         }
     }
     if location.is_none() {
-        if let Some(dir) = python_wheel_dir() {
-            if let Some((lib, builtins)) = lib_in(&dir) {
-                if let Some(b) = &builtins {
-                    open_global(b)?;
-                }
-                open_global(&lib)?;
-                location = Some(format!("{} (python site-packages)", lib.display()));
-            }
-        }
-        if location.is_none() {
-            tried.push("python3's site-packages (nvidia/cu13/lib)".into());
+        match python_wheel_dir()
+            .map(|d| open_in(&d))
+            .transpose()?
+            .flatten()
+        {
+            Some(lib) => location = Some(format!("{} (python site-packages)", lib.display())),
+            None => tried.push("python3's site-packages (nvidia/cu13/lib)".into()),
         }
     }
     let Some(location) = location else {
@@ -267,48 +271,34 @@ pub fn compile(
     source: &str,
     arch: Arch,
 ) -> std::result::Result<Compiled, (String, String)> {
+    use cudarc::nvrtc::{result, sys};
     load().map_err(|e| (e.to_string(), String::new()))?;
     let opts = options(arch);
+    let fail = |what: String| (what, opts.join(" "));
     let src = CString::new(source)
         .map_err(|_| ("source contains a NUL byte".to_string(), String::new()))?;
     let file = CString::new(format!("{name}.cu")).unwrap_or_default();
-    use cudarc::nvrtc::{result, sys};
     let prog =
-        result::create_program(&src, Some(&file)).map_err(|e| (format!("{e:?}"), String::new()))?;
-    // SAFETY: prog is live until destroy_program below; buffers are sized by NVRTC.
+        Program(result::create_program(&src, Some(&file)).map_err(|e| fail(format!("{e:?}")))?);
+    // SAFETY: `prog` stays live until the guard drops at the end of this function, on every
+    // path; the buffers are sized by NVRTC's own size queries.
     unsafe {
-        let compiled = result::compile_program(prog, &opts);
-        let log = result::get_program_log(prog)
-            .map(|l| {
-                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
-                String::from_utf8_lossy(&bytes).into_owned()
-            })
+        let compiled = result::compile_program(prog.0, &opts);
+        let log = result::get_program_log(prog.0)
+            .map(|l| String::from_utf8_lossy(&c_bytes(&l)).into_owned())
             .unwrap_or_default();
         if let Err(e) = compiled {
-            let _ = result::destroy_program(prog);
-            return Err((format!("{e:?}\n{log}"), opts.join(" ")));
+            return Err(fail(format!("{e:?}\n{log}")));
         }
-        let ptx: Vec<u8> = result::get_ptx(prog)
-            .map_err(|e| (format!("{e:?}"), opts.join(" ")))?
-            .into_iter()
-            .map(|c| c as u8)
-            .take_while(|&b| b != 0)
-            .collect();
+        let ptx = c_bytes(&result::get_ptx(prog.0).map_err(|e| fail(format!("{e:?}")))?);
         let mut size = 0usize;
-        let cubin = match sys::nvrtcGetCUBINSize(prog, &mut size).result() {
-            Ok(()) => {
-                let mut buf = vec![0u8; size];
-                sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _)
-                    .result()
-                    .map_err(|e| (format!("{e:?}"), opts.join(" ")))?;
-                buf
-            }
-            Err(e) => {
-                let _ = result::destroy_program(prog);
-                return Err((format!("nvrtcGetCUBIN: {e:?}"), opts.join(" ")));
-            }
-        };
-        let _ = result::destroy_program(prog);
+        sys::nvrtcGetCUBINSize(prog.0, &mut size)
+            .result()
+            .map_err(|e| fail(format!("nvrtcGetCUBINSize: {e:?}")))?;
+        let mut cubin = vec![0u8; size];
+        sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut _)
+            .result()
+            .map_err(|e| fail(format!("nvrtcGetCUBIN: {e:?}")))?;
         let resources = Resources::from_log(&log);
         Ok(Compiled {
             ptx,
@@ -317,6 +307,24 @@ pub fn compile(
             resources,
         })
     }
+}
+
+/// Destroys an NVRTC program however `compile` returns.
+struct Program(cudarc::nvrtc::sys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: created by create_program and destroyed only here.
+        let _ = unsafe { cudarc::nvrtc::result::destroy_program(self.0) };
+    }
+}
+
+/// The bytes of a NUL-terminated C buffer, without the terminator.
+fn c_bytes(buf: &[std::ffi::c_char]) -> Vec<u8> {
+    buf.iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect()
 }
 
 #[cfg(test)]

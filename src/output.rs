@@ -33,6 +33,16 @@ pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
         .tempfile_in(dir)
         .at(dir)?;
     tmp.write_all(bytes).at(tmp.path())?;
+    // Temporary files are private (0600); what we publish keeps the mode of the file it
+    // replaces, else gets the usual 0644.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(path)
+            .map(|m| m.permissions())
+            .unwrap_or_else(|_| fs::Permissions::from_mode(0o644));
+        tmp.as_file().set_permissions(mode).at(tmp.path())?;
+    }
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(true)
 }

@@ -35,13 +35,13 @@ pub fn what(inst: &InstanceEntry) -> String {
         Op::RmsNorm if affine => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps) * weight`, with `weight` of `cols` elements (f32 arithmetic).".into(),
         Op::RmsNorm => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps)` (f32 arithmetic).".into(),
         Op::Gemm => {
-            let layout = inst.params.layout.unwrap_or(Layout::Nn).as_str().as_bytes().to_vec();
-            let major = |c: u8| if c == b'n' { "row-major" } else { "column-major" };
+            let layout = inst.params.layout.unwrap_or(Layout::Nn);
+            let major = |transposed: bool| if transposed { "column-major" } else { "row-major" };
             let chain: Vec<&str> = inst.epilogue.iter().map(|e| e.as_str()).collect();
             format!(
                 "`d = epilogue(a · b)`, `a` m×k {} (leading dimension `lda`), `b` k×n {} (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [{}].",
-                major(layout[0]),
-                major(layout[1]),
+                major(layout.a_transposed()),
+                major(layout.b_transposed()),
                 chain.join(", ")
             )
         }

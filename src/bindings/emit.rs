@@ -236,14 +236,8 @@ pub fn gemm_needs(inst: &InstanceEntry) -> [u64; 6] {
 }
 
 fn gemm_body(inst: &InstanceEntry, tile_m: u32, tile_n: u32) -> Result<TokenStream> {
-    let layout = inst
-        .params
-        .layout
-        .unwrap_or(Layout::Nn)
-        .as_str()
-        .as_bytes()
-        .to_vec();
-    let (at, bt) = (layout[0] == b't', layout[1] == b't');
+    let layout = inst.params.layout.unwrap_or(Layout::Nn);
+    let (at, bt) = (layout.a_transposed(), layout.b_transposed());
     let has = |n: &str| {
         inst.args
             .iter()

@@ -137,14 +137,7 @@ impl BundleManifest {
 
 /// The PTX ISA version a PTX file declares (`.version 8.5` → `8.5`).
 pub fn ptx_isa_version(ptx: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(ptx).ok()?;
-    text.lines().find_map(|l| {
-        let v = l.trim().strip_prefix(".version")?.trim();
-        let ok = !v.is_empty()
-            && v.split('.').count() == 2
-            && v.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-        ok.then(|| v.to_string())
-    })
+    crate::loader::Version::of_ptx(ptx).map(|v| v.to_string())
 }
 
 pub(crate) fn library_manifest(files: &FileSet) -> Result<Manifest, String> {

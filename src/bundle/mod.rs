@@ -100,12 +100,6 @@ pub fn create(lib: &Path, out: &Path) -> Result<BundleManifest> {
     let files = load_library(lib)?;
     let (bytes, m) = pack(&files, source_date_epoch()?).map_err(|msg| bad(lib, msg))?;
     crate::output::write_if_changed(out, &bytes)?;
-    #[cfg(unix)]
-    {
-        // A file to publish: readable by all, like any release artifact.
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(out, fs::Permissions::from_mode(0o644)).at(out)?;
-    }
     Ok(m)
 }
 

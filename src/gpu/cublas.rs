@@ -13,7 +13,7 @@ use super::problem::gemm_ld;
 use super::{gpu_err, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
-use crate::spec::model::{DType, Epilogue};
+use crate::spec::model::{DType, Epilogue, Layout};
 
 fn data_type(d: DType) -> cudaDataType_t {
     match d {
@@ -24,14 +24,8 @@ fn data_type(d: DType) -> cudaDataType_t {
 }
 
 fn layout(inst: &InstanceEntry) -> (bool, bool) {
-    let l = inst
-        .params
-        .layout
-        .map(|l| l.as_str())
-        .unwrap_or("nn")
-        .as_bytes()
-        .to_vec();
-    (l[0] == b't', l[1] == b't')
+    let l = inst.params.layout.unwrap_or(Layout::Nn);
+    (l.a_transposed(), l.b_transposed())
 }
 
 /// A cuBLAS handle on the GPU's stream.

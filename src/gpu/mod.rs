@@ -46,15 +46,17 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// The CUDA version the driver supports, as (major, minor).
-pub fn driver_version() -> Option<(i32, i32)> {
+/// The CUDA version the driver supports.
+pub fn driver_version() -> Option<crate::loader::Version> {
     if !driver_present() {
         return None;
     }
     let mut v = 0;
     // SAFETY: a plain out-parameter; the library is present.
     let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
-    (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some((v / 1000, (v % 1000) / 10))
+    (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS)
+        .then(|| crate::loader::Version::from_driver(v))
+        .flatten()
 }
 
 impl Gpu {
@@ -99,9 +101,7 @@ impl Gpu {
     /// compile. Returns the arch, the path and whether it is a cubin.
     pub fn pick_binary(&self, inst: &InstanceEntry) -> Result<(Arch, PathBuf, bool)> {
         use crate::loader::{choose_binary, Candidate, NoFit, Sm, Version};
-        let driver = driver_version().and_then(|(major, minor)| {
-            Some(Version::new(major.try_into().ok()?, minor.try_into().ok()?))
-        });
+        let driver = driver_version();
         let mut available = Vec::new();
         let mut files = Vec::new();
         for t in &inst.targets {
@@ -176,7 +176,9 @@ impl Gpu {
                 e,
             )
         })?;
-        if inst.launch.shared_bytes > 48 * 1024 {
+        // As the bindings' loader does: static and dynamic shared memory together may pass
+        // the 48 KiB default, so any dynamic use raises the limit.
+        if inst.launch.shared_bytes > 0 {
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 inst.launch.shared_bytes as i32,

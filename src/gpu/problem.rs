@@ -4,7 +4,7 @@
 use crate::launch_rules::{self, LaunchDims};
 use crate::manifest::InstanceEntry;
 use crate::ops::GridRule;
-use crate::spec::model::{Epilogue, Op};
+use crate::spec::model::{Epilogue, Layout, Op};
 
 /// One problem size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -61,15 +61,9 @@ pub fn buffer_len(inst: &InstanceEntry, arg: &str, p: Problem) -> u64 {
 
 /// Leading dimensions (in elements) of the dense operands for a GEMM layout.
 pub fn gemm_ld(inst: &InstanceEntry, m: u64, n: u64, k: u64) -> (u64, u64, u64) {
-    let layout = inst
-        .params
-        .layout
-        .map(|l| l.as_str())
-        .unwrap_or("nn")
-        .as_bytes()
-        .to_vec();
-    let lda = if layout[0] == b'n' { k } else { m };
-    let ldb = if layout[1] == b'n' { n } else { k };
+    let layout = inst.params.layout.unwrap_or(Layout::Nn);
+    let lda = if layout.a_transposed() { m } else { k };
+    let ldb = if layout.b_transposed() { k } else { n };
     (lda, ldb, n)
 }
 

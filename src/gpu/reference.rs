@@ -7,7 +7,7 @@ use rayon::prelude::*;
 
 use super::problem::{self, Problem, GEMM_ALPHA, LAYERNORM_EPS};
 use crate::manifest::InstanceEntry;
-use crate::spec::model::{Epilogue, Op};
+use crate::spec::model::{Epilogue, Layout, Op};
 
 /// Inputs by argument name, as f64.
 pub type Inputs = BTreeMap<String, Vec<f64>>;
@@ -128,22 +128,16 @@ pub fn compute(inst: &InstanceEntry, p: Problem, inp: &Inputs) -> Vec<f64> {
         (Op::Gemm, Problem::Gemm { m, n, k }) => {
             let (a, b) = (get("a"), get("b"));
             let (lda, ldb, _) = problem::gemm_ld(inst, m, n, k);
-            let layout = inst
-                .params
-                .layout
-                .map(|l| l.as_str())
-                .unwrap_or("nn")
-                .as_bytes()
-                .to_vec();
+            let layout = inst.params.layout.unwrap_or(Layout::Nn);
             let a_at = |i: usize, p: usize| {
-                if layout[0] == b'n' {
+                if !layout.a_transposed() {
                     a[i * lda as usize + p]
                 } else {
                     a[p * lda as usize + i]
                 }
             };
             let b_at = |p: usize, j: usize| {
-                if layout[1] == b'n' {
+                if !layout.b_transposed() {
                     b[p * ldb as usize + j]
                 } else {
                     b[j * ldb as usize + p]

@@ -107,9 +107,9 @@ impl Plan {
         let stages = p
             .stages
             .unwrap_or(if tc { DEFAULT_TC_STAGES } else { SIMT_STAGES });
-        let layout = p.layout.unwrap_or(Layout::Nn).as_str().as_bytes();
+        let layout = p.layout.unwrap_or(Layout::Nn);
         let elem = inst.dtype.size();
-        let vec = 16 / elem;
+        let vec = inst.dtype.per_16_bytes();
         // (A: m is its non-k dimension, k-contiguous when row-major; B: n, k-contiguous when
         // column-major.)
         let operand = |mn: u32, k_contiguous: bool| -> OperandPlan {
@@ -152,8 +152,8 @@ impl Plan {
             threads,
             stages,
             elem,
-            a: operand(tm, layout[0] == b'n'),
-            b: operand(tn, layout[1] == b't'),
+            a: operand(tm, !layout.a_transposed()),
+            b: operand(tn, layout.b_transposed()),
         }
     }
 
@@ -383,8 +383,8 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
 pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     let plan = Plan::new(inst);
     let [tm, tn, _] = plan.tile;
-    let in_vec = 16 / inst.dtype.size();
-    let out_vec = 16 / inst.out_dtype.size();
+    let in_vec = inst.dtype.per_16_bytes();
+    let out_vec = inst.out_dtype.per_16_bytes();
     let layout = inst.params.layout.unwrap_or(Layout::Nn);
     let (a_desc, a_ld) = if plan.a.k_contiguous {
         ("A (M x K) is row-major", "lda >= K")

@@ -68,6 +68,15 @@ keyword_enum!(
     Arch { Sm70 = "sm_70", Sm75 = "sm_75", Sm80 = "sm_80", Sm86 = "sm_86", Sm89 = "sm_89", Sm90 = "sm_90", Sm90a = "sm_90a" }
 );
 
+impl std::str::FromStr for Arch {
+    type Err = String;
+    /// Parses `sm_90` and the like; the error lists the accepted names.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Arch::parse(s)
+            .ok_or_else(|| format!("unknown arch `{s}` (expected one of: {})", Arch::choices()))
+    }
+}
+
 impl Arch {
     /// Compute capability as major*10+minor.
     pub fn sm(self) -> u32 {
@@ -130,6 +139,17 @@ keyword_enum!(
     /// t = column-major (transposed), BLAS-style.
     Layout { Nn = "nn", Nt = "nt", Tn = "tn", Tt = "tt" }
 );
+
+impl Layout {
+    /// A is stored transposed (K×M, column-major A).
+    pub fn a_transposed(self) -> bool {
+        matches!(self, Layout::Tn | Layout::Tt)
+    }
+    /// B is stored transposed (N×K, column-major B).
+    pub fn b_transposed(self) -> bool {
+        matches!(self, Layout::Nt | Layout::Tt)
+    }
+}
 
 /// Op parameters after validation. Which are set depends on the op; unset ones are omitted
 /// from the manifest and the template context.
