@@ -11,6 +11,8 @@ use tilegen::error::Error;
 use tilegen::generate::{self, Event, Options};
 use tilegen::spec::Arch;
 
+mod cli;
+
 #[derive(Parser)]
 #[command(
     name = "tilegen",
@@ -472,13 +474,15 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bundle { action } => bundle_command(action, json),
-        Command::Verify { lib, filter, seed } => gpu_verify(&lib, filter.as_deref(), seed, json),
+        Command::Bundle { action } => cli::bundle::bundle_command(action, json),
+        Command::Verify { lib, filter, seed } => {
+            cli::gpu::gpu_verify(&lib, filter.as_deref(), seed, json)
+        }
         Command::Bench {
             lib,
             filter,
             json_out,
-        } => gpu_bench(&lib, filter.as_deref(), json_out.as_deref(), json),
+        } => cli::gpu::gpu_bench(&lib, filter.as_deref(), json_out.as_deref(), json),
         Command::Doctor => {
             let mut lines = Vec::new();
             let nvrtc = match tilegen::nvrtc::load() {
@@ -492,7 +496,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|e| e.to_string())
             ));
-            lines.push(tilegen_gpu_line());
+            lines.push(cli::gpu::tilegen_gpu_line());
             if json {
                 emit_json(serde_json::json!({"doctor": lines}));
             } else {
@@ -503,276 +507,4 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn bundle_command(action: BundleAction, json: bool) -> Result<ExitCode, Error> {
-    use tilegen::bundle::{self, sign, SignaturePolicy, Signed};
-    let limits = bundle::Limits::default();
-    let pubkey = |sig: &SigArgs| sig.pubkey.as_deref().map(sign::read_public_key).transpose();
-    fn policy<'a>(sig: &SigArgs, key: &'a Option<sign::PublicKey>) -> Option<SignaturePolicy<'a>> {
-        key.as_ref().map(|k| SignaturePolicy {
-            pubkey: k,
-            required: sig.require_signed,
-        })
-    }
-    let (what, file, m, signed) = match action {
-        BundleAction::Create { lib, out } => {
-            ("created", out.clone(), bundle::create(&lib, &out)?, None)
-        }
-        BundleAction::Verify { file, sig } => {
-            let key = pubkey(&sig)?;
-            let (b, signed) = bundle::open_signed(&file, &limits, policy(&sig, &key))?;
-            ("verified", file, b.manifest, signed)
-        }
-        BundleAction::Inspect { file, sig } => {
-            let key = pubkey(&sig)?;
-            let (b, signed) = bundle::open_signed(&file, &limits, policy(&sig, &key))?;
-            if !json {
-                print!("{}", b.manifest.summary());
-            }
-            ("inspected", file, b.manifest, signed)
-        }
-        BundleAction::Unpack { file, to, sig } => {
-            let key = pubkey(&sig)?;
-            let (b, signed) = bundle::unpack_signed(&file, &to, &limits, policy(&sig, &key))?;
-            ("unpacked into", to, b.manifest, signed)
-        }
-        BundleAction::Sign { file, key } => {
-            let out = sign::sign(&file, &key)?;
-            if json {
-                emit_json(serde_json::json!({"event": "signed", "path": file, "signature": out}));
-            } else {
-                eprintln!("signed {}: wrote {}", file.display(), out.display());
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        BundleAction::Keygen { out } => {
-            let (pk, sk) = sign::keygen(&out)?;
-            if json {
-                emit_json(
-                    serde_json::json!({"event": "keygen", "public_key": pk, "secret_key": sk}),
-                );
-            } else {
-                eprintln!(
-                    "wrote {} (public) and {} (secret, unencrypted: keep it out of version control)",
-                    pk.display(),
-                    sk.display()
-                );
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-    };
-    let signature = match &signed {
-        Some(Signed::Yes { key_id, comment }) => Some(format!(
-            "signed by key {key_id} ({})",
-            comment.replace('\t', ", ")
-        )),
-        Some(Signed::Unsigned) => Some("unsigned (no signature to check)".to_string()),
-        None => None,
-    };
-    if json {
-        emit_json(
-            serde_json::json!({"event": what, "path": file, "bundle": m, "signature": signature}),
-        );
-    } else {
-        eprintln!(
-            "{what} {}: {} members, {} instances, archs {}",
-            file.display(),
-            m.members.len(),
-            m.instances,
-            m.archs.join(",")
-        );
-        if let Some(s) = signature {
-            eprintln!("signature: {s}");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn tilegen_gpu_line() -> String {
-    if !tilegen::gpu::driver_present() {
-        return "GPU: no CUDA driver (libcuda.so) found".into();
-    }
-    match cudarc::driver::CudaContext::new(0) {
-        Ok(ctx) => {
-            let cc = ctx
-                .compute_capability()
-                .map(|(a, b)| format!("sm_{a}{b}"))
-                .unwrap_or_default();
-            let driver = tilegen::gpu::driver_version()
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "?".into());
-            format!(
-                "GPU: {} ({cc}), driver CUDA {driver}",
-                ctx.name().unwrap_or_default()
-            )
-        }
-        Err(e) => format!("GPU: driver present but no device opened: {e:?}"),
-    }
-}
-
-fn selected<'a>(
-    gpu: &'a tilegen::gpu::Gpu,
-    filter: Option<&str>,
-) -> Vec<tilegen::manifest::InstanceEntry> {
-    gpu.manifest
-        .instances
-        .iter()
-        .filter(|i| filter.is_none_or(|f| i.name.contains(f)))
-        .cloned()
-        .collect()
-}
-
-fn gpu_verify(
-    lib: &std::path::Path,
-    filter: Option<&str>,
-    seed: Option<u64>,
-    json: bool,
-) -> Result<ExitCode, Error> {
-    use tilegen::gpu::{problem, verify, Gpu};
-    let mut gpu = Gpu::open(lib)?;
-    let seed = seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    if !json {
-        println!(
-            "verify {} on {} (sm_{}), seed {seed}",
-            lib.display(),
-            gpu.name,
-            gpu.sm
-        );
-        println!(
-            "{:<44} {:<22} {:>12} {:>9}  result",
-            "instance", "shape", "rel error", "bound"
-        );
-    }
-    let mut rng = tilegen::gpu::data::rng(seed);
-    let (mut passed, mut failed) = (0, 0);
-    for inst in selected(&gpu, filter) {
-        let started = std::time::Instant::now();
-        for p in problem::verify_cases(&inst) {
-            let r = verify::run_case(&mut gpu, &inst, p, &mut rng);
-            if r.passed {
-                passed += 1
-            } else {
-                failed += 1
-            }
-            if json {
-                emit_json(serde_json::json!({"event": "case", "result": r}));
-            } else if !r.passed || tilegen::env::var_os("TILEGEN_VERBOSE").is_some() {
-                let what = match &r.error {
-                    Some(e) => format!("ERROR {e}"),
-                    None if r.non_finite > 0 => {
-                        format!("FAIL ({} outputs not finite)", r.non_finite)
-                    }
-                    None if !r.passed => "FAIL".into(),
-                    None => "ok".into(),
-                };
-                println!(
-                    "{:<44} {:<22} {:>12.3e} {:>9.0e}  {what}",
-                    r.instance,
-                    r.problem.to_string(),
-                    r.rel_error,
-                    r.tolerance
-                );
-            }
-        }
-        if !json {
-            println!(
-                "{:<44} done in {:.2}s",
-                inst.name,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    if json {
-        emit_json(
-            serde_json::json!({"event": "done", "passed": passed, "failed": failed, "seed": seed}),
-        );
-    } else {
-        println!("{passed} passed, {failed} failed");
-    }
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-fn gpu_bench(
-    lib: &std::path::Path,
-    filter: Option<&str>,
-    json_out: Option<&std::path::Path>,
-    json: bool,
-) -> Result<ExitCode, Error> {
-    use tilegen::gpu::{bench, problem, Gpu};
-    let mut gpu = Gpu::open(lib)?;
-    let ceiling = bench::copy_ceiling(&gpu, 1 << 30)?;
-    if !json {
-        println!(
-            "bench {} on {} (sm_{}, {} SMs); device copy: {ceiling:.0} GB/s",
-            lib.display(),
-            gpu.name,
-            gpu.sm,
-            gpu.sm_count
-        );
-        println!(
-            "{:<44} {:<18} {:>10} {:>10} {:>8}",
-            "instance", "shape", "ms", "GB/s", "vs copy"
-        );
-    }
-    let mut results = Vec::new();
-    let mut failures = 0;
-    let insts = selected(&gpu, filter);
-    let blas = match insts.iter().any(|i| i.op == tilegen::spec::Op::Gemm) {
-        true => Some(tilegen::gpu::cublas::Blas::new(&gpu)?),
-        false => None,
-    };
-    for inst in insts {
-        for p in problem::bench_cases(&inst) {
-            match bench::bench_case(&mut gpu, &inst, p, ceiling, blas.as_ref()) {
-                Ok(r) => {
-                    if json {
-                        emit_json(serde_json::json!({"event": "bench", "result": r}));
-                    } else if r.flops > 0 {
-                        println!(
-                            "{:<44} {:<18} {:>10.4} {:>8.1} TFLOP/s  peer {:>8.1} ({})  ratio {:.3}",
-                            r.instance, r.problem.to_string(), r.median_ms, r.tflop_per_s, r.peer_value, r.peer, r.ratio
-                        );
-                    } else {
-                        println!(
-                            "{:<44} {:<18} {:>10.4} {:>10.0} {:>8.3}",
-                            r.instance,
-                            r.problem.to_string(),
-                            r.median_ms,
-                            r.gb_per_s,
-                            r.ratio
-                        );
-                    }
-                    results.push(r);
-                }
-                Err(e) => {
-                    failures += 1;
-                    eprintln!("{}: {}: {e}", inst.name, p);
-                }
-            }
-        }
-    }
-    if let Some(path) = json_out {
-        let doc = serde_json::json!({
-            "gpu": gpu.name, "sm": gpu.sm, "sm_count": gpu.sm_count, "copy_gb_per_s": ceiling,
-            "tilegen_version": tilegen::VERSION, "results": results,
-        });
-        std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default())
-            .map_err(|e| Error::io(path, e))?;
-    }
-    // A case that could not run (launch failure, bad size) is a failed benchmark.
-    Ok(if failures == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
