@@ -990,3 +990,45 @@ fn generate_from_a_bundle_where_nvrtc_is_hidden() {
         &bundle::load_library(&f.lib).unwrap(),
     );
 }
+
+/// "Killing `bundle unpack` midway leaves nothing half-installed": unpack the checked-in
+/// library's bundle in a process killed at increasing delays; afterwards the destination is
+/// either absent or the whole library, and a last unpack still succeeds.
+#[test]
+fn killed_unpack_leaves_nothing_half_installed() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("generated.tar.gz");
+    bundle::create(&repo.join("generated"), &archive).expect("bundles generated/");
+    let want = bundle::load_library(&repo.join("generated")).unwrap();
+    let dest = work.path().join("kernels");
+    let unpack = || {
+        Command::new(env!("CARGO_BIN_EXE_tilegen"))
+            .args(["bundle", "unpack", archive.to_str().unwrap(), "--to"])
+            .arg(&dest)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut whole = 0;
+    for delay_ms in [2, 10, 30, 60, 100, 160, 250] {
+        let mut child = unpack();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        if dest.exists() {
+            // Renamed into place only when complete: then it is the whole library.
+            assert_same(&bundle::load_library(&dest).unwrap(), &want);
+            whole += 1;
+            std::fs::remove_dir_all(&dest).unwrap();
+        }
+    }
+    // Leftover temporary folders never stand in for the destination, and a new unpack
+    // (which clears them) succeeds.
+    assert!(!dest.exists());
+    let status = unpack().wait().unwrap();
+    assert!(status.success());
+    assert_same(&bundle::load_library(&dest).unwrap(), &want);
+    eprintln!("{whole} of 7 killed unpacks had already finished");
+}
