@@ -43,6 +43,7 @@ pub struct Builder {
     cache_dir: Option<PathBuf>,
     filter: Option<String>,
     bundle: Option<PathBuf>,
+    bundle_pubkey: Option<String>,
     emit_rerun: bool,
 }
 
@@ -65,6 +66,7 @@ impl Builder {
             cache_dir: None,
             filter: None,
             bundle: None,
+            bundle_pubkey: None,
         }
     }
 
@@ -120,6 +122,14 @@ impl Builder {
     /// present must match the bundle (else an error lists the differences).
     pub fn bundle(&mut self, path: impl AsRef<Path>) -> &mut Self {
         self.bundle = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Require the bundle's detached signature (`BUNDLE.minisig`) to verify with this public
+    /// key (a `.pub` file or the key itself) before it is used. Default:
+    /// `TILEGEN_BUNDLE_PUBKEY` when set.
+    pub fn bundle_pubkey(&mut self, key: impl Into<String>) -> &mut Self {
+        self.bundle_pubkey = Some(key.into());
         self
     }
 
@@ -192,6 +202,10 @@ impl Builder {
             .bundle
             .clone()
             .or_else(|| crate::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
+        opts.bundle_pubkey = self
+            .bundle_pubkey
+            .clone()
+            .or_else(|| crate::env::var("TILEGEN_BUNDLE_PUBKEY"));
         opts.bindings = true;
         opts.compile = !docs_rs;
         if docs_rs && opts.cache_dir.is_none() {

@@ -44,6 +44,9 @@ pub struct Options {
     /// Take the library from this bundle (verified) instead of compiling; NVRTC is not
     /// needed. Specs that are present are compared with it (see [`crate::bundle::library`]).
     pub bundle: Option<PathBuf>,
+    /// With `bundle`: the public key (a `.pub` file or the key itself) whose signature
+    /// `BUNDLE.minisig` must verify before anything in the bundle is read.
+    pub bundle_pubkey: Option<String>,
 }
 
 impl Options {
@@ -60,6 +63,7 @@ impl Options {
             compile: true,
             filter: None,
             bundle: None,
+            bundle_pubkey: None,
         }
     }
 }

@@ -74,6 +74,10 @@ enum Command {
         /// default: TILEGEN_BUNDLE when set).
         #[arg(long)]
         bundle: Option<PathBuf>,
+        /// With a bundle: require its signature `BUNDLE.minisig` to verify with this public key
+        /// (a .pub file or the key); default: TILEGEN_BUNDLE_PUBKEY when set.
+        #[arg(long)]
+        bundle_pubkey: Option<String>,
     },
     /// Validate the specs and render every instance; needs no NVRTC.
     Check {
@@ -249,6 +253,13 @@ fn options(inputs: &Inputs, out: PathBuf) -> Options {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away
+    // (`tilegen list | head`), instead of panicking on a broken pipe.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let json = cli.message_format == MessageFormat::Json;
     match run(cli) {
@@ -294,9 +305,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             cache_dir,
             no_bindings,
             bundle,
+            bundle_pubkey,
         } => {
             let mut o = options(&inputs, out);
             o.bundle = bundle.or_else(|| tilegen::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
+            o.bundle_pubkey = bundle_pubkey.or_else(|| tilegen::env::var("TILEGEN_BUNDLE_PUBKEY"));
             o.jobs = jobs;
             o.check = check;
             o.cache_dir = cache_dir;

@@ -1032,3 +1032,37 @@ fn killed_unpack_leaves_nothing_half_installed() {
     assert_same(&bundle::load_library(&dest).unwrap(), &want);
     eprintln!("{whole} of 7 killed unpacks had already finished");
 }
+
+/// Building from a bundle with a public key demands a signature that verifies with it: an
+/// unsigned bundle, or one signed with another key, is refused before anything is written.
+#[test]
+fn generate_from_a_bundle_with_a_key_requires_its_signature() {
+    let f = fixture();
+    let keys = f._dir.path();
+    let (pk, sk) = bundle::sign::keygen(&keys.join("keys")).unwrap();
+    let (other_pk, _) = bundle::sign::keygen(&keys.join("other")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let run = |key: &Path, lib: &str| {
+        let mut o =
+            tilegen::generate::Options::new(out.path().join("no-specs"), out.path().join(lib));
+        o.bundle = Some(f.bundle.clone());
+        o.bundle_pubkey = Some(key.to_str().unwrap().to_string());
+        tilegen::generate::generate(&o, &|_| {})
+    };
+    let e = run(&pk, "unsigned").expect_err("an unsigned bundle is refused");
+    assert!(matches!(e, Error::Bundle { .. }), "{e}");
+    assert!(!out.path().join("unsigned").exists());
+    bundle::sign::sign(&f.bundle, &sk).unwrap();
+    let e = run(&other_pk, "wrong-key").expect_err("another key is refused");
+    assert!(matches!(e, Error::Bundle { .. }), "{e}");
+    assert!(!out.path().join("wrong-key").exists());
+    let r = run(&pk, "signed").expect("a bundle signed with the key is used");
+    assert!(r
+        .inputs
+        .iter()
+        .any(|p| p.to_string_lossy().ends_with(".minisig")));
+    assert_same(
+        &bundle::load_library(&out.path().join("signed")).unwrap(),
+        &bundle::load_library(&f.lib).unwrap(),
+    );
+}

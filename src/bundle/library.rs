@@ -127,12 +127,26 @@ pub fn generate_from_bundle(
             "a bundle is used whole: --filter and --arch cannot be combined with --bundle".into(),
         ));
     }
-    let bundle = super::open(bundle_path, &Limits::default())?;
+    // A key makes the signature mandatory: a build that names a key never takes an unsigned
+    // or differently signed bundle.
+    let key = opts
+        .bundle_pubkey
+        .as_deref()
+        .map(super::sign::read_public_key)
+        .transpose()?;
+    let policy = key.as_ref().map(|pubkey| super::sign::SignaturePolicy {
+        pubkey,
+        required: true,
+    });
+    let (bundle, _) = super::open_signed(bundle_path, &Limits::default(), policy)?;
     let lib = super::manifest::library_manifest(&bundle.files).map_err(|m| Error::Bundle {
         path: bundle_path.to_path_buf(),
         message: m,
     })?;
     let mut inputs = vec![bundle_path.to_path_buf()];
+    if key.is_some() {
+        inputs.push(super::sign::signature_path(bundle_path));
+    }
     if opts.specs.exists() {
         let rendered = generate::render_all(opts)?;
         let diffs = spec_differences(&rendered, &lib);
