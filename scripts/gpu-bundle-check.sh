@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 5's GPU step, for the device machine: the kernels of a prebuilt bundle load there and
+# pass `tilegen verify`. Make the bundle here first and carry it with the binary:
+#   target/release/tilegen bundle create --lib generated --out .dev/generated.tar.gz
+# then on the device: bash scripts/gpu-bundle-check.sh .dev/generated.tar.gz
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/tilegen-out}
+mkdir -p "$OUT"
+bin=${TILEGEN_BIN:-./target/release/tilegen}
+bundle=${1:?usage: gpu-bundle-check.sh BUNDLE}
+lib=$(mktemp -d)/lib
+{
+  $bin bundle verify "$bundle" &&
+  $bin generate --bundle "$bundle" --specs /nonexistent --out "$lib" &&
+  for g in vector_add bias_gelu fma_ softmax layernorm rmsnorm gemm; do
+    timeout 200 $bin verify --lib "$lib" --filter "$g" | tail -1
+  done
+} 2>&1 | tee "$OUT/bundle-verify.txt"
