@@ -304,8 +304,16 @@ fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
         bundle::unpack::leftovers(&dest).unwrap(),
         vec![stale.clone()]
     );
+    // The temporary folder of an unpack still running (its pid is alive: this process's)
+    // is not a leftover, so concurrent unpacks do not delete each other's work.
+    let running = f
+        ._dir
+        .path()
+        .join(format!(".dest.tilegen-unpack-{}-xyz", std::process::id()));
+    std::fs::create_dir_all(&running).unwrap();
     bundle::unpack(&f.bundle, &dest, &Limits::default()).unwrap();
     assert!(!stale.exists(), "the next unpack removes leftovers");
+    assert!(running.exists(), "a live unpack's folder is left alone");
     assert!(bundle::unpack::leftovers(&dest).unwrap().is_empty());
 }
 

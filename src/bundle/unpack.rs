@@ -1,8 +1,9 @@
 //! Unpacking a verified bundle: written into a temporary folder beside the destination,
 //! synced, then renamed into place in one step. Nothing is written before the whole bundle
 //! has been verified in memory; a run killed midway leaves at most a temporary folder named
-//! `.DEST.tilegen-unpack-*`, never a half-filled DEST, and the next unpack into DEST
-//! removes such leftovers.
+//! `.DEST.tilegen-unpack-PID-*`, never a half-filled DEST, and the next unpack into DEST
+//! removes such leftovers: those whose process is gone, so two unpacks running at once do
+//! not delete each other's work.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,22 @@ fn temp_prefix(dest: &Path) -> Result<String> {
     Ok(format!(".{name}.tilegen-unpack-"))
 }
 
-/// Leftovers of unpacks into the same destination that were killed midway.
+/// The temporary folder prefix of this process: the owner's pid is part of the name.
+fn own_prefix(dest: &Path) -> Result<String> {
+    Ok(format!("{}{}-", temp_prefix(dest)?, std::process::id()))
+}
+
+/// Whether the unpack that made a temporary folder named `…-PID-…` may still be running.
+/// Where processes cannot be looked up (no /proc), every leftover counts as abandoned.
+fn owner_alive(rest: &str) -> bool {
+    let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Leftovers of unpacks into the same destination that were killed midway (their process
+/// is gone).
 pub fn leftovers(dest: &Path) -> Result<Vec<PathBuf>> {
     let prefix = temp_prefix(dest)?;
     let parent = parent_of(dest);
@@ -33,7 +49,8 @@ pub fn leftovers(dest: &Path) -> Result<Vec<PathBuf>> {
         .filter(|e| {
             e.file_name()
                 .to_str()
-                .is_some_and(|n| n.starts_with(&prefix))
+                .and_then(|n| n.strip_prefix(&prefix))
+                .is_some_and(|rest| !owner_alive(rest))
         })
         .map(|e| e.path())
         .collect())
@@ -49,7 +66,7 @@ fn parent_of(dest: &Path) -> PathBuf {
 /// Writes a verified bundle's members (and `bundle.json`) into `dest`, which must not exist
 /// or be an empty folder.
 pub fn install(bundle: &Bundle, dest: &Path) -> Result<()> {
-    let prefix = temp_prefix(dest)?;
+    let prefix = own_prefix(dest)?;
     if dest.exists() {
         let empty = dest.is_dir() && fs::read_dir(dest).at(dest)?.next().is_none();
         if !empty {
