@@ -234,11 +234,29 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
         inputs: rendered.inputs.clone(),
         ..Default::default()
     };
+    write_or_check(
+        opts,
+        &files,
+        "the specs; run `tilegen generate`",
+        &mut report,
+    )?;
+    report.millis = start.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// Writes the library files into `opts.out`, or with `opts.check` compares them with what is
+/// there (`against` says what the folder is out of date with).
+pub(crate) fn write_or_check(
+    opts: &Options,
+    files: &FileSet,
+    against: &str,
+    report: &mut Report,
+) -> Result<()> {
     if opts.check {
-        let diffs = output::check_library(&opts.out, &files);
+        let diffs = output::check_library(&opts.out, files);
         if !diffs.is_empty() {
             return Err(Error::OutOfDate(format!(
-                "{} is out of date with the specs ({} differences); run `tilegen generate`:\n  {}",
+                "{} is out of date with {against} ({} differences):\n  {}",
                 opts.out.display(),
                 diffs.len(),
                 diffs.join("\n  ")
@@ -249,13 +267,32 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
             written,
             removed,
             unchanged,
-        } = output::write_library(&opts.out, &files)?;
+        } = output::write_library(&opts.out, files)?;
         report.written = written;
         report.removed = removed;
         report.unchanged = unchanged;
     }
-    report.millis = start.elapsed().as_millis() as u64;
-    Ok(report)
+    Ok(())
+}
+
+/// Completes a library's files (kernels and sources, without `manifest.json`): adds
+/// `bindings.rs` when wanted, which embeds the files listed so far, then `manifest.json`,
+/// which lists every file but itself.
+pub(crate) fn finish_library(
+    mut files: FileSet,
+    mut manifest: Manifest,
+    bindings: bool,
+) -> Result<FileSet> {
+    files.remove(manifest::FILE_NAME);
+    files.remove(crate::bindings::FILE_NAME);
+    manifest.files = files.keys().cloned().collect();
+    if bindings {
+        let text = crate::bindings::generate(&manifest, &|path| files.get(path).cloned())?;
+        files.insert(crate::bindings::FILE_NAME.into(), text.into_bytes());
+        manifest.files = files.keys().cloned().collect();
+    }
+    files.insert(manifest::FILE_NAME.into(), manifest.to_bytes());
+    Ok(files)
 }
 
 /// One compile, satisfied from the cache or by NVRTC.
@@ -413,19 +450,12 @@ fn assemble(
             targets,
         });
     }
-    let mut manifest = Manifest {
+    let manifest = Manifest {
         format: manifest::FORMAT,
         tilegen_version: crate::VERSION.into(),
         nvrtc_version: nvrtc_version.into(),
         instances: entries,
-        files: files.keys().cloned().collect(),
+        files: Vec::new(),
     };
-    if bindings {
-        // The bindings embed the kernel files listed so far; the manifest then lists them too.
-        let text = crate::bindings::generate(&manifest, &|path| files.get(path).cloned())?;
-        files.insert(crate::bindings::FILE_NAME.into(), text.into_bytes());
-        manifest.files = files.keys().cloned().collect();
-    }
-    files.insert(manifest::FILE_NAME.into(), manifest.to_bytes());
-    Ok(files)
+    finish_library(files, manifest, bindings)
 }
