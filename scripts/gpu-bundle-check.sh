@@ -14,6 +14,7 @@ lib=$(mktemp -d)/lib
   $bin bundle verify "$bundle" &&
   $bin generate --bundle "$bundle" --specs /nonexistent --out "$lib" &&
   for g in vector_add bias_gelu fma_ softmax layernorm rmsnorm gemm; do
-    timeout 200 $bin verify --lib "$lib" --filter "$g" | tail -1
+    timeout 200 $bin verify --lib "$lib" --filter "$g"
+    echo "verify $g exit: $?"
   done
 } 2>&1 | tee "$OUT/bundle-verify.txt"

@@ -4,6 +4,7 @@
 # JSON land in $OUT. Each op family runs in its own process, so a kernel fault (which poisons
 # the CUDA context) costs only that family's results.
 # Usage: scripts/gpu-run.sh [FILTER...]   (default: every family)
+# TILEGEN_SKIP_VERIFY=1 benches only (e.g. when gpu-bundle-check.sh verified the same kernels).
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/tilegen-out}
@@ -14,7 +15,7 @@ groups=("$@")
 [ ${#groups[@]} -eq 0 ] && groups=(vector_add bias_gelu fma_ softmax layernorm rmsnorm gemm)
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; $bin doctor; } 2>&1 | tee "$OUT/doctor.txt"
 : > "$OUT/verify.txt"
-for g in "${groups[@]}"; do
+[ -n "${TILEGEN_SKIP_VERIFY:-}" ] || for g in "${groups[@]}"; do
   timeout 200 $bin verify --filter "$g" 2>&1 | tee -a "$OUT/verify.txt"
   echo "verify $g exit: ${PIPESTATUS[0]}" | tee -a "$OUT/verify.txt"
 done

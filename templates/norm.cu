@@ -7,7 +7,8 @@
 // out = x / sqrt(mean(x^2) + eps){% if affine %} * weight{% endif %}.
 {%- endif %}
 // The row lives in registers: {{ block }} threads x {{ items }} vectors x {{ vec }} elements = at most
-// {{ block * items * vec }} columns. Launch: {{ block }} threads, one block per row (grid-stride).
+// {{ block * items * vec }} columns. Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}{{ min_blocks }} blocks per SM walking rows
+// through a shared-memory ring of {{ stages }} row buffers{% else %}one block per row{% endif %} (grid-stride).
 // Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.
 
 {% include "prelude.cuh" %}
@@ -17,6 +18,10 @@
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
 #define TG_MIN_BLOCKS {{ min_blocks }}
 #define TG_VEC {{ vec }}
+{%- if variant == "staged" %}
+// Rows in the shared-memory ring: {{ stages - 1 }} in flight per block while one is computed.
+#define TG_STAGES {{ stages }}
+{%- endif %}
 typedef {{ T }} T;
 
 // One 16-byte vector of a row starting at column c; `fill` where out of range.
@@ -39,24 +44,47 @@ __device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, in
 __device__ __forceinline__ int tg_col(int j) { return (j * TG_THREADS + (int)threadIdx.x) * TG_VEC; }
 
 {%- set preload = affine and items * vec <= 8 and variant != "staged" %}
+{#- hoist: a persistent block keeps its columns' weight (and bias) in registers, as loaded. #}
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
     __shared__ float scratch[64];
-{%- if variant == "staged" %}
-    // The row, copied in by cp.async: its loads are in flight without holding registers.
-    extern __shared__ uint4 tg_row_smem[];
-    T* srow = reinterpret_cast<T*>(tg_row_smem);
-{%- endif %}
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
     const float inv_cols = 1.0f / (float)cols;
-    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const T* __restrict__ xr = x + r * cols;
-        T* __restrict__ yr = out + r * cols;
 {%- if variant == "staged" %}
-        tg_stage_row<TG_THREADS, TG_ITEMS>(xr, srow, ncols, vec_ok);
+    // Rows copied in by cp.async: their loads are in flight without holding registers.
+    extern __shared__ uint4 tg_row_smem[];
+    tg_row_ring<TG_THREADS, TG_ITEMS, TG_STAGES, T> ring(reinterpret_cast<T*>(tg_row_smem), x, rows, cols, vec_ok);
+{%- if hoist %}
+    // Every row of this block uses the same columns of weight{% if op == "layernorm" %} and bias{% endif %}: load them once.
+    uint4 w_raw[TG_ITEMS];
 {%- if op == "layernorm" %}
-        const float shift = tg_to_float(xr[0]);  // see the one-pass variant for why
+    uint4 b_raw[TG_ITEMS];
+{%- endif %}
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j) {
+        const bool in = vec_ok && tg_col(j) < ncols;
+        w_raw[j] = in ? __ldg(reinterpret_cast<const uint4*>(weight + tg_col(j))) : make_uint4(0, 0, 0, 0);
+{%- if op == "layernorm" %}
+        b_raw[j] = in ? __ldg(reinterpret_cast<const uint4*>(bias + tg_col(j))) : make_uint4(0, 0, 0, 0);
+{%- endif %}
+    }
+{%- endif %}
+{%- endif %}
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        T* __restrict__ yr = out + r * cols;
+{%- if variant != "staged" %}
+        const T* __restrict__ xr = x + r * cols;
+{%- endif %}
+{%- if variant == "staged" %}
+{%- if op == "layernorm" %}
+        // The shift (see the one-pass variant): loaded before the wait for the row, so it
+        // arrives with it (thread 0 alone copied column 0: reading it from shared memory
+        // would need a barrier, which cost registers).
+        const float shift = tg_to_float(x[r * cols]);
+{%- endif %}
+        const T* srow = ring.take(r);
+{%- if op == "layernorm" %}
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
@@ -91,11 +119,23 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
 {%- if affine %}
             float wj[TG_VEC];
-            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
 {%- if op == "layernorm" %}
             float bj[TG_VEC];
-            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
 {%- endif %}
+{%- if hoist %}
+            if (vec_ok) {
+                tg_unpack16(weight, tg_opaque(w_raw[j]), wj);
+{%- if op == "layernorm" %}
+                tg_unpack16(bias, tg_opaque(b_raw[j]), bj);
+{%- endif %}
+            } else
+{%- endif %}
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+{%- if op == "layernorm" %}
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+{%- endif %}
+            }
 {%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {

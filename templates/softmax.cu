@@ -6,7 +6,8 @@
 // Staged variant: the row is copied into shared memory with cp.async (no registers held while
 // the copy is in flight, so several blocks per SM each have a whole row in flight), then read
 // back from shared memory for the max, the sum and the output: one read and one write of
-// device memory per element. At most {{ block * items * vec }} columns.
+// device memory per element. At most {{ block * items * vec }} columns.{% if stages > 1 %} A persistent grid: each
+// block walks many rows through a ring of {{ stages }} row buffers.{% endif %}
 {%- elif variant == "online" %}
 // Online variant: rows of any length. Pass 1 keeps a running (max, sum) per thread, rescaling
 // the sum when the max grows; pass 2 re-reads the row (mostly from L2) and writes.
@@ -14,7 +15,7 @@
 // One-pass variant: the row lives in registers ({{ block }} threads x {{ items }} vectors x
 // {{ vec }} elements = at most {{ block * items * vec }} columns), read once and written once.
 {%- endif %}
-// Launch: {{ block }} threads, one block per row (grid-stride over rows).
+// Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}{{ min_blocks }} blocks per SM{% else %}one block per row{% endif %} (grid-stride over rows).
 // Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.
 
 {% include "prelude.cuh" %}
@@ -24,6 +25,10 @@
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
 #define TG_MIN_BLOCKS {{ min_blocks }}
 #define TG_VEC {{ vec }}
+{%- if variant == "staged" %}
+// Rows in the shared-memory ring: {{ stages - 1 }} in flight per block while one is computed.
+#define TG_STAGES {{ stages }}
+{%- endif %}
 #define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
 typedef {{ T }} T;
 
@@ -64,18 +69,18 @@ __device__ __forceinline__ void tg_store_chunk(T* __restrict__ row, int c0, int 
 
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
     __shared__ float scratch[32];
-{%- if variant == "staged" %}
-    extern __shared__ uint4 tg_row_smem[];
-    T* srow = reinterpret_cast<T*>(tg_row_smem);
-{%- endif %}
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
+{%- if variant == "staged" %}
+    extern __shared__ uint4 tg_row_smem[];
+    tg_row_ring<TG_THREADS, TG_ITEMS, TG_STAGES, T> ring(reinterpret_cast<T*>(tg_row_smem), x, rows, cols, vec_ok);
+{%- endif %}
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* __restrict__ xr = x + r * cols;
         T* __restrict__ yr = out + r * cols;
 {%- if variant == "staged" %}
-        tg_stage_row<TG_THREADS, TG_ITEMS>(xr, srow, ncols, vec_ok);
+        const T* srow = ring.take(r);
         float m = TG_NEG_INF;
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {

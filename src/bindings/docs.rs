@@ -93,6 +93,9 @@ pub fn niche(inst: &InstanceEntry) -> String {
     if let Some(v) = p.variant {
         how.push(v.as_str().to_string());
     }
+    if let (Some(st), None) = (p.stages, p.tile) {
+        how.push(format!("ring of {st} rows"));
+    }
     if let Some([m, n, k]) = p.tile {
         how.push(format!("tile {m}x{n}x{k}"));
     }

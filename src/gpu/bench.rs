@@ -148,7 +148,7 @@ pub fn bench_case(
         }
         buffers.push(set);
     }
-    let dims = problem::dims(inst, p).map_err(|e| crate::Error::Gpu(e.to_string()))?;
+    let dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| crate::Error::Gpu(e.to_string()))?;
     let (median_ms, min_ms) = time_ms(gpu, |run| {
         let set = &buffers[run % sets];
         let args = call_args(inst, p, set);

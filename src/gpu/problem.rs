@@ -92,15 +92,30 @@ pub fn scalar(inst: &InstanceEntry, arg: &str, p: Problem) -> f64 {
 }
 
 /// Launch geometry for the problem, with the instance's dynamic shared memory.
-pub fn dims(inst: &InstanceEntry, p: Problem) -> Result<LaunchDims, launch_rules::ArgError> {
+pub fn dims(
+    inst: &InstanceEntry,
+    p: Problem,
+    sm_count: u32,
+) -> Result<LaunchDims, launch_rules::ArgError> {
     let threads = inst.launch.threads;
     let dims = match (&inst.launch.grid, p) {
         (GridRule::Elements { elems_per_block }, Problem::Elements { n, .. }) => {
             Ok(launch_rules::elements_dims(n, *elems_per_block, threads))
         }
-        (GridRule::Rows { rows_per_block, .. }, Problem::Rows { rows, .. }) => {
-            Ok(launch_rules::rows_dims(rows, *rows_per_block, threads))
-        }
+        (
+            GridRule::Rows {
+                rows_per_block,
+                blocks_per_sm,
+                ..
+            },
+            Problem::Rows { rows, .. },
+        ) => Ok(launch_rules::rows_dims(
+            rows,
+            *rows_per_block,
+            threads,
+            *blocks_per_sm,
+            sm_count,
+        )),
         (GridRule::Tiles { tile_m, tile_n }, Problem::Gemm { m, n, .. }) => {
             launch_rules::tiles_dims(m, n, *tile_m, *tile_n, threads, inst.launch.shared_bytes)
         }
@@ -155,7 +170,11 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
                 out.push(Problem::Elements { n, cols });
             }
         }
-        GridRule::Rows { max_cols, .. } => {
+        GridRule::Rows {
+            max_cols,
+            blocks_per_sm,
+            ..
+        } => {
             let limit = max_cols.map(|m| m as u64).unwrap_or(3 * 4096 * vec + 5);
             let chunk = inst.launch.threads as u64 * vec * inst.params.items.unwrap_or(1) as u64;
             let mut cols = vec![
@@ -179,6 +198,14 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
             for (i, c) in cols.into_iter().enumerate() {
                 let rows = [1, 3, 37, 130][i % 4];
                 out.push(Problem::Rows { rows, cols: c });
+            }
+            if blocks_per_sm.is_some() {
+                // A persistent grid (at most ~3200 blocks on 132 SMs): enough rows that
+                // every block walks several through its ring, a prime count so the last
+                // trip is ragged, on both the scalar and the vector path.
+                for cols in [97, limit.min(2048 + vec)] {
+                    out.push(Problem::Rows { rows: 12007, cols });
+                }
             }
         }
         GridRule::Tiles { tile_m, tile_n } => {

@@ -233,10 +233,14 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
 pub enum GridRule {
     /// Grid-stride over `n` elements; `elems_per_block` per block per trip.
     Elements { elems_per_block: u32 },
-    /// One block per `rows_per_block` rows (grid-stride beyond the grid limit).
+    /// One block per `rows_per_block` rows (grid-stride beyond the grid limit); with
+    /// `blocks_per_sm`, a persistent grid of at most that many blocks per SM, each walking
+    /// its share of the rows (kernels that keep per-block state across rows).
     Rows {
         rows_per_block: u32,
         max_cols: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        blocks_per_sm: Option<u32>,
     },
     /// One block per `tile_m`×`tile_n` output tile, in a grouped order.
     Tiles { tile_m: u32, tile_n: u32 },

@@ -10,21 +10,33 @@ const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
 pub static SOFTMAX: OpInfo = OpInfo {
     template: "softmax.cu",
     dtypes: ALL_DTYPES,
-    fields: &[Field::Block, Field::Items, Field::Variant],
+    fields: &[Field::Block, Field::Items, Field::Variant, Field::Stages],
     epilogues: &[],
 };
 
 pub static LAYERNORM: OpInfo = OpInfo {
     template: "norm.cu",
     dtypes: ALL_DTYPES,
-    fields: &[Field::Block, Field::Items, Field::Variant, Field::Affine],
+    fields: &[
+        Field::Block,
+        Field::Items,
+        Field::Variant,
+        Field::Stages,
+        Field::Affine,
+    ],
     epilogues: &[],
 };
 
 pub static RMSNORM: OpInfo = OpInfo {
     template: "norm.cu",
     dtypes: ALL_DTYPES,
-    fields: &[Field::Block, Field::Items, Field::Variant, Field::Affine],
+    fields: &[
+        Field::Block,
+        Field::Items,
+        Field::Variant,
+        Field::Stages,
+        Field::Affine,
+    ],
     epilogues: &[],
 };
 
@@ -44,6 +56,41 @@ pub fn defaults(op: Op, p: &mut Params) {
 /// Registers one thread may spend on the row before the kernel spills: 64 f32 values.
 const MAX_VALUES_PER_THREAD: u32 = 64;
 
+/// Deepest ring of staged rows a spec may ask for.
+const MAX_ROW_STAGES: u32 = 4;
+
+/// Rows in a staged block's shared-memory ring (1: copy, then compute, one row per block).
+pub fn stages(inst: &Instance) -> u32 {
+    inst.params.stages.unwrap_or(1)
+}
+
+/// A staged ring of 2+ rows runs on a persistent grid: each block owns many rows.
+fn persistent(inst: &Instance) -> bool {
+    inst.params.variant == Some(RowVariant::Staged) && stages(inst) > 1
+}
+
+/// Registers a persistent norm block spends holding its columns of weight (and bias) as
+/// loaded, 4 per 16-byte vector; 0 when it re-reads them per row instead (not persistent,
+/// no weight, or too many to hold).
+fn hoisted_registers(inst: &Instance) -> u32 {
+    if !persistent(inst) || inst.params.affine != Some(true) {
+        return 0;
+    }
+    let per_item = match inst.op {
+        Op::LayerNorm => 8,
+        Op::RmsNorm => 4,
+        _ => return 0,
+    };
+    let regs = per_item * inst.params.items.unwrap_or(1);
+    // More than 32 held registers left too few for the row's own work (layernorm with 8
+    // vectors per thread spilled); those kernels re-read weight per row instead.
+    if regs <= 32 {
+        regs
+    } else {
+        0
+    }
+}
+
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let mut out = Vec::new();
     let p = &inst.params;
@@ -52,6 +99,19 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             Field::Variant,
             format!("{} has no online variant (onepass or staged)", inst.op),
         ));
+    }
+    if let Some(st) = p.stages {
+        if p.variant != Some(RowVariant::Staged) {
+            out.push((
+                Field::Stages,
+                "stages is the depth of the staged variant's row ring; set `variant: staged` or leave stages out".into(),
+            ));
+        } else if !(1..=MAX_ROW_STAGES).contains(&st) {
+            out.push((
+                Field::Stages,
+                format!("stages must be from 1 to {MAX_ROW_STAGES}, not {st}"),
+            ));
+        }
     }
     if let Some(b) = p.block {
         if !is_pow2_in(b, 32, 1024) {
@@ -113,9 +173,11 @@ pub fn max_cols(inst: &Instance) -> Option<u32> {
 }
 
 pub fn launch(inst: &Instance) -> Launch {
-    // The staged variant keeps the whole row in dynamic shared memory.
+    // The staged variant keeps `stages` whole rows in dynamic shared memory.
     let shared_bytes = match inst.params.variant {
-        Some(RowVariant::Staged) => max_cols(inst).unwrap_or(0) * inst.dtype.size(),
+        Some(RowVariant::Staged) => {
+            (max_cols(inst).unwrap_or(0) * inst.dtype.size()).saturating_mul(stages(inst))
+        }
         _ => 0,
     };
     Launch {
@@ -123,6 +185,7 @@ pub fn launch(inst: &Instance) -> Launch {
         grid: GridRule::Rows {
             rows_per_block: 1,
             max_cols: max_cols(inst),
+            blocks_per_sm: persistent(inst).then(|| min_blocks(inst)),
         },
         shared_bytes,
     }
@@ -137,11 +200,18 @@ pub fn min_blocks(inst: &Instance) -> u32 {
     let values = inst.params.items.unwrap_or(1) * inst.dtype.per_16_bytes();
     let threads_per_sm = match (inst.params.variant, inst.op) {
         (Some(RowVariant::Staged), _) => {
-            let per_block = launch(inst).shared_bytes + 1024; // + the runtime's reserve
+            let smem = (max_cols(inst).unwrap_or(0) * inst.dtype.size()).saturating_mul(stages(inst));
+            let per_block = smem + 1024; // + the runtime's reserve
             let blocks = (Arch::Sm90.max_shared_per_block() + 1024) / per_block;
             // Long rows leave each thread many vectors to walk: allow 64 registers (1024
-            // threads); short rows need little beyond one vector: 1536 threads (40 registers).
-            (blocks * block).min(if values > 16 { 1024 } else { 1536 })
+            // threads); short rows need little beyond one vector: 1536 threads (42 registers).
+            // Weight held across rows comes on top.
+            let threads = if values > 16 { 1024 } else { 1536 };
+            let by_registers = match hoisted_registers(inst) {
+                0 => threads,
+                held => 65536 / (65536 / threads + held),
+            };
+            (blocks * block).min(by_registers)
         }
         _ if values > 16 => block,
         (_, Op::Softmax) => 2048,
@@ -154,7 +224,11 @@ pub fn min_blocks(inst: &Instance) -> u32 {
 }
 
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
-    vec![("min_blocks", min_blocks(inst).into())]
+    vec![
+        ("min_blocks", min_blocks(inst).into()),
+        ("stages", stages(inst).into()),
+        ("hoist", (hoisted_registers(inst) > 0).into()),
+    ]
 }
 
 /// The staged variant copies with cp.async, which sm_80 introduced.
