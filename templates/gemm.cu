@@ -205,7 +205,7 @@ constexpr int KK = TG_BK / MMA_K;   // mma k steps per k tile (even)
 constexpr int A_STAGE = TG_A_ROWS * TG_A_LD * ES;
 constexpr int B_STAGE = TG_B_ROWS * TG_B_LD * ES;
 constexpr int STAGE = A_STAGE + B_STAGE;
-static_assert(TG_STAGES * STAGE == {{ shared_bytes }}, "shared memory layout disagrees with the launch");
+static_assert(TG_STAGES * STAGE == {{ pipeline_bytes }}, "shared memory layout disagrees with the launch");
 static_assert(KK % 2 == 0 && NI % 2 == 0, "k steps and n8 tiles come in pairs");
 
 // Copies one operand's k tile into a stage: chunk i of this thread is row r0 + i*RPP, chunk
@@ -444,6 +444,53 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 {%- endif %}
     }
     const float alpha_v = {% if has_scale %}alpha{% else %}1.0f{% endif %};
+{%- if smem_epilogue %}
+    // Staged output (tune bit 1): the epilogue's results go, as output elements, into a
+    // [TG_BM][{{ epi_ld }}] tile of shared memory (the pipeline's stages are free once every warp
+    // is past its last fragment load), then out in 16-byte row chunks.
+    constexpr int EPI_LD = {{ epi_ld }};  // elements: tile n + 8, so the pair writes of a (half-)warp hit distinct banks
+    constexpr int OVEC = 16 / (int)sizeof(OT);          // output elements per 16-byte chunk
+    constexpr int EPI_CPR = TG_BN / OVEC;              // chunks per tile row
+    static_assert(TG_BM * EPI_LD * (int)sizeof(OT) <= {{ shared_bytes }}, "staged output tile exceeds shared memory");
+    static_assert((TG_BM * EPI_CPR) % TG_THREADS == 0, "output chunks split evenly over the threads");
+    OT* const epi = reinterpret_cast<OT*>(tg_smem);
+    __syncthreads();  // every warp's last fragment loads are done
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + mi * 16 + h * 8;
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                const float v0 = tg_epilogue(acc[mi][ni][2 * h], bias_v[ni][0], 0.0f, alpha_v);
+                const float v1 = tg_epilogue(acc[mi][ni][2 * h + 1], bias_v[ni][1], 0.0f, alpha_v);
+                tg_store_pair(epi + row * EPI_LD + col0 + ni * 8, v0, v1);
+            }
+        }
+    }
+    __syncthreads();
+    if (mn_full) {
+#pragma unroll
+        for (int i = 0; i < TG_BM * EPI_CPR / TG_THREADS; ++i) {
+            const int chunk = tid + i * TG_THREADS;
+            const int row = chunk / EPI_CPR, col = (chunk % EPI_CPR) * OVEC;
+            *reinterpret_cast<uint4*>(d_tile + row * ldd + col) = *reinterpret_cast<const uint4*>(epi + row * EPI_LD + col);
+        }
+    } else {
+#pragma unroll 1
+        for (int chunk = tid; chunk < TG_BM * EPI_CPR; chunk += TG_THREADS) {
+            const int row = chunk / EPI_CPR, col = (chunk % EPI_CPR) * OVEC;
+            if (row >= m_rem || col >= n_rem) continue;
+            OT* const dst = d_tile + row * ldd + col;
+            const OT* const src = epi + row * EPI_LD + col;
+            if (col + OVEC <= n_rem) {
+                *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+            } else {
+                for (int e = 0; e < n_rem - col; ++e) dst[e] = src[e];
+            }
+        }
+    }
+{%- else %}
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
@@ -468,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
                 else if (col < n_rem) d_row[col] = tg_from_float<OT>(v0);
             }
         }
-    }
+    }{%- endif %}
 }
 {% else %}
 // ================================ SIMT path (f32) ================================

@@ -18,6 +18,7 @@ pub static GEMM: OpInfo = OpInfo {
         Field::Stages,
         Field::Layout,
         Field::Tf32,
+        Field::Tune,
         Field::OutDtype,
         Field::Epilogue,
     ],
@@ -44,6 +45,18 @@ const SIMT_THREAD_TILE: u32 = 8;
 /// Accumulators plus double-buffered fragments per thread above which ptxas is expected to
 /// spill (it has 255 registers; addresses, masks and the loop need the rest).
 const MAX_FRAGMENT_REGS: u32 = 192;
+
+/// `tune` bits: experimental code paths, off by default (0 or unset renders the default kernel).
+/// Tensor cores: the output tile goes through shared memory (after the epilogue, as output
+/// elements) and out with 16-byte coalesced stores. Not with `residual`.
+pub const TUNE_SMEM_EPILOGUE: u32 = 1;
+/// SIMT: cap registers at 128 (two blocks of 256 threads per SM) even where the estimate is
+/// over (tile k 16).
+pub const TUNE_SIMT_CAP: u32 = 2;
+const TUNE_ALL: u32 = TUNE_SMEM_EPILOGUE | TUNE_SIMT_CAP;
+/// Row padding, in output elements, of the staged output tile (conflict-free pair writes for
+/// 16- and 32-bit outputs).
+const EPI_PAD: u32 = 8;
 
 pub fn defaults(p: &mut Params) {
     p.tile.get_or_insert([128, 128, 32]);
@@ -90,6 +103,8 @@ struct Plan {
     threads: u32,
     stages: u32,
     elem: u32,
+    out_elem: u32,
+    tune: u32,
     a: OperandPlan,
     b: OperandPlan,
 }
@@ -152,6 +167,8 @@ impl Plan {
             threads,
             stages,
             elem,
+            out_elem: inst.out_dtype.size(),
+            tune: p.tune.unwrap_or(0),
             a: operand(tm, !layout.a_transposed()),
             b: operand(tn, layout.b_transposed()),
         }
@@ -168,6 +185,9 @@ impl Plan {
         if self.tc {
             return 1;
         }
+        if self.tune & TUNE_SIMT_CAP != 0 {
+            return (65536 / (self.threads * SIMT_REG_CAP)).max(1);
+        }
         let estimate = 64 + 32 + 4 * (self.a.iters + self.b.iters) + 24;
         if estimate <= SIMT_REG_CAP {
             (65536 / (self.threads * SIMT_REG_CAP)).max(1)
@@ -180,9 +200,22 @@ impl Plan {
         o.rows * o.ld * self.elem
     }
 
-    /// Dynamic shared memory: `stages` copies of the A tile then the B tile.
+    /// Dynamic shared memory: `stages` copies of the A tile then the B tile (with
+    /// TUNE_SMEM_EPILOGUE, at least the staged output tile).
     fn shared_bytes(&self) -> u32 {
+        self.pipeline_bytes().max(self.epilogue_bytes())
+    }
+
+    fn pipeline_bytes(&self) -> u32 {
         self.stages * (self.stage_bytes(&self.a) + self.stage_bytes(&self.b))
+    }
+
+    fn epilogue_bytes(&self) -> u32 {
+        if self.tc && self.tune & TUNE_SMEM_EPILOGUE != 0 {
+            self.tile[0] * (self.tile[1] + EPI_PAD) * self.out_elem
+        } else {
+            0
+        }
     }
 }
 
@@ -228,6 +261,21 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
                 Field::Stages,
                 format!("stages must be from 2 to 8, not {s}"),
             ));
+        }
+    }
+    if let Some(t) = inst.params.tune {
+        if t & !TUNE_ALL != 0 {
+            out.push((
+                Field::Tune,
+                format!("tune is a bitmask of {TUNE_SMEM_EPILOGUE} (staged epilogue) and {TUNE_SIMT_CAP} (SIMT register cap), not {t}"),
+            ));
+        } else if t & TUNE_SMEM_EPILOGUE != 0 && (!tc || inst.has_epilogue(Epilogue::Residual)) {
+            out.push((
+                Field::Tune,
+                "the staged epilogue (tune bit 1) is for the tensor-core path without residual".to_string(),
+            ));
+        } else if t & TUNE_SIMT_CAP != 0 && tc {
+            out.push((Field::Tune, "tune bit 2 (register cap) is for the f32 SIMT path".to_string()));
         }
     }
     if !out.is_empty() {
@@ -476,6 +524,9 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("tensor_cores", plan.tc.into()),
         ("tf32", (plan.tc && inst.dtype == DType::F32).into()),
         ("shared_bytes", plan.shared_bytes().into()),
+        ("pipeline_bytes", plan.pipeline_bytes().into()),
+        ("smem_epilogue", (plan.epilogue_bytes() > 0).into()),
+        ("epi_ld", (tn + EPI_PAD).into()),
         ("min_blocks", plan.min_blocks().into()),
         ("has_bias", inst.has_epilogue(Epilogue::Bias).into()),
         ("has_residual", inst.has_epilogue(Epilogue::Residual).into()),
@@ -576,6 +627,28 @@ mod tests {
         );
         assert_eq!(launch(&i).shared_bytes, 3 * (128 * 36 + 32 * 136) * 4);
         assert!(check(&i).is_empty(), "{:?}", check(&i));
+    }
+
+    #[test]
+    fn tune_bits() {
+        // Staged epilogue: shared memory covers the [128][256+8] bf16 output tile too.
+        let mut i = inst(DType::Bf16, [128, 256, 32], [64, 64], Some(2), Layout::Nn, false);
+        let pipeline = launch(&i).shared_bytes;
+        i.params.tune = Some(TUNE_SMEM_EPILOGUE);
+        assert!(check(&i).is_empty(), "{:?}", check(&i));
+        assert_eq!(launch(&i).shared_bytes, pipeline.max(128 * 264 * 2));
+        i.epilogue = vec![Epilogue::Residual];
+        assert!(!check(&i).is_empty());
+        // Register cap on SIMT tile k 16: two blocks of 256 threads.
+        let mut f = inst(DType::F32, [128, 128, 16], [64, 32], None, Layout::Nn, false);
+        assert_eq!(Plan::new(&f).min_blocks(), 1);
+        f.params.tune = Some(TUNE_SIMT_CAP);
+        assert!(check(&f).is_empty(), "{:?}", check(&f));
+        assert_eq!(Plan::new(&f).min_blocks(), 2);
+        f.params.tune = Some(TUNE_SMEM_EPILOGUE);
+        assert!(!check(&f).is_empty());
+        f.params.tune = Some(8);
+        assert!(!check(&f).is_empty());
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub enum Field {
     Stages,
     Layout,
     Tf32,
+    Tune,
     OutDtype,
     Epilogue,
 }
@@ -37,6 +38,7 @@ impl Field {
         Field::Stages,
         Field::Layout,
         Field::Tf32,
+        Field::Tune,
         Field::OutDtype,
         Field::Epilogue,
     ];
@@ -51,6 +53,7 @@ impl Field {
             Field::Stages => "stages",
             Field::Layout => "layout",
             Field::Tf32 => "tf32",
+            Field::Tune => "tune",
             Field::OutDtype => "out_dtype",
             Field::Epilogue => "epilogue",
         }
@@ -153,6 +156,9 @@ pub fn name_suffix(inst: &Instance) -> String {
     }
     if p.tf32 == Some(true) {
         s += "_tf32";
+    }
+    if let Some(t) = p.tune.filter(|&t| t != 0) {
+        s += &format!("_t{t}");
     }
     s
 }
