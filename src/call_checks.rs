@@ -102,8 +102,6 @@ pub fn rows(
     per_col: &[Buf],
     rows_per_block: u32,
     threads: u32,
-    blocks_per_sm: Option<u32>,
-    sm_count: u32,
 ) -> Result<Option<LaunchDims>, ArgError> {
     let rows = size("rows", rows)?;
     let cols = cols as u64;
@@ -121,13 +119,7 @@ pub fn rows(
         launch_rules::check_len(b.arg, b.len, cols)?;
         aligned(b, vectors)?;
     }
-    Ok((area > 0).then(|| launch_rules::rows_dims(
-        rows,
-        rows_per_block,
-        threads,
-        blocks_per_sm,
-        sm_count,
-    )))
+    Ok((area > 0).then(|| launch_rules::rows_dims(rows, rows_per_block, threads)))
 }
 
 /// Which instance of a row op handles rows of `cols` elements, given each instance's

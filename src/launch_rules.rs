@@ -141,20 +141,11 @@ pub fn elements_dims(n: u64, elems_per_block: u32, threads: u32) -> LaunchDims {
     }
 }
 
-/// Row kernels: one block per row (the kernels stride over rows beyond the grid), or with
-/// `blocks_per_sm` a persistent grid that fills the device's `sm_count` SMs once.
-pub fn rows_dims(
-    rows: u64,
-    rows_per_block: u32,
-    threads: u32,
-    blocks_per_sm: Option<u32>,
-    sm_count: u32,
-) -> LaunchDims {
-    let per_row = rows.div_ceil(rows_per_block.max(1) as u64);
-    let resident = blocks_per_sm.map_or(u64::MAX, |b| {
-        (b.max(1) as u64).saturating_mul(sm_count.max(1) as u64)
-    });
-    let blocks = per_row.min(resident).clamp(1, MAX_GRID_X);
+/// Row kernels: one block per row (the kernels stride over rows beyond the grid).
+pub fn rows_dims(rows: u64, rows_per_block: u32, threads: u32) -> LaunchDims {
+    let blocks = rows
+        .div_ceil(rows_per_block.max(1) as u64)
+        .clamp(1, MAX_GRID_X);
     LaunchDims {
         grid: (blocks as u32, 1, 1),
         block: (threads, 1, 1),
@@ -194,11 +185,7 @@ mod tests {
             elements_dims(u64::MAX / 2, 4096, 256).grid.0 as u64,
             MAX_STRIDE_BLOCKS
         );
-        assert_eq!(rows_dims(65536, 1, 128, None, 132).grid.0, 65536);
-        // Persistent row kernels: one wave of resident blocks, never more blocks than rows.
-        assert_eq!(rows_dims(65536, 1, 128, Some(5), 132).grid.0, 660);
-        assert_eq!(rows_dims(100, 1, 128, Some(5), 132).grid.0, 100);
-        assert_eq!(rows_dims(0, 1, 128, Some(5), 132).grid.0, 1);
+        assert_eq!(rows_dims(65536, 1, 128).grid.0, 65536);
         assert_eq!(tiles_dims(129, 256, 128, 128, 256, 0).unwrap().grid.0, 4);
     }
 

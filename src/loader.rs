@@ -533,6 +533,13 @@ impl Loader {
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 info.shared_bytes as i32,
             )?;
+            // Ask for the largest shared-memory carveout, so that as many blocks fit per SM
+            // as the kernel was sized for (persistent row grids count on it); the default
+            // lets the driver keep more L1 instead.
+            function.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100,
+            )?;
         }
         // Two threads may race to load; both modules work and one is kept.
         Ok(self.loaded[index].get_or_init(|| function))

@@ -7,7 +7,7 @@
 // out = x / sqrt(mean(x^2) + eps){% if affine %} * weight{% endif %}.
 {%- endif %}
 // The row lives in registers: {{ block }} threads x {{ items }} vectors x {{ vec }} elements = at most
-// {{ block * items * vec }} columns. Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}{{ min_blocks }} blocks per SM walking rows
+// {{ block * items * vec }} columns. Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}one block per {{ rows_per_block }} rows, walked
 // through a shared-memory ring of {{ stages }} row buffers{% else %}one block per row{% endif %} (grid-stride).
 // Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.
 
@@ -44,7 +44,7 @@ __device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, in
 __device__ __forceinline__ int tg_col(int j) { return (j * TG_THREADS + (int)threadIdx.x) * TG_VEC; }
 
 {%- set preload = affine and items * vec <= 8 and variant != "staged" %}
-{#- hoist: a persistent block keeps its columns' weight (and bias) in registers, as loaded. #}
+{#- hoist: a block with a ring of rows keeps its columns' weight (and bias) in registers, as loaded. #}
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
     __shared__ float scratch[64];
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
@@ -77,13 +77,21 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         const T* __restrict__ xr = x + r * cols;
 {%- endif %}
 {%- if variant == "staged" %}
-{%- if op == "layernorm" %}
-        // The shift (see the one-pass variant): loaded before the wait for the row, so it
-        // arrives with it (thread 0 alone copied column 0: reading it from shared memory
-        // would need a barrier, which cost registers).
-        const float shift = tg_to_float(x[r * cols]);
-{%- endif %}
+{%- if op == "layernorm" and stages > 1 %}
         const T* srow = ring.take(r);
+        // The shift (see the one-pass variant) is column 0, which thread 0 copied: visible
+        // to all after a barrier.
+        __syncthreads();
+        const float shift = tg_to_float(srow[0]);
+{%- elif op == "layernorm" %}
+        // The shift (see the one-pass variant): loaded before the wait for the row, so it
+        // arrives with it (reading thread 0's copy of column 0 from shared memory needs a
+        // barrier, which cost registers this kernel does not have).
+        const float shift = tg_to_float(x[r * cols]);
+        const T* srow = ring.take(r);
+{%- else %}
+        const T* srow = ring.take(r);
+{%- endif %}
 {%- if op == "layernorm" %}
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll

@@ -6,8 +6,8 @@
 // Staged variant: the row is copied into shared memory with cp.async (no registers held while
 // the copy is in flight, so several blocks per SM each have a whole row in flight), then read
 // back from shared memory for the max, the sum and the output: one read and one write of
-// device memory per element. At most {{ block * items * vec }} columns.{% if stages > 1 %} A persistent grid: each
-// block walks many rows through a ring of {{ stages }} row buffers.{% endif %}
+// device memory per element. At most {{ block * items * vec }} columns.{% if stages > 1 %} Each block walks
+// {{ rows_per_block }} rows through a ring of {{ stages }} row buffers.{% endif %}
 {%- elif variant == "online" %}
 // Online variant: rows of any length. Pass 1 keeps a running (max, sum) per thread, rescaling
 // the sum when the max grows; pass 2 re-reads the row (mostly from L2) and writes.
@@ -15,7 +15,7 @@
 // One-pass variant: the row lives in registers ({{ block }} threads x {{ items }} vectors x
 // {{ vec }} elements = at most {{ block * items * vec }} columns), read once and written once.
 {%- endif %}
-// Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}{{ min_blocks }} blocks per SM{% else %}one block per row{% endif %} (grid-stride over rows).
+// Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}one block per {{ rows_per_block }} rows{% else %}one block per row{% endif %} (grid-stride over rows).
 // Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.
 
 {% include "prelude.cuh" %}

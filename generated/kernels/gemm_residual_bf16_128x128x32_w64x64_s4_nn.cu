@@ -437,6 +437,9 @@ __device__ __forceinline__ float tg_gemm_gelu(float x) {
     const float two_u = x * fmaf(0.0713548162726f, x * x, 1.5957691216057308f);
     return __fdividef(x, 1.0f + __expf(-two_u));
 }
+// For 16-bit outputs the epilogue uses tg_gelu_fast (one MUFU op, the hardware tanh) and
+// tg_silu_fast, whose errors are far under the output's rounding: GELU with two MUFU ops per
+// output cost ~5% of a 128x256 tile's time on the H200.
 
 // Output tile of this block: blockIdx.x walks groups of TG_GROUP_M tile rows column by column,
 // so the blocks in flight share A row panels and B column panels in L2.

@@ -331,8 +331,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
         // The shift (see the one-pass variant): loaded before the wait for the row, so it
-        // arrives with it (thread 0 alone copied column 0: reading it from shared memory
-        // would need a barrier, which cost registers).
+        // arrives with it (reading thread 0's copy of column 0 from shared memory needs a
+        // barrier, which cost registers this kernel does not have).
         const float shift = tg_to_float(x[r * cols]);
         const T* srow = ring.take(r);
         float s1 = 0.0f, s2 = 0.0f;

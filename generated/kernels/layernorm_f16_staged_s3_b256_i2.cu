@@ -5,7 +5,7 @@
 // layernorm over the last dimension of a rows x cols f16 tensor, fp32 arithmetic, with weight and bias.
 // out = (x - mean) / sqrt(var + eps) * weight + bias; one pass over memory.
 // The row lives in registers: 256 threads x 2 vectors x 8 elements = at most
-// 4096 columns. Launch: 256 threads, 4 blocks per SM walking rows
+// 4096 columns. Launch: 256 threads, one block per 8 rows, walked
 // through a shared-memory ring of 3 row buffers (grid-stride).
 // Vector path when cols % 8 == 0 (pointers 16-byte aligned), else a scalar path.
 
@@ -340,11 +340,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     }
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
-        // The shift (see the one-pass variant): loaded before the wait for the row, so it
-        // arrives with it (thread 0 alone copied column 0: reading it from shared memory
-        // would need a barrier, which cost registers).
-        const float shift = tg_to_float(x[r * cols]);
         const T* srow = ring.take(r);
+        // The shift (see the one-pass variant) is column 0, which thread 0 copied: visible
+        // to all after a barrier.
+        __syncthreads();
+        const float shift = tg_to_float(srow[0]);
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {

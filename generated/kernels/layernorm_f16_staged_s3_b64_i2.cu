@@ -5,7 +5,7 @@
 // layernorm over the last dimension of a rows x cols f16 tensor, fp32 arithmetic, with weight and bias.
 // out = (x - mean) / sqrt(var + eps) * weight + bias; one pass over memory.
 // The row lives in registers: 64 threads x 2 vectors x 8 elements = at most
-// 1024 columns. Launch: 64 threads, 17 blocks per SM walking rows
+// 1024 columns. Launch: 64 threads, one block per 8 rows, walked
 // through a shared-memory ring of 3 row buffers (grid-stride).
 // Vector path when cols % 8 == 0 (pointers 16-byte aligned), else a scalar path.
 
@@ -296,7 +296,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 #define TG_THREADS 64
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
-#define TG_MIN_BLOCKS 17
+#define TG_MIN_BLOCKS 16
 #define TG_VEC 8
 // Rows in the shared-memory ring: 2 in flight per block while one is computed.
 #define TG_STAGES 3
@@ -340,11 +340,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     }
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
-        // The shift (see the one-pass variant): loaded before the wait for the row, so it
-        // arrives with it (thread 0 alone copied column 0: reading it from shared memory
-        // would need a barrier, which cost registers).
-        const float shift = tg_to_float(x[r * cols]);
         const T* srow = ring.take(r);
+        // The shift (see the one-pass variant) is column 0, which thread 0 copied: visible
+        // to all after a barrier.
+        __syncthreads();
+        const float shift = tg_to_float(srow[0]);
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {

@@ -188,18 +188,10 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
             GridRule::Rows {
                 rows_per_block,
                 max_cols,
-                blocks_per_sm,
             },
             Family::Rows,
         ) => {
             let rpb = u32_lit(*rows_per_block);
-            let resident = match blocks_per_sm {
-                Some(b) => {
-                    let b = u32_lit(*b);
-                    quote!(Some(#b))
-                }
-                None => quote!(None),
-            };
             let max = match max_cols {
                 Some(c) => {
                     let c = u32_lit(*c);
@@ -209,7 +201,7 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
             };
             let vec = u32_lit(inst.dtype.per_16_bytes());
             quote! {
-                let dims = call_checks::rows(rows, cols, #max, #vec, &[#(#full),*], &[#(#per_col),*], #rpb, #threads, #resident, sm_count)?;
+                let dims = call_checks::rows(rows, cols, #max, #vec, &[#(#full),*], &[#(#per_col),*], #rpb, #threads)?;
             }
         }
         (GridRule::Tiles { tile_m, tile_n }, Family::Gemm) => gemm_body(inst, *tile_m, *tile_n)?,
@@ -386,7 +378,7 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
             );
             fns.push(quote! {
                 #[doc = #doc]
-                pub fn #f(sm_count: u32, #(#decls),*) -> Result<Plan, ArgError> { #body }
+                pub fn #f(_sm_count: u32, #(#decls),*) -> Result<Plan, ArgError> { #body }
             });
         }
     }
@@ -394,7 +386,7 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
         /// The checks every method runs before it launches, as pure functions of lengths,
         /// device addresses and sizes (no GPU needed): which kernel a call would launch with
         /// which geometry, or why it is refused. `sm_count` is the device's SM count.
-        #[allow(dead_code, unused_imports, unused_variables, clippy::too_many_arguments)]
+        #[allow(dead_code, unused_imports, clippy::too_many_arguments)]
         pub mod plan {
             use super::call_checks::{self, Buf, GemmCall, GemmNeeds, Matrix, Plan};
             use super::launch_rules::{ArgError, LaunchDims};

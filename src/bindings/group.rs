@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 use crate::manifest::{InstanceEntry, Manifest};
 use crate::ops::{Arg, ArgKind, GridRule};
-use crate::spec::model::Op;
+use crate::spec::model::{Op, RowVariant};
 
 /// How an op family checks its arguments and picks among its instances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,15 +131,25 @@ pub fn groups(m: &Manifest) -> Result<Vec<Group>> {
 }
 
 /// Order of a group's instances in its dispatch table and docs: shortest rows first (any
-/// length last), fewest elements per block first, smallest tiles first.
-fn dispatch_rank(inst: &InstanceEntry) -> u64 {
+/// length last), fewest elements per block first, smallest tiles first. Among row instances
+/// of the same length, the first listed is the one dispatch picks: a ring of staged rows,
+/// then a staged row, then a row in registers (the order of their speed on the H200,
+/// bench/notes-memory.md).
+fn dispatch_rank(inst: &InstanceEntry) -> (u64, u32) {
     match inst.launch.grid {
         GridRule::Rows {
             max_cols: Some(c), ..
-        } => c as u64,
-        GridRule::Rows { max_cols: None, .. } => u64::MAX,
-        GridRule::Elements { elems_per_block } => elems_per_block as u64,
-        GridRule::Tiles { tile_m, tile_n } => tile_m as u64 * tile_n as u64,
+        } => {
+            let form = match (inst.params.variant, inst.params.stages.unwrap_or(1)) {
+                (Some(RowVariant::Staged), s) if s > 1 => 0,
+                (Some(RowVariant::Staged), _) => 1,
+                _ => 2,
+            };
+            (c as u64, form)
+        }
+        GridRule::Rows { max_cols: None, .. } => (u64::MAX, 0),
+        GridRule::Elements { elems_per_block } => (elems_per_block as u64, 0),
+        GridRule::Tiles { tile_m, tile_n } => (tile_m as u64 * tile_n as u64, 0),
     }
 }
 

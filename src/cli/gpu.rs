@@ -150,13 +150,18 @@ pub fn gpu_bench(
     };
     for inst in insts {
         for p in problem::bench_cases(&inst) {
-            match bench::bench_case(&mut gpu, &inst, p, ceiling, blas.as_ref()) {
+            let plain = bench::plain_partner(&inst, &gpu.manifest.instances).cloned();
+            match bench::bench_case(&mut gpu, &inst, p, ceiling, blas.as_ref(), plain.as_ref()) {
                 Ok(r) => {
                     if json {
                         emit_json(serde_json::json!({"event": "bench", "result": r}));
                     } else if r.flops > 0 {
+                        let vs_plain = r
+                            .vs_plain
+                            .map(|v| format!("  vs plain {v:.3}"))
+                            .unwrap_or_default();
                         println!(
-                            "{:<44} {:<18} {:>10.4} {:>8.1} TFLOP/s  peer {:>8.1} ({})  ratio {:.3}",
+                            "{:<44} {:<18} {:>10.4} {:>8.1} TFLOP/s  peer {:>8.1} ({})  ratio {:.3}{vs_plain}",
                             r.instance, r.problem.to_string(), r.median_ms, r.tflop_per_s, r.peer_value, r.peer, r.ratio
                         );
                     } else {

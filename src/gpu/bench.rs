@@ -8,7 +8,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use super::cublas::Blas;
 use super::data;
 use super::problem::{self, Problem};
-use super::{call_args, gpu_err, launch, Gpu};
+use super::{call_args, gpu_err, launch, ArgValue, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
 use crate::ops::ArgKind;
@@ -35,35 +35,105 @@ pub struct BenchResult {
     pub peer_value: f64,
     /// gb_per_s or tflop_per_s over the peer.
     pub ratio: f64,
+    /// For a GEMM with an epilogue: the library's instance with the same configuration and
+    /// no epilogue, timed turn about with this one, and this one's speed over it (1 - the
+    /// epilogue's cost).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plain: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_plain: Option<f64>,
+}
+
+/// The library's GEMM instance that differs from `inst` only by having no epilogue.
+pub fn plain_partner<'a>(
+    inst: &InstanceEntry,
+    all: &'a [InstanceEntry],
+) -> Option<&'a InstanceEntry> {
+    if inst.op != Op::Gemm || inst.epilogue.is_empty() {
+        return None;
+    }
+    all.iter().find(|o| {
+        o.op == Op::Gemm
+            && o.epilogue.is_empty()
+            && o.dtype == inst.dtype
+            && o.out_dtype == inst.out_dtype
+            && o.params == inst.params
+    })
+}
+
+/// `of`'s arguments taken by name from a buffer set laid out for `like` (a plain GEMM's
+/// a, b and d are its fused partner's).
+fn args_by_name<'a>(
+    of: &InstanceEntry,
+    p: Problem,
+    like: &InstanceEntry,
+    set: &'a [Option<CudaSlice<u8>>],
+) -> Option<Vec<ArgValue<'a>>> {
+    of.args
+        .iter()
+        .map(|a| match a.kind {
+            ArgKind::Scalar if a.ty == "f32" => {
+                Some(ArgValue::F32(problem::scalar(of, &a.name, p) as f32))
+            }
+            ArgKind::Scalar => Some(ArgValue::I64(problem::scalar(of, &a.name, p) as i64)),
+            _ => {
+                let i = like
+                    .args
+                    .iter()
+                    .position(|b| b.name == a.name && b.kind == a.kind)?;
+                set[i].as_ref().map(ArgValue::Buf)
+            }
+        })
+        .collect()
 }
 
 /// Times `body` with events: median and minimum milliseconds over RUNS after WARMUP.
-pub fn time_ms(gpu: &Gpu, mut body: impl FnMut(usize) -> Result<()>) -> Result<(f64, f64)> {
+pub fn time_ms(gpu: &Gpu, body: impl FnMut(usize) -> Result<()>) -> Result<(f64, f64)> {
+    let mut body = body;
+    Ok(time_interleaved(gpu, &mut [&mut body])?[0])
+}
+
+/// Times several launches turn about (run i of each, then run i + 1 of each, ...), so that
+/// clock and temperature drift during the measurement reach all of them alike and their
+/// ratios stay fair: median and minimum milliseconds of each over RUNS after WARMUP.
+pub fn time_interleaved(
+    gpu: &Gpu,
+    bodies: &mut [&mut dyn FnMut(usize) -> Result<()>],
+) -> Result<Vec<(f64, f64)>> {
     for i in 0..WARMUP {
-        body(i)?;
+        for body in bodies.iter_mut() {
+            body(i)?;
+        }
     }
     gpu.sync()?;
-    let mut times = Vec::with_capacity(RUNS);
+    let mut times = vec![Vec::with_capacity(RUNS); bodies.len()];
     let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     for i in 0..RUNS {
-        let start = gpu
-            .stream
-            .record_event(flags)
-            .map_err(|e| gpu_err("event", e))?;
-        body(WARMUP + i)?;
-        let end = gpu
-            .stream
-            .record_event(flags)
-            .map_err(|e| gpu_err("event", e))?;
-        end.synchronize().map_err(|e| gpu_err("kernel failed", e))?;
-        times.push(
-            start
-                .elapsed_ms(&end)
-                .map_err(|e| gpu_err("event timing", e))? as f64,
-        );
+        for (body, times) in bodies.iter_mut().zip(&mut times) {
+            let start = gpu
+                .stream
+                .record_event(flags)
+                .map_err(|e| gpu_err("event", e))?;
+            body(WARMUP + i)?;
+            let end = gpu
+                .stream
+                .record_event(flags)
+                .map_err(|e| gpu_err("event", e))?;
+            end.synchronize().map_err(|e| gpu_err("kernel failed", e))?;
+            times.push(
+                start
+                    .elapsed_ms(&end)
+                    .map_err(|e| gpu_err("event timing", e))? as f64,
+            );
+        }
     }
-    times.sort_by(|a, b| a.total_cmp(b));
-    Ok((times[times.len() / 2], times[0]))
+    Ok(times
+        .into_iter()
+        .map(|mut t| {
+            t.sort_by(|a, b| a.total_cmp(b));
+            (t[t.len() / 2], t[0])
+        })
+        .collect())
 }
 
 /// Device-to-device copy bandwidth (bytes read + written per second, GB/s) over `bytes`.
@@ -124,6 +194,7 @@ pub fn bench_case(
     p: Problem,
     ceiling_gbps: f64,
     blas: Option<&Blas>,
+    plain: Option<&InstanceEntry>,
 ) -> Result<BenchResult> {
     let f = gpu.function(inst)?;
     let (bytes, flops) = traffic(inst, p);
@@ -148,55 +219,101 @@ pub fn bench_case(
         }
         buffers.push(set);
     }
-    let dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| crate::Error::Gpu(e.to_string()))?;
-    let (median_ms, min_ms) = time_ms(gpu, |run| {
-        let set = &buffers[run % sets];
-        let args = call_args(inst, p, set);
-        launch(gpu, &f, dims, &args)
-    })?;
-    let secs = median_ms * 1e-3;
-    let gb_per_s = bytes as f64 / secs / 1e9;
-    let tflop_per_s = flops as f64 / secs / 1e12;
-    let (peer, peer_value, ratio) = match (p, blas) {
+    let dims = problem::dims(inst, p).map_err(|e| crate::Error::Gpu(e.to_string()))?;
+    let plain = match plain {
+        Some(o) => Some((
+            o,
+            gpu.function(o)?,
+            problem::dims(o, p).map_err(|e| crate::Error::Gpu(e.to_string()))?,
+        )),
+        None => None,
+    };
+    let gpu = &*gpu;
+    let mut run_kernel =
+        |run: usize| launch(gpu, &f, dims, &call_args(inst, p, &buffers[run % sets]));
+    let mut plain_ms = None;
+    let (median_ms, min_ms, peer, peer_value, ratio) = match (p, blas) {
         (Problem::Gemm { m, n, k }, Some(blas)) => {
-            let set = &mut buffers[0];
-            let idx = |name: &str| inst.args.iter().position(|a| a.name == name);
-            let out_i = inst
+            // The peer writes its own output, so all three can run turn about.
+            let out = inst
                 .args
                 .iter()
-                .position(|a| a.kind == ArgKind::Out)
+                .find(|a| a.kind == ArgKind::Out)
                 .expect("an output");
-            let mut d = set[out_i].take().expect("output buffer");
-            let (a, b) = (
-                set[idx("a").expect("a")].as_ref().expect("a"),
-                set[idx("b").expect("b")].as_ref().expect("b"),
-            );
-            let bias = idx("bias").and_then(|i| set[i].as_ref());
+            let mut d = gpu.alloc_filled(
+                problem::buffer_len(inst, &out.name, p) as usize
+                    * data::dtype_of(&out.ty).size() as usize,
+                0xFF,
+            )?;
+            let input = |name: &str| {
+                inst.args
+                    .iter()
+                    .position(|a| a.name == name)
+                    .and_then(|i| buffers[0][i].as_ref())
+            };
+            let (a, b) = (input("a").expect("a"), input("b").expect("b"));
+            let bias = input("bias");
             let fused = bias.is_some_and(|bias| {
                 blas.fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
                     .is_some()
             });
             let tf32 = inst.params.tf32 == Some(true);
-            let (peer_ms, _) = time_ms(gpu, |_| match bias.filter(|_| fused) {
+            let mut run_peer = |_: usize| match bias.filter(|_| fused) {
                 Some(bias) => blas
                     .fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
                     .expect("fused peer exists"),
                 None => blas.gemm(gpu, inst, (m, n, k), a, b, &mut d, inst.out_dtype, tf32),
-            })?;
+            };
+            let mut run_plain = |run: usize| match &plain {
+                Some((o, pf, pdims)) => {
+                    let args = args_by_name(o, p, inst, &buffers[run % sets]).ok_or_else(|| {
+                        crate::Error::Gpu(format!(
+                            "{}: arguments do not match {}",
+                            o.name, inst.name
+                        ))
+                    })?;
+                    launch(gpu, pf, *pdims, &args)
+                }
+                None => Ok(()),
+            };
+            let mut bodies: Vec<&mut dyn FnMut(usize) -> Result<()>> =
+                vec![&mut run_kernel, &mut run_peer];
+            if plain.is_some() {
+                bodies.push(&mut run_plain);
+            }
+            let times = time_interleaved(gpu, &mut bodies)?;
+            let (median_ms, min_ms) = times[0];
+            plain_ms = times.get(2).map(|t| t.0);
             let name = match (fused, tf32) {
                 (true, _) => "cuBLASLt fused bias+act TFLOP/s",
                 (false, true) => "cuBLAS TF32 TFLOP/s",
                 (false, false) => "cuBLAS GEMM TFLOP/s",
             };
-            let peer_tflops = flops as f64 / (peer_ms * 1e-3) / 1e12;
-            (name.to_string(), peer_tflops, tflop_per_s / peer_tflops)
+            let peer_tflops = flops as f64 / (times[1].0 * 1e-3) / 1e12;
+            let tflops = flops as f64 / (median_ms * 1e-3) / 1e12;
+            (
+                median_ms,
+                min_ms,
+                name.to_string(),
+                peer_tflops,
+                tflops / peer_tflops,
+            )
         }
-        _ => (
-            "device copy GB/s".to_string(),
-            ceiling_gbps,
-            gb_per_s / ceiling_gbps,
-        ),
+        _ => {
+            let (median_ms, min_ms) = time_ms(gpu, run_kernel)?;
+            let gb_per_s = bytes as f64 / (median_ms * 1e-3) / 1e9;
+            (
+                median_ms,
+                min_ms,
+                "device copy GB/s".to_string(),
+                ceiling_gbps,
+                gb_per_s / ceiling_gbps,
+            )
+        }
     };
+    let secs = median_ms * 1e-3;
+    let gb_per_s = bytes as f64 / secs / 1e9;
+    let tflop_per_s = flops as f64 / secs / 1e12;
     Ok(BenchResult {
         instance: inst.name.clone(),
         op: inst.op,
@@ -211,5 +328,7 @@ pub fn bench_case(
         peer,
         peer_value,
         ratio,
+        plain: plain_ms.and(plain.map(|(o, ..)| o.name.clone())),
+        vs_plain: plain_ms.map(|t| t / median_ms),
     })
 }

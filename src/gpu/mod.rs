@@ -184,6 +184,11 @@ impl Gpu {
                 inst.launch.shared_bytes as i32,
             )
             .map_err(|e| gpu_err("raising the dynamic shared memory limit", e))?;
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100,
+            )
+            .map_err(|e| gpu_err("asking for the largest shared memory carveout", e))?;
         }
         self.functions.insert(inst.name.clone(), f.clone());
         Ok(f)

@@ -92,30 +92,15 @@ pub fn scalar(inst: &InstanceEntry, arg: &str, p: Problem) -> f64 {
 }
 
 /// Launch geometry for the problem, with the instance's dynamic shared memory.
-pub fn dims(
-    inst: &InstanceEntry,
-    p: Problem,
-    sm_count: u32,
-) -> Result<LaunchDims, launch_rules::ArgError> {
+pub fn dims(inst: &InstanceEntry, p: Problem) -> Result<LaunchDims, launch_rules::ArgError> {
     let threads = inst.launch.threads;
     let dims = match (&inst.launch.grid, p) {
         (GridRule::Elements { elems_per_block }, Problem::Elements { n, .. }) => {
             Ok(launch_rules::elements_dims(n, *elems_per_block, threads))
         }
-        (
-            GridRule::Rows {
-                rows_per_block,
-                blocks_per_sm,
-                ..
-            },
-            Problem::Rows { rows, .. },
-        ) => Ok(launch_rules::rows_dims(
-            rows,
-            *rows_per_block,
-            threads,
-            *blocks_per_sm,
-            sm_count,
-        )),
+        (GridRule::Rows { rows_per_block, .. }, Problem::Rows { rows, .. }) => {
+            Ok(launch_rules::rows_dims(rows, *rows_per_block, threads))
+        }
         (GridRule::Tiles { tile_m, tile_n }, Problem::Gemm { m, n, .. }) => {
             launch_rules::tiles_dims(m, n, *tile_m, *tile_n, threads, inst.launch.shared_bytes)
         }
@@ -172,8 +157,7 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
         }
         GridRule::Rows {
             max_cols,
-            blocks_per_sm,
-            ..
+            rows_per_block,
         } => {
             let limit = max_cols.map(|m| m as u64).unwrap_or(3 * 4096 * vec + 5);
             let chunk = inst.launch.threads as u64 * vec * inst.params.items.unwrap_or(1) as u64;
@@ -199,10 +183,10 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
                 let rows = [1, 3, 37, 130][i % 4];
                 out.push(Problem::Rows { rows, cols: c });
             }
-            if blocks_per_sm.is_some() {
-                // A persistent grid (at most ~3200 blocks on 132 SMs): enough rows that
-                // every block walks several through its ring, a prime count so the last
-                // trip is ragged, on both the scalar and the vector path.
+            if *rows_per_block > 1 {
+                // Blocks that own several rows (a ring of staged rows): enough rows that
+                // every block walks several and the grid passes its first wave, a prime
+                // count so the last trip is ragged, on both the scalar and the vector path.
                 for cols in [97, limit.min(2048 + vec)] {
                     out.push(Problem::Rows { rows: 12007, cols });
                 }

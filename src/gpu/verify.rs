@@ -108,7 +108,7 @@ fn try_case(
         }
     }
     let args = call_args(inst, p, &bufs);
-    let dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| crate::Error::Gpu(e.to_string()))?;
+    let dims = problem::dims(inst, p).map_err(|e| crate::Error::Gpu(e.to_string()))?;
     launch(gpu, &f, dims, &args)?;
     gpu.sync()?;
     let out_i = out_index.expect("every kernel writes an output");

@@ -22,7 +22,6 @@ pub enum Field {
     Stages,
     Layout,
     Tf32,
-    Tune,
     OutDtype,
     Epilogue,
 }
@@ -38,7 +37,6 @@ impl Field {
         Field::Stages,
         Field::Layout,
         Field::Tf32,
-        Field::Tune,
         Field::OutDtype,
         Field::Epilogue,
     ];
@@ -53,7 +51,6 @@ impl Field {
             Field::Stages => "stages",
             Field::Layout => "layout",
             Field::Tf32 => "tf32",
-            Field::Tune => "tune",
             Field::OutDtype => "out_dtype",
             Field::Epilogue => "epilogue",
         }
@@ -157,9 +154,6 @@ pub fn name_suffix(inst: &Instance) -> String {
     if p.tf32 == Some(true) {
         s += "_tf32";
     }
-    if let Some(t) = p.tune.filter(|&t| t != 0) {
-        s += &format!("_t{t}");
-    }
     s
 }
 
@@ -239,14 +233,10 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
 pub enum GridRule {
     /// Grid-stride over `n` elements; `elems_per_block` per block per trip.
     Elements { elems_per_block: u32 },
-    /// One block per `rows_per_block` rows (grid-stride beyond the grid limit); with
-    /// `blocks_per_sm`, a persistent grid of at most that many blocks per SM, each walking
-    /// its share of the rows (kernels that keep per-block state across rows).
+    /// One block per `rows_per_block` rows (grid-stride beyond the grid limit).
     Rows {
         rows_per_block: u32,
         max_cols: Option<u32>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        blocks_per_sm: Option<u32>,
     },
     /// One block per `tile_m`×`tile_n` output tile, in a grouped order.
     Tiles { tile_m: u32, tile_n: u32 },

@@ -180,10 +180,6 @@ pub struct Params {
     /// f32 GEMM on TF32 tensor cores instead of the SIMT path.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tf32: Option<bool>,
-    /// GEMM experimental code-path switches, a bitmask (see `ops::gemm::TUNE_*`); unset or 0
-    /// renders the default kernel.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub tune: Option<u32>,
 }
 
 /// Where an instance came from, for headers and messages.

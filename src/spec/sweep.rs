@@ -299,7 +299,6 @@ impl<'a> FileContext<'a> {
         });
         let affines = self.optional_sweep(get("affine"), "affine", |c, n| c.boolean(n, "affine"));
         let tf32s = self.optional_sweep(get("tf32"), "tf32", |c, n| c.boolean(n, "tf32"));
-        let tunes = self.optional_sweep(get("tune"), "tune", |c, n| c.integer(n, "tune"));
         let tiles = self.optional_sweep_of_lists(get("tile"), "tile", |c, n| {
             c.int_array::<3>(n, "tile", "[m, n, k]")
         });
@@ -330,7 +329,6 @@ impl<'a> FileContext<'a> {
             layouts.len(),
             affines.len(),
             tf32s.len(),
-            tunes.len(),
             tiles.len(),
             warps.len(),
             epilogues.len(),
@@ -370,7 +368,6 @@ impl<'a> FileContext<'a> {
                                 for la in &layouts {
                                     for af in &affines {
                                         for tf in &tf32s {
-                                          for tu in &tunes {
                                             for ti in &tiles {
                                                 for wa in &warps {
                                                     for ep in &epilogues {
@@ -384,7 +381,6 @@ impl<'a> FileContext<'a> {
                                                             stages: st.value,
                                                             layout: la.value,
                                                             tf32: tf.value,
-                                                            tune: tu.value,
                                                         };
                                                         ops::apply_defaults(op, &mut params);
                                                         let mut inst = Instance {
@@ -411,7 +407,6 @@ impl<'a> FileContext<'a> {
                                                                 Field::Layout => la.node,
                                                                 Field::Affine => af.node,
                                                                 Field::Tf32 => tf.node,
-                                                                Field::Tune => tu.node,
                                                                 Field::Tile => ti.node,
                                                                 Field::Warp => wa.node,
                                                                 Field::OutDtype => od.node,
@@ -473,7 +468,6 @@ impl<'a> FileContext<'a> {
                                             }
                                         }
                                     }
-                                  }
                                 }
                             }
                         }

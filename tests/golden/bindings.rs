@@ -4,7 +4,7 @@
 // dtype, plus one per kernel). Needs `cudarc` (features driver, nvrtc, f16) and `half`.
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 42f7580f353cc9ba
+// content sha256 5447dcc23d0cc4d3
 
 #[allow(unused_imports)]
 pub use self::call_checks::{Buf, Plan};
@@ -2798,6 +2798,13 @@ impl Loader {
             function.set_attribute(
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 info.shared_bytes as i32,
+            )?;
+            // Ask for the largest shared-memory carveout, so that as many blocks fit per SM
+            // as the kernel was sized for (persistent row grids count on it); the default
+            // lets the driver keep more L1 instead.
+            function.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100,
             )?;
         }
         // Two threads may race to load; both modules work and one is kept.

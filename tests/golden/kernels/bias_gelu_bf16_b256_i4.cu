@@ -105,19 +105,25 @@ __device__ __forceinline__ void tg_stage_copy16(void* smem, const void* gmem) {
     *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
 #endif
 }
-__device__ __forceinline__ void tg_stage_wait_all() {
+__device__ __forceinline__ void tg_stage_commit() {
 #if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most N of this thread's committed copy groups are still in flight.
+template <int N> __device__ __forceinline__ void tg_stage_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 // Column of vector j of this thread's share of a row.
 template <int THREADS, typename T> __device__ __forceinline__ int tg_row_col(int j) {
     return (j * THREADS + (int)threadIdx.x) * tg_vec<T>::N;
 }
-// Copies this thread's vectors of a row into the same places of `srow`. Each thread later
-// reads back only what it copied, so no barrier is needed.
+// Starts copying this thread's vectors of a row into the same places of `srow`. Each thread
+// later reads back only what it copied, so no barrier is needed between copy and use.
 template <int THREADS, int ITEMS, typename T>
-__device__ __forceinline__ void tg_stage_row(const T* __restrict__ row, T* srow, int cols, bool vec_ok) {
+__device__ __forceinline__ void tg_stage_issue(const T* __restrict__ row, T* srow, int cols, bool vec_ok) {
     constexpr int VEC = tg_vec<T>::N;
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
@@ -130,8 +136,52 @@ __device__ __forceinline__ void tg_stage_row(const T* __restrict__ row, T* srow,
                 if (c + e < cols) srow[c + e] = row[c + e];
         }
     }
-    tg_stage_wait_all();
 }
+// A ring of STAGES row buffers in shared memory for a block that walks rows blockIdx.x,
+// + gridDim.x, ...: when the block takes a row, it asks for the row STAGES-1 trips ahead, so
+// STAGES-1 rows per block stay in flight while it computes. STAGES = 1 is copy-then-compute.
+template <int THREADS, int ITEMS, int STAGES, typename T> struct tg_row_ring {
+    static constexpr int CAP = THREADS * ITEMS * tg_vec<T>::N;
+    T* buf;
+    const T* __restrict__ x;
+    long long rows, cols;
+    bool vec_ok;
+    int slot;
+    __device__ __forceinline__ tg_row_ring(T* buf_, const T* __restrict__ x_, long long rows_, long long cols_, bool vec_ok_)
+        : buf(buf_), x(x_), rows(rows_), cols(cols_), vec_ok(vec_ok_), slot(0) {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            request(blockIdx.x + (long long)s * gridDim.x, s);
+            tg_stage_commit();
+        }
+    }
+    __device__ __forceinline__ void request(long long r, int s) {
+        if (r < rows) tg_stage_issue<THREADS, ITEMS>(x + r * cols, buf + s * CAP, (int)cols, vec_ok);
+    }
+    // Row r, the block's next one, once this thread's share of it has landed. The slot the
+    // refill goes to held the previous row, which this thread has finished reading.
+    __device__ __forceinline__ T* take(long long r) {
+        int fill = slot + STAGES - 1;
+        if (fill >= STAGES) fill -= STAGES;
+        request(r + (long long)(STAGES - 1) * gridDim.x, fill);
+        tg_stage_commit();
+        tg_stage_wait<STAGES - 1>();
+        T* row = buf + slot * CAP;
+        if (++slot == STAGES) slot = 0;
+        return row;
+    }
+};
+// Hides a value from the optimizer, so work on it stays where it is written: keeps the
+// compiler from hoisting the unpacking of held raw vectors out of a loop (8 floats per vector
+// instead of 4 registers, which spills).
+__device__ __forceinline__ uint4 tg_opaque(uint4 u) {
+    asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
+    return u;
+}
+// 16 bytes already loaded, as VEC floats (the type argument only selects the element type).
+__device__ __forceinline__ void tg_unpack16(const float*, const uint4& u, float (&v)[4]) { tg_unpack(u, v); }
+__device__ __forceinline__ void tg_unpack16(const tg_f16*, const uint4& u, float (&v)[8]) { tg_unpack_half<tg_f16>(u, v); }
+__device__ __forceinline__ void tg_unpack16(const tg_bf16*, const uint4& u, float (&v)[8]) { tg_unpack_half<tg_bf16>(u, v); }
 // Vector j of this thread's share of a staged row, as float; `fill` where out of range.
 template <int THREADS, typename T>
 __device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,
