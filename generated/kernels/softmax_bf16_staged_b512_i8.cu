@@ -298,7 +298,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 #define TG_THREADS 512
 #define TG_ITEMS 8
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
-#define TG_MIN_BLOCKS 2
+#define TG_MIN_BLOCKS 3
 #define TG_VEC 8
 // Rows in the shared-memory ring: 0 in flight per block while one is computed.
 #define TG_STAGES 1

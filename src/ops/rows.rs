@@ -209,10 +209,16 @@ pub fn min_blocks(inst: &Instance) -> u32 {
                 (max_cols(inst).unwrap_or(0) * inst.dtype.size()).saturating_mul(stages(inst));
             let per_block = smem + 1024; // + the runtime's reserve
             let blocks = (Arch::Sm90.max_shared_per_block() + 1024) / per_block;
-            // Long rows leave each thread many vectors to walk: allow 64 registers (1024
-            // threads); short rows need little beyond one vector: 1536 threads (42 registers).
-            // Weight held across rows comes on top.
-            let threads = if values > 16 { 1024 } else { 1536 };
+            // Long rows leave each thread many vectors to walk: a norm gets 64 registers
+            // (1024 threads). Short rows need little beyond one vector, and softmax (no weights
+            // to load) fits 40 registers even at 64 values per thread: 1536 threads (42
+            // registers), i.e. three 512-thread blocks of 64 KiB rows. Weight held across rows
+            // comes on top.
+            let threads = if values > 16 && inst.op != Op::Softmax {
+                1024
+            } else {
+                1536
+            };
             let by_registers = match hoisted_registers(inst) {
                 0 => threads,
                 // Registers are allocated 8 at a time: round up, or the cap lands under need.
