@@ -178,14 +178,18 @@ pub fn max_cols(inst: &Instance) -> Option<u32> {
     Some(block * items * inst.dtype.per_16_bytes())
 }
 
-pub fn launch(inst: &Instance) -> Launch {
-    // The staged variant keeps `stages` whole rows in dynamic shared memory.
-    let shared_bytes = match inst.params.variant {
+/// Dynamic shared memory: the staged variant keeps `stages` whole rows.
+fn shared_bytes(inst: &Instance) -> u32 {
+    match inst.params.variant {
         Some(RowVariant::Staged) => {
             (max_cols(inst).unwrap_or(0) * inst.dtype.size()).saturating_mul(stages(inst))
         }
         _ => 0,
-    };
+    }
+}
+
+pub fn launch(inst: &Instance) -> Launch {
+    let shared_bytes = shared_bytes(inst);
     Launch {
         threads: inst.params.block.unwrap_or(256),
         grid: GridRule::Rows {
@@ -205,9 +209,7 @@ pub fn min_blocks(inst: &Instance) -> u32 {
     let values = inst.params.items.unwrap_or(1) * inst.dtype.per_16_bytes();
     let threads_per_sm = match (inst.params.variant, inst.op) {
         (Some(RowVariant::Staged), _) => {
-            let smem =
-                (max_cols(inst).unwrap_or(0) * inst.dtype.size()).saturating_mul(stages(inst));
-            let per_block = smem + 1024; // + the runtime's reserve
+            let per_block = shared_bytes(inst) + 1024; // + the runtime's reserve
             let blocks = (Arch::Sm90.max_shared_per_block() + 1024) / per_block;
             // Long rows leave each thread many vectors to walk: a norm gets 64 registers
             // (1024 threads). Short rows need little beyond one vector, and softmax (no weights
@@ -255,4 +257,87 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
 pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
     (inst.params.variant == Some(RowVariant::Staged) && arch.sm() < 80)
         .then(|| format!("the staged variant uses cp.async, which needs sm_80+; {arch} lacks it"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::model::Origin;
+
+    fn staged(op: Op, dtype: DType, block: u32, items: u32, stages: Option<u32>) -> Instance {
+        let mut params = Params {
+            block: Some(block),
+            items: Some(items),
+            variant: Some(RowVariant::Staged),
+            stages,
+            ..Default::default()
+        };
+        defaults(op, &mut params);
+        Instance {
+            name: "t".into(),
+            op,
+            dtype,
+            out_dtype: dtype,
+            params,
+            epilogue: vec![],
+            archs: vec![Arch::Sm80, Arch::Sm90],
+            origin: Origin {
+                file: "t.yaml".into(),
+                line: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn ring_geometry() {
+        // One row per block, 8 KiB of shared memory, 6 blocks of 256 threads per SM.
+        let one = staged(Op::LayerNorm, DType::Bf16, 256, 2, None);
+        assert_eq!(launch(&one).shared_bytes, 8192);
+        assert!(matches!(
+            launch(&one).grid,
+            GridRule::Rows {
+                rows_per_block: 1,
+                ..
+            }
+        ));
+        assert_eq!(min_blocks(&one), 6);
+        // A ring of 3: three rows of shared memory, blocks of 8 rows, 16 registers of held
+        // weight and bias, so 4 blocks (64 registers) instead of 6.
+        let ring3 = staged(Op::LayerNorm, DType::Bf16, 256, 2, Some(3));
+        assert_eq!(launch(&ring3).shared_bytes, 3 * 8192);
+        assert!(matches!(
+            launch(&ring3).grid,
+            GridRule::Rows {
+                rows_per_block: 8,
+                ..
+            }
+        ));
+        assert_eq!(hoisted_registers(&ring3), 16);
+        assert_eq!(min_blocks(&ring3), 4);
+        // Too many held registers (layernorm, 8 vectors): weights are re-read instead.
+        assert_eq!(
+            hoisted_registers(&staged(Op::LayerNorm, DType::Bf16, 512, 8, Some(2))),
+            0
+        );
+        // Long staged rows: softmax fits three blocks per SM, a norm two.
+        assert_eq!(
+            min_blocks(&staged(Op::Softmax, DType::Bf16, 512, 8, None)),
+            3
+        );
+        assert_eq!(
+            min_blocks(&staged(Op::RmsNorm, DType::Bf16, 512, 8, None)),
+            2
+        );
+    }
+
+    #[test]
+    fn stages_need_the_staged_variant() {
+        let mut i = staged(Op::Softmax, DType::Bf16, 256, 2, Some(3));
+        assert!(check(&i).is_empty(), "{:?}", check(&i));
+        i.params.stages = Some(5);
+        assert_eq!(check(&i)[0].0, Field::Stages);
+        i.params.stages = Some(2);
+        i.params.variant = Some(RowVariant::OnePass);
+        assert_eq!(check(&i)[0].0, Field::Stages);
+    }
 }
