@@ -149,8 +149,8 @@ pub fn gpu_bench(
         false => None,
     };
     for inst in insts {
+        let plain = bench::plain_partner(&inst, &gpu.manifest.instances).cloned();
         for p in problem::bench_cases(&inst) {
-            let plain = bench::plain_partner(&inst, &gpu.manifest.instances).cloned();
             match bench::bench_case(&mut gpu, &inst, p, ceiling, blas.as_ref(), plain.as_ref()) {
                 Ok(r) => {
                     if json {

@@ -8,7 +8,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use super::cublas::Blas;
 use super::data;
 use super::problem::{self, Problem};
-use super::{call_args, gpu_err, launch, ArgValue, Gpu};
+use super::{call_args, call_args_from, gpu_err, launch, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
 use crate::ops::ArgKind;
@@ -61,32 +61,6 @@ pub fn plain_partner<'a>(
     })
 }
 
-/// `of`'s arguments taken by name from a buffer set laid out for `like` (a plain GEMM's
-/// a, b and d are its fused partner's).
-fn args_by_name<'a>(
-    of: &InstanceEntry,
-    p: Problem,
-    like: &InstanceEntry,
-    set: &'a [Option<CudaSlice<u8>>],
-) -> Option<Vec<ArgValue<'a>>> {
-    of.args
-        .iter()
-        .map(|a| match a.kind {
-            ArgKind::Scalar if a.ty == "f32" => {
-                Some(ArgValue::F32(problem::scalar(of, &a.name, p) as f32))
-            }
-            ArgKind::Scalar => Some(ArgValue::I64(problem::scalar(of, &a.name, p) as i64)),
-            _ => {
-                let i = like
-                    .args
-                    .iter()
-                    .position(|b| b.name == a.name && b.kind == a.kind)?;
-                set[i].as_ref().map(ArgValue::Buf)
-            }
-        })
-        .collect()
-}
-
 /// Times `body` with events: median and minimum milliseconds over RUNS after WARMUP.
 pub fn time_ms(gpu: &Gpu, body: impl FnMut(usize) -> Result<()>) -> Result<(f64, f64)> {
     let mut body = body;
@@ -106,10 +80,12 @@ pub fn time_interleaved(
         }
     }
     gpu.sync()?;
-    let mut times = vec![Vec::with_capacity(RUNS); bodies.len()];
+    // Everything is enqueued before the one wait at the end: the host runs ahead of the GPU,
+    // so each measured span holds its launch alone, not the host's launch latency too.
     let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut spans = Vec::with_capacity(RUNS * bodies.len());
     for i in 0..RUNS {
-        for (body, times) in bodies.iter_mut().zip(&mut times) {
+        for (k, body) in bodies.iter_mut().enumerate() {
             let start = gpu
                 .stream
                 .record_event(flags)
@@ -119,13 +95,17 @@ pub fn time_interleaved(
                 .stream
                 .record_event(flags)
                 .map_err(|e| gpu_err("event", e))?;
-            end.synchronize().map_err(|e| gpu_err("kernel failed", e))?;
-            times.push(
-                start
-                    .elapsed_ms(&end)
-                    .map_err(|e| gpu_err("event timing", e))? as f64,
-            );
+            spans.push((k, start, end));
         }
+    }
+    gpu.sync()?;
+    let mut times = vec![Vec::with_capacity(RUNS); bodies.len()];
+    for (k, start, end) in spans {
+        times[k].push(
+            start
+                .elapsed_ms(&end)
+                .map_err(|e| gpu_err("event timing", e))? as f64,
+        );
     }
     Ok(times
         .into_iter()
@@ -143,7 +123,7 @@ pub fn copy_ceiling(gpu: &Gpu, bytes: usize) -> Result<f64> {
     let (ms, _) = time_ms(gpu, |_| {
         let (s, _a) = src.device_ptr(&gpu.stream);
         let (d, _b) = dst.device_ptr_mut(&gpu.stream);
-        // SAFETY: both buffers hold `bytes` bytes and outlive the copy (synchronized by timing).
+        // SAFETY: both buffers hold `bytes` bytes and outlive the copy (timing waits for it).
         unsafe { cudarc::driver::result::memcpy_dtod_async(d, s, bytes, gpu.stream.cu_stream()) }
             .map_err(|e| gpu_err("device copy", e))
     })?;
@@ -266,12 +246,13 @@ pub fn bench_case(
             };
             let mut run_plain = |run: usize| match &plain {
                 Some((o, pf, pdims)) => {
-                    let args = args_by_name(o, p, inst, &buffers[run % sets]).ok_or_else(|| {
-                        crate::Error::Gpu(format!(
-                            "{}: arguments do not match {}",
-                            o.name, inst.name
-                        ))
-                    })?;
+                    let args =
+                        call_args_from(o, p, inst, &buffers[run % sets]).ok_or_else(|| {
+                            crate::Error::Gpu(format!(
+                                "{}: arguments do not match {}",
+                                o.name, inst.name
+                            ))
+                        })?;
                     launch(gpu, pf, *pdims, &args)
                 }
                 None => Ok(()),

@@ -245,17 +245,32 @@ pub fn call_args<'a>(
     p: problem::Problem,
     bufs: &'a [Option<CudaSlice<u8>>],
 ) -> Vec<ArgValue<'a>> {
+    call_args_from(inst, p, inst, bufs).expect("buffers exist for pointer arguments")
+}
+
+/// `of`'s argument list, its buffers taken by name from a set laid out for `like`'s
+/// arguments (a plain GEMM's a, b and d are its fused partner's); None when one is missing.
+pub fn call_args_from<'a>(
+    of: &InstanceEntry,
+    p: problem::Problem,
+    like: &InstanceEntry,
+    bufs: &'a [Option<CudaSlice<u8>>],
+) -> Option<Vec<ArgValue<'a>>> {
     use crate::ops::ArgKind;
-    inst.args
+    of.args
         .iter()
-        .zip(bufs)
-        .map(|(a, b)| match (a.kind, b) {
-            (ArgKind::Scalar, _) if a.ty == "f32" => {
-                ArgValue::F32(problem::scalar(inst, &a.name, p) as f32)
+        .map(|a| match a.kind {
+            ArgKind::Scalar if a.ty == "f32" => {
+                Some(ArgValue::F32(problem::scalar(of, &a.name, p) as f32))
             }
-            (ArgKind::Scalar, _) => ArgValue::I64(problem::scalar(inst, &a.name, p) as i64),
-            (_, Some(buf)) => ArgValue::Buf(buf),
-            (_, None) => unreachable!("buffers exist for pointer arguments"),
+            ArgKind::Scalar => Some(ArgValue::I64(problem::scalar(of, &a.name, p) as i64)),
+            _ => {
+                let i = like
+                    .args
+                    .iter()
+                    .position(|b| b.name == a.name && b.kind == a.kind)?;
+                bufs[i].as_ref().map(ArgValue::Buf)
+            }
         })
         .collect()
 }

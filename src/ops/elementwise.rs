@@ -2,7 +2,7 @@
 //! Memory-bound: 16-byte vector accesses, `items` independent loads in flight per thread,
 //! grid-stride over the flat tensor, a scalar tail for lengths that are not a whole vector.
 
-use super::{is_pow2_in, Arg, Field, GridRule, Launch, OpInfo};
+use super::{pow2_problem, Arg, Field, GridRule, Launch, OpInfo};
 use crate::spec::model::{DType, Epilogue, Instance, Op, Params};
 
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
@@ -33,25 +33,15 @@ pub fn defaults(p: &mut Params) {
 }
 
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
-    let mut out = Vec::new();
     let p = &inst.params;
-    if let Some(b) = p.block {
-        if !is_pow2_in(b, 32, 1024) {
-            out.push((
-                Field::Block,
-                format!("block must be a power of two from 32 to 1024, not {b}"),
-            ));
-        }
-    }
-    if let Some(i) = p.items {
-        if !is_pow2_in(i, 1, 16) {
-            out.push((
-                Field::Items,
-                format!("items must be a power of two from 1 to 16, not {i}"),
-            ));
-        }
-    }
-    out
+    [
+        p.block
+            .and_then(|b| pow2_problem(Field::Block, b, 32, 1024)),
+        p.items.and_then(|i| pow2_problem(Field::Items, i, 1, 16)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 pub fn signature(inst: &Instance) -> Vec<Arg> {

@@ -540,7 +540,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::model::{Op, Origin};
+    use crate::spec::model::Op;
 
     fn inst(
         dtype: DType,
@@ -550,26 +550,15 @@ mod tests {
         layout: Layout,
         tf32: bool,
     ) -> Instance {
-        Instance {
-            name: "t".into(),
-            op: Op::Gemm,
-            dtype,
-            out_dtype: dtype,
-            params: Params {
-                tile: Some(tile),
-                warp: Some(warp),
-                stages,
-                layout: Some(layout),
-                tf32: Some(tf32),
-                ..Default::default()
-            },
-            epilogue: vec![],
-            archs: vec![Arch::Sm80, Arch::Sm90],
-            origin: Origin {
-                file: "t.yaml".into(),
-                line: 1,
-            },
-        }
+        let params = Params {
+            tile: Some(tile),
+            warp: Some(warp),
+            stages,
+            layout: Some(layout),
+            tf32: Some(tf32),
+            ..Default::default()
+        };
+        Instance::for_test(Op::Gemm, dtype, params)
     }
 
     #[test]

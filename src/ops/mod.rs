@@ -272,6 +272,17 @@ pub(crate) fn is_pow2_in(v: u32, lo: u32, hi: u32) -> bool {
     v.is_power_of_two() && (lo..=hi).contains(&v)
 }
 
+/// The problem with a field whose value `v` must be a power of two from `lo` to `hi`.
+pub(crate) fn pow2_problem(field: Field, v: u32, lo: u32, hi: u32) -> Option<(Field, String)> {
+    (!is_pow2_in(v, lo, hi)).then(|| {
+        let key = field.key();
+        (
+            field,
+            format!("{key} must be a power of two from {lo} to {hi}, not {v}"),
+        )
+    })
+}
+
 /// Archs of the instance that lack something it needs, with the reason.
 pub fn arch_problems(inst: &Instance) -> Vec<(Arch, String)> {
     let mut out = Vec::new();

@@ -2,7 +2,7 @@
 //! one-pass form keeps the whole row in registers (`block`×`items` 16-byte vectors, so it
 //! reads and writes each element once), the online softmax streams rows of any length.
 
-use super::{is_pow2_in, Arg, Field, GridRule, Launch, OpInfo};
+use super::{pow2_problem, Arg, Field, GridRule, Launch, OpInfo};
 use crate::spec::model::{Arch, DType, Instance, Op, Params, RowVariant};
 
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
@@ -14,29 +14,26 @@ pub static SOFTMAX: OpInfo = OpInfo {
     epilogues: &[],
 };
 
+/// Layernorm and rmsnorm share a template and their fields.
+const NORM_FIELDS: &[Field] = &[
+    Field::Block,
+    Field::Items,
+    Field::Variant,
+    Field::Stages,
+    Field::Affine,
+];
+
 pub static LAYERNORM: OpInfo = OpInfo {
     template: "norm.cu",
     dtypes: ALL_DTYPES,
-    fields: &[
-        Field::Block,
-        Field::Items,
-        Field::Variant,
-        Field::Stages,
-        Field::Affine,
-    ],
+    fields: NORM_FIELDS,
     epilogues: &[],
 };
 
 pub static RMSNORM: OpInfo = OpInfo {
     template: "norm.cu",
     dtypes: ALL_DTYPES,
-    fields: &[
-        Field::Block,
-        Field::Items,
-        Field::Variant,
-        Field::Stages,
-        Field::Affine,
-    ],
+    fields: NORM_FIELDS,
     epilogues: &[],
 };
 
@@ -73,6 +70,14 @@ const RING_ROWS_PER_BLOCK: u32 = 8;
 /// A staged ring of 2+ rows: each block owns several rows.
 fn ring(inst: &Instance) -> bool {
     inst.params.variant == Some(RowVariant::Staged) && stages(inst) > 1
+}
+
+fn rows_per_block(inst: &Instance) -> u32 {
+    if ring(inst) {
+        RING_ROWS_PER_BLOCK
+    } else {
+        1
+    }
 }
 
 /// Registers a norm block with a ring of rows spends holding its columns of weight (and
@@ -119,20 +124,13 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             ));
         }
     }
-    if let Some(b) = p.block {
-        if !is_pow2_in(b, 32, 1024) {
-            out.push((
-                Field::Block,
-                format!("block must be a power of two from 32 to 1024, not {b}"),
-            ));
-        }
-    }
+    out.extend(
+        p.block
+            .and_then(|b| pow2_problem(Field::Block, b, 32, 1024)),
+    );
     if let Some(i) = p.items {
-        if !is_pow2_in(i, 1, 32) {
-            out.push((
-                Field::Items,
-                format!("items must be a power of two from 1 to 32, not {i}"),
-            ));
+        if let Some(problem) = pow2_problem(Field::Items, i, 1, 32) {
+            out.push(problem);
         } else if i * inst.dtype.per_16_bytes() > MAX_VALUES_PER_THREAD {
             out.push((
                 Field::Items,
@@ -193,7 +191,7 @@ pub fn launch(inst: &Instance) -> Launch {
     Launch {
         threads: inst.params.block.unwrap_or(256),
         grid: GridRule::Rows {
-            rows_per_block: if ring(inst) { RING_ROWS_PER_BLOCK } else { 1 },
+            rows_per_block: rows_per_block(inst),
             max_cols: max_cols(inst),
         },
         shared_bytes,
@@ -242,13 +240,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
     vec![
         ("min_blocks", min_blocks(inst).into()),
         ("stages", stages(inst).into()),
-        (
-            "rows_per_block",
-            match launch(inst).grid {
-                GridRule::Rows { rows_per_block, .. } => rows_per_block.into(),
-                _ => 1.into(),
-            },
-        ),
+        ("rows_per_block", rows_per_block(inst).into()),
         ("hoist", (hoisted_registers(inst) > 0).into()),
     ]
 }
@@ -262,7 +254,6 @@ pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::model::Origin;
 
     fn staged(op: Op, dtype: DType, block: u32, items: u32, stages: Option<u32>) -> Instance {
         let mut params = Params {
@@ -273,19 +264,7 @@ mod tests {
             ..Default::default()
         };
         defaults(op, &mut params);
-        Instance {
-            name: "t".into(),
-            op,
-            dtype,
-            out_dtype: dtype,
-            params,
-            epilogue: vec![],
-            archs: vec![Arch::Sm80, Arch::Sm90],
-            origin: Origin {
-                file: "t.yaml".into(),
-                line: 1,
-            },
-        }
+        Instance::for_test(op, dtype, params)
     }
 
     #[test]

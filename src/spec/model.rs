@@ -205,6 +205,25 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// An instance named `t` for unit tests: no epilogue, output dtype = input dtype, the
+    /// default archs.
+    #[cfg(test)]
+    pub(crate) fn for_test(op: Op, dtype: DType, params: Params) -> Instance {
+        Instance {
+            name: "t".into(),
+            op,
+            dtype,
+            out_dtype: dtype,
+            params,
+            epilogue: vec![],
+            archs: vec![Arch::Sm80, Arch::Sm90],
+            origin: Origin {
+                file: "t.yaml".into(),
+                line: 1,
+            },
+        }
+    }
+
     /// The `extern "C"` symbol of the kernel's entry point.
     pub fn entry_point(&self) -> String {
         format!("tg_{}", self.name)
