@@ -517,29 +517,29 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
     const long long a_step = (long long)TG_A_RPP * lda, b_step = (long long)TG_B_RPP * ldb;
     const unsigned smem = tg_smem_u32(tg_smem);
 
-    // Issues the copies of the k tile starting at k0 into the stage at byte offset `stage`:
-    // tiles wholly inside the matrices take the unpredicated copy; the others mask each chunk.
-    auto load_tile = [&](unsigned stage, int k0) {
-        const unsigned sa = smem + stage, sb = sa + A_STAGE;
-        const int k_left = kdim - k0;
-        if (mn_full && k_left >= TG_BK) {
-            tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, false>(sa, a_src, a_step, a, a_r0, a_cc, 0, 0);
-            tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, false>(sb, b_src, b_step, b, b_r0, b_cc, 0, 0);
-        } else {
-            tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, true>(sa, a_src, a_step, a, a_r0, a_cc, m_rem, k_left);
-            tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, true>(sb, b_src, b_step, b, b_r0, b_cc, k_left, n_rem);
-        }
-        a_src += a_adv;
-        b_src += b_adv;
-    };
-    // The same for a block whose every k tile is whole. Its own main loop calls only this:
-    // with both copy paths in one loop the compiler predicates the masked one instead of
-    // branching around it, and whole tiles paid for its instructions (ncu: 20 of 32 threads
-    // per warp active on average).
+    // Issues the copies of a k tile that lies wholly inside the matrices, starting at k0, into
+    // the stage at byte offset `stage`: no masks.
     auto load_whole_tile = [&](unsigned stage, int) {
         const unsigned sa = smem + stage, sb = sa + A_STAGE;
         tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, false>(sa, a_src, a_step, a, a_r0, a_cc, 0, 0);
         tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, false>(sb, b_src, b_step, b, b_r0, b_cc, 0, 0);
+        a_src += a_adv;
+        b_src += b_adv;
+    };
+    // Any k tile: whole ones as above, the others with each chunk masked to the matrices.
+    // Blocks whose every k tile is whole run a main loop that calls only load_whole_tile:
+    // with both paths in one loop the compiler predicates the masked one instead of branching
+    // around it, and whole tiles paid for its instructions (ncu: 20 of 32 threads per warp
+    // active on average).
+    auto load_tile = [&](unsigned stage, int k0) {
+        const int k_left = kdim - k0;
+        if (mn_full && k_left >= TG_BK) {
+            load_whole_tile(stage, k0);
+            return;
+        }
+        const unsigned sa = smem + stage, sb = sa + A_STAGE;
+        tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, true>(sa, a_src, a_step, a, a_r0, a_cc, m_rem, k_left);
+        tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, true>(sb, b_src, b_step, b, b_r0, b_cc, k_left, n_rem);
         a_src += a_adv;
         b_src += b_adv;
     };
