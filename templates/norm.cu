@@ -24,24 +24,8 @@
 {%- endif %}
 typedef {{ T }} T;
 
-// One 16-byte vector of a row starting at column c; `fill` where out of range.
-__device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, int cols, bool vec_ok,
-                                            float fill, float (&v)[TG_VEC]) {
-    if (vec_ok) {
-        if (c < cols) {
-            tg_load16(row + c, v);
-        } else {
-#pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) v[e] = fill;
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < TG_VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(row[c + e]) : fill;
-    }
-}
-
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
-__device__ __forceinline__ int tg_col(int j) { return (j * TG_THREADS + (int)threadIdx.x) * TG_VEC; }
+__device__ __forceinline__ int tg_col(int j) { return tg_row_col<TG_THREADS, T>(j); }
 
 {%- set preload = affine and items * vec <= 8 and variant != "staged" %}
 {#- hoist: a block with a ring of rows keeps its columns' weight (and bias) in registers, as loaded. #}

@@ -213,12 +213,29 @@ __device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bo
         for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(srow[c + e]) : fill;
     }
 }
-// Stores vector j of this thread's share of an output row.
-template <int THREADS, typename T>
-__device__ __forceinline__ void tg_store_row_vec(T* __restrict__ row, int j, int cols, bool vec_ok,
-                                                 const float (&v)[tg_vec<T>::N]) {
+// One 16-byte vector of a row in global memory, starting at column c, as floats; `fill`
+// where out of range. Vector path when `vec_ok` (cols % VEC == 0, 16-byte aligned rows).
+template <typename T>
+__device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, int cols, bool vec_ok, float fill,
+                                            float (&v)[tg_vec<T>::N]) {
     constexpr int VEC = tg_vec<T>::N;
-    const int c = tg_row_col<THREADS, T>(j);
+    if (vec_ok) {
+        if (c < cols) {
+            tg_load16(row + c, v);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) v[e] = fill;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(row[c + e]) : fill;
+    }
+}
+// Stores one vector of an output row at column c, only the columns inside the row.
+template <typename T>
+__device__ __forceinline__ void tg_store_vec(T* __restrict__ row, int c, int cols, bool vec_ok,
+                                             const float (&v)[tg_vec<T>::N]) {
+    constexpr int VEC = tg_vec<T>::N;
     if (vec_ok) {
         if (c < cols) tg_store16(row + c, v);
     } else {
@@ -226,6 +243,12 @@ __device__ __forceinline__ void tg_store_row_vec(T* __restrict__ row, int j, int
         for (int e = 0; e < VEC; ++e)
             if (c + e < cols) row[c + e] = tg_from_float<T>(v[e]);
     }
+}
+// Stores vector j of this thread's share of an output row.
+template <int THREADS, typename T>
+__device__ __forceinline__ void tg_store_row_vec(T* __restrict__ row, int j, int cols, bool vec_ok,
+                                                 const float (&v)[tg_vec<T>::N]) {
+    tg_store_vec(row, tg_row_col<THREADS, T>(j), cols, vec_ok, v);
 }
 
 // ---- epilogue steps (fp32 in registers) ----

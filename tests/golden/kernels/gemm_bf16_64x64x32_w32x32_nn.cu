@@ -213,12 +213,29 @@ __device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bo
         for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(srow[c + e]) : fill;
     }
 }
-// Stores vector j of this thread's share of an output row.
-template <int THREADS, typename T>
-__device__ __forceinline__ void tg_store_row_vec(T* __restrict__ row, int j, int cols, bool vec_ok,
-                                                 const float (&v)[tg_vec<T>::N]) {
+// One 16-byte vector of a row in global memory, starting at column c, as floats; `fill`
+// where out of range. Vector path when `vec_ok` (cols % VEC == 0, 16-byte aligned rows).
+template <typename T>
+__device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, int cols, bool vec_ok, float fill,
+                                            float (&v)[tg_vec<T>::N]) {
     constexpr int VEC = tg_vec<T>::N;
-    const int c = tg_row_col<THREADS, T>(j);
+    if (vec_ok) {
+        if (c < cols) {
+            tg_load16(row + c, v);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) v[e] = fill;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(row[c + e]) : fill;
+    }
+}
+// Stores one vector of an output row at column c, only the columns inside the row.
+template <typename T>
+__device__ __forceinline__ void tg_store_vec(T* __restrict__ row, int c, int cols, bool vec_ok,
+                                             const float (&v)[tg_vec<T>::N]) {
+    constexpr int VEC = tg_vec<T>::N;
     if (vec_ok) {
         if (c < cols) tg_store16(row + c, v);
     } else {
@@ -226,6 +243,12 @@ __device__ __forceinline__ void tg_store_row_vec(T* __restrict__ row, int j, int
         for (int e = 0; e < VEC; ++e)
             if (c + e < cols) row[c + e] = tg_from_float<T>(v[e]);
     }
+}
+// Stores vector j of this thread's share of an output row.
+template <int THREADS, typename T>
+__device__ __forceinline__ void tg_store_row_vec(T* __restrict__ row, int j, int cols, bool vec_ok,
+                                                 const float (&v)[tg_vec<T>::N]) {
+    tg_store_vec(row, tg_row_col<THREADS, T>(j), cols, vec_ok, v);
 }
 
 // ---- epilogue steps (fp32 in registers) ----
@@ -517,29 +540,29 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
     const long long a_step = (long long)TG_A_RPP * lda, b_step = (long long)TG_B_RPP * ldb;
     const unsigned smem = tg_smem_u32(tg_smem);
 
-    // Issues the copies of the k tile starting at k0 into the stage at byte offset `stage`:
-    // tiles wholly inside the matrices take the unpredicated copy; the others mask each chunk.
-    auto load_tile = [&](unsigned stage, int k0) {
-        const unsigned sa = smem + stage, sb = sa + A_STAGE;
-        const int k_left = kdim - k0;
-        if (mn_full && k_left >= TG_BK) {
-            tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, false>(sa, a_src, a_step, a, a_r0, a_cc, 0, 0);
-            tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, false>(sb, b_src, b_step, b, b_r0, b_cc, 0, 0);
-        } else {
-            tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, true>(sa, a_src, a_step, a, a_r0, a_cc, m_rem, k_left);
-            tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, true>(sb, b_src, b_step, b, b_r0, b_cc, k_left, n_rem);
-        }
-        a_src += a_adv;
-        b_src += b_adv;
-    };
-    // The same for a block whose every k tile is whole. Its own main loop calls only this:
-    // with both copy paths in one loop the compiler predicates the masked one instead of
-    // branching around it, and whole tiles paid for its instructions (ncu: 20 of 32 threads
-    // per warp active on average).
+    // Issues the copies of a k tile that lies wholly inside the matrices, starting at k0, into
+    // the stage at byte offset `stage`: no masks.
     auto load_whole_tile = [&](unsigned stage, int) {
         const unsigned sa = smem + stage, sb = sa + A_STAGE;
         tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, false>(sa, a_src, a_step, a, a_r0, a_cc, 0, 0);
         tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, false>(sb, b_src, b_step, b, b_r0, b_cc, 0, 0);
+        a_src += a_adv;
+        b_src += b_adv;
+    };
+    // Any k tile: whole ones as above, the others with each chunk masked to the matrices.
+    // Blocks whose every k tile is whole run a main loop that calls only load_whole_tile:
+    // with both paths in one loop the compiler predicates the masked one instead of branching
+    // around it, and whole tiles paid for its instructions (ncu: 20 of 32 threads per warp
+    // active on average).
+    auto load_tile = [&](unsigned stage, int k0) {
+        const int k_left = kdim - k0;
+        if (mn_full && k_left >= TG_BK) {
+            load_whole_tile(stage, k0);
+            return;
+        }
+        const unsigned sa = smem + stage, sb = sa + A_STAGE;
+        tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, true>(sa, a_src, a_step, a, a_r0, a_cc, m_rem, k_left);
+        tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, true>(sb, b_src, b_step, b, b_r0, b_cc, k_left, n_rem);
         a_src += a_adv;
         b_src += b_adv;
     };
