@@ -460,46 +460,40 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
         "[`Error::WrongContext`] when a buffer or the stream belongs to another context;",
         "[`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.",
     ];
-    let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
-    if !sole {
-        let f = ident(&g.method);
+    // A method named `name` documented by `what`, `niche`, the requirements and the errors,
+    // checked by the plan function of the same name.
+    let method = |name: &str, niche: Vec<String>| {
+        let f = ident(name);
         let mut lines = vec![what.clone(), String::new()];
-        lines.extend(docs::dispatch(g, m));
+        lines.extend(niche);
         lines.push(String::new());
         lines.push(req.clone());
         lines.extend(errors.iter().map(|s| s.to_string()));
         let doc = doc_lines(&lines);
-        methods.push(quote! {
+        quote! {
             #doc
             pub fn #f(&self, stream: &::cudarc::driver::CudaStream, #(#params),*) -> Result<(), Error> {
                 self.#run(plan::#f, stream, #(#forward),*)
             }
-        });
+        }
+    };
+    let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
+    if !sole {
+        methods.push(method(&g.method, docs::dispatch(g, m)));
     }
     for &i in &g.members {
         let inst = &m.instances[i];
-        let f = ident(&inst.name);
-        let mut lines = vec![what.clone(), String::new()];
-        if sole {
-            lines.push(format!("Instance `{}`: {}.", inst.name, docs::niche(inst)));
+        let niche = if sole {
+            format!("Instance `{}`: {}.", inst.name, docs::niche(inst))
         } else {
-            lines.push(format!(
+            format!(
                 "Always runs instance `{}` ({}); [`Self::{}`] picks among its family by shape.",
                 inst.name,
                 docs::niche(inst),
                 g.method
-            ));
-        }
-        lines.push(String::new());
-        lines.push(req.clone());
-        lines.extend(errors.iter().map(|s| s.to_string()));
-        let doc = doc_lines(&lines);
-        methods.push(quote! {
-            #doc
-            pub fn #f(&self, stream: &::cudarc::driver::CudaStream, #(#params),*) -> Result<(), Error> {
-                self.#run(plan::#f, stream, #(#forward),*)
-            }
-        });
+            )
+        };
+        methods.push(method(&inst.name, vec![niche]));
     }
 
     Ok(quote! {
