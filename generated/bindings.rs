@@ -4,7 +4,7 @@
 // dtype, plus one per kernel). Needs `cudarc` (features driver, nvrtc, f16) and `half`.
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 7210e90dfd25db8a
+// content sha256 ce1cdb1b9e257e74
 
 #[allow(unused_imports)]
 pub use self::call_checks::{Buf, Plan};
@@ -495,7 +495,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_bf16_128x128x32_w64x64_s4_nn_bias_gelu",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nn_bias_gelu",
-        shared_bytes: 75776,
+        shared_bytes: 76288,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -534,7 +534,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_bf16_128x128x32_w64x64_s4_nn_bias_relu",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nn_bias_relu",
-        shared_bytes: 75776,
+        shared_bytes: 76288,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -612,7 +612,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_bf16_128x128x32_w64x64_s4_nt_bias_gelu",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nt_bias_gelu",
-        shared_bytes: 81920,
+        shared_bytes: 82432,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -768,7 +768,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu",
         entry_point: "tg_gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu",
-        shared_bytes: 108544,
+        shared_bytes: 109568,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1064,7 +1064,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_f16_128x128x32_w64x64_s4_nn_bias_gelu",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nn_bias_gelu",
-        shared_bytes: 75776,
+        shared_bytes: 76288,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1103,7 +1103,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_f16_128x128x32_w64x64_s4_nn_bias_relu",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nn_bias_relu",
-        shared_bytes: 75776,
+        shared_bytes: 76288,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1181,7 +1181,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_f16_128x128x32_w64x64_s4_nt_bias_gelu",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nt_bias_gelu",
-        shared_bytes: 81920,
+        shared_bytes: 82432,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1259,7 +1259,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu",
         entry_point: "tg_gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu",
-        shared_bytes: 108544,
+        shared_bytes: 109568,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1582,7 +1582,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_residual_bf16_128x128x32_w64x64_s4_nn",
         entry_point: "tg_gemm_residual_bf16_128x128x32_w64x64_s4_nn",
-        shared_bytes: 75776,
+        shared_bytes: 76288,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -2190,37 +2190,6 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         ],
     },
     loader::KernelInfo {
-        name: "layernorm_f32_b1024_i8",
-        entry_point: "tg_layernorm_f32_b1024_i8",
-        shared_bytes: 0,
-        binaries: &[
-            loader::Binary {
-                arch: "sm_80",
-                kind: loader::BinaryKind::Cubin,
-                ptx_isa: None,
-                bytes: include_bytes!("kernels/layernorm_f32_b1024_i8.sm_80.cubin"),
-            },
-            loader::Binary {
-                arch: "sm_80",
-                kind: loader::BinaryKind::Ptx,
-                ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/layernorm_f32_b1024_i8.sm_80.ptx"),
-            },
-            loader::Binary {
-                arch: "sm_90",
-                kind: loader::BinaryKind::Cubin,
-                ptx_isa: None,
-                bytes: include_bytes!("kernels/layernorm_f32_b1024_i8.sm_90.cubin"),
-            },
-            loader::Binary {
-                arch: "sm_90",
-                kind: loader::BinaryKind::Ptx,
-                ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/layernorm_f32_b1024_i8.sm_90.ptx"),
-            },
-        ],
-    },
-    loader::KernelInfo {
         name: "layernorm_f32_b128_i2",
         entry_point: "tg_layernorm_f32_b128_i2",
         shared_bytes: 0,
@@ -2314,6 +2283,41 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!("kernels/layernorm_f32_b512_i2_noaffine.sm_90.ptx"),
+            },
+        ],
+    },
+    loader::KernelInfo {
+        name: "layernorm_f32_staged_b1024_i8",
+        entry_point: "tg_layernorm_f32_staged_b1024_i8",
+        shared_bytes: 131072,
+        binaries: &[
+            loader::Binary {
+                arch: "sm_80",
+                kind: loader::BinaryKind::Cubin,
+                ptx_isa: None,
+                bytes: include_bytes!(
+                    "kernels/layernorm_f32_staged_b1024_i8.sm_80.cubin"
+                ),
+            },
+            loader::Binary {
+                arch: "sm_80",
+                kind: loader::BinaryKind::Ptx,
+                ptx_isa: Some(loader::Version::new(9, 0)),
+                bytes: include_bytes!("kernels/layernorm_f32_staged_b1024_i8.sm_80.ptx"),
+            },
+            loader::Binary {
+                arch: "sm_90",
+                kind: loader::BinaryKind::Cubin,
+                ptx_isa: None,
+                bytes: include_bytes!(
+                    "kernels/layernorm_f32_staged_b1024_i8.sm_90.cubin"
+                ),
+            },
+            loader::Binary {
+                arch: "sm_90",
+                kind: loader::BinaryKind::Ptx,
+                ptx_isa: Some(loader::Version::new(9, 0)),
+                bytes: include_bytes!("kernels/layernorm_f32_staged_b1024_i8.sm_90.ptx"),
             },
         ],
     },
@@ -9032,7 +9036,7 @@ impl Kernels {
     /// Picks the one-pass instance with the smallest row limit that fits `cols`, else one that takes any length:
     /// - [`Self::layernorm_f32_b128_i2`]: block 128, items 2, cols ≤ 1024
     /// - [`Self::layernorm_f32_b512_i2`]: block 512, items 2, cols ≤ 4096
-    /// - [`Self::layernorm_f32_b1024_i8`]: block 1024, items 8, cols ≤ 32768
+    /// - [`Self::layernorm_f32_staged_b1024_i8`]: staged, block 1024, items 8, cols ≤ 32768
     ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` and `bias` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 4 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -9131,7 +9135,7 @@ impl Kernels {
     }
     /// Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps) * weight + bias`, with `weight` and `bias` of `cols` elements (f32 arithmetic).
     ///
-    /// Always runs instance `layernorm_f32_b1024_i8` (block 1024, items 8, cols ≤ 32768); [`Self::layernorm_f32`] picks among its family by shape.
+    /// Always runs instance `layernorm_f32_staged_b1024_i8` (staged, block 1024, items 8, cols ≤ 32768); [`Self::layernorm_f32`] picks among its family by shape.
     ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` and `bias` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 4 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -9139,7 +9143,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn layernorm_f32_b1024_i8(
+    pub fn layernorm_f32_staged_b1024_i8(
         &self,
         stream: &::cudarc::driver::CudaStream,
         x: &impl ::cudarc::driver::DevicePtr<f32>,
@@ -9151,7 +9155,7 @@ impl Kernels {
         eps: f32,
     ) -> Result<(), Error> {
         self.run_layernorm_f32(
-            plan::layernorm_f32_b1024_i8,
+            plan::layernorm_f32_staged_b1024_i8,
             stream,
             x,
             weight,
@@ -12149,7 +12153,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 75776)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 76288)?;
         Ok(Plan { kernel: 15, dims })
     }
     /// Checks a [`super::Kernels::gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu`] call.
@@ -12196,7 +12200,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 256), 256, 108544)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 256), 256, 109568)?;
         Ok(Plan { kernel: 22, dims })
     }
     /// Checks a [`super::Kernels::gemm_nn_bias_gelu_f16`] call and picks its instance.
@@ -12305,7 +12309,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 75776)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 76288)?;
         Ok(Plan { kernel: 30, dims })
     }
     /// Checks a [`super::Kernels::gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu`] call.
@@ -12352,7 +12356,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 256), 256, 108544)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 256), 256, 109568)?;
         Ok(Plan { kernel: 35, dims })
     }
     /// Checks a [`super::Kernels::gemm_nn_bias_gelu_f32`] call and picks its instance.
@@ -12502,7 +12506,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 75776)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 76288)?;
         Ok(Plan { kernel: 16, dims })
     }
     /// Checks a [`super::Kernels::gemm_nn_bias_relu_f16`] call and picks its instance.
@@ -12577,7 +12581,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 75776)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 76288)?;
         Ok(Plan { kernel: 31, dims })
     }
     /// Checks a [`super::Kernels::gemm_nn_f16`] call and picks its instance.
@@ -12999,7 +13003,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 75776)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 76288)?;
         Ok(Plan { kernel: 44, dims })
     }
     /// Checks a [`super::Kernels::gemm_nn_tf32_f32`] call and picks its instance.
@@ -13207,7 +13211,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 81920)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 82432)?;
         Ok(Plan { kernel: 18, dims })
     }
     /// Checks a [`super::Kernels::gemm_nt_bias_gelu_f16`] call and picks its instance.
@@ -13282,7 +13286,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 81920)?;
+        let dims = call_checks::gemm(&call, &needs, (128, 128), 128, 82432)?;
         Ok(Plan { kernel: 33, dims })
     }
     /// Checks a [`super::Kernels::gemm_nt_f16`] call and picks its instance.
@@ -14115,7 +14119,9 @@ pub mod plan {
         match call_checks::pick_rows(cols, &[Some(1024), Some(4096), Some(32768)])? {
             0 => layernorm_f32_b128_i2(sm_count, x, weight, bias, out, rows, cols),
             1 => layernorm_f32_b512_i2(sm_count, x, weight, bias, out, rows, cols),
-            _ => layernorm_f32_b1024_i8(sm_count, x, weight, bias, out, rows, cols),
+            _ => {
+                layernorm_f32_staged_b1024_i8(sm_count, x, weight, bias, out, rows, cols)
+            }
         }
     }
     /// Checks a [`super::Kernels::layernorm_f32_b128_i2`] call.
@@ -14138,7 +14144,7 @@ pub mod plan {
             1,
             128,
         )?;
-        Ok(Plan { kernel: 63, dims })
+        Ok(Plan { kernel: 62, dims })
     }
     /// Checks a [`super::Kernels::layernorm_f32_b512_i2`] call.
     pub fn layernorm_f32_b512_i2(
@@ -14160,10 +14166,10 @@ pub mod plan {
             1,
             512,
         )?;
-        Ok(Plan { kernel: 64, dims })
+        Ok(Plan { kernel: 63, dims })
     }
-    /// Checks a [`super::Kernels::layernorm_f32_b1024_i8`] call.
-    pub fn layernorm_f32_b1024_i8(
+    /// Checks a [`super::Kernels::layernorm_f32_staged_b1024_i8`] call.
+    pub fn layernorm_f32_staged_b1024_i8(
         _sm_count: u32,
         x: Buf,
         weight: Buf,
@@ -14182,7 +14188,12 @@ pub mod plan {
             1,
             1024,
         )?;
-        Ok(Plan { kernel: 62, dims })
+        let dims = dims
+            .map(|d| LaunchDims {
+                shared_bytes: 131072,
+                ..d
+            });
+        Ok(Plan { kernel: 65, dims })
     }
     /// Checks a [`super::Kernels::layernorm_noaffine_bf16`] call and picks its instance.
     pub fn layernorm_noaffine_bf16(
@@ -14224,7 +14235,7 @@ pub mod plan {
         cols: usize,
     ) -> Result<Plan, ArgError> {
         let dims = call_checks::rows(rows, cols, Some(4096), 4, &[x, out], &[], 1, 512)?;
-        Ok(Plan { kernel: 65, dims })
+        Ok(Plan { kernel: 64, dims })
     }
     /// Checks a [`super::Kernels::rmsnorm_bf16`] call and picks its instance.
     pub fn rmsnorm_bf16(

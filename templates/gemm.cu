@@ -246,6 +246,19 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     const int kdim = (int)k;
     const int ktiles = (int)((k + TG_BK - 1) / TG_BK);  // 64-bit: K may be 2^31 - 1
     const bool mn_full = m_rem == TG_BM && n_rem == TG_BN;
+{%- if staged_bias %}
+    // The tile's bias columns as f32, zero past N: loaded now, parked in shared memory once
+    // the prologue's copies are on their way (the pipeline below), read by the epilogue. A
+    // load left for the epilogue stalls every warp at once: nothing else runs on the SM.
+    constexpr int BIAS_PER_THREAD = (TG_BN + TG_THREADS - 1) / TG_THREADS;
+    float* const bias_s = reinterpret_cast<float*>(tg_smem + {{ bias_offset }});
+    float bias_pre[BIAS_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < BIAS_PER_THREAD; ++i) {
+        const int c = tid + i * TG_THREADS;
+        bias_pre[i] = c < n_rem ? tg_to_float(bias[n0 + c]) : 0.0f;
+    }
+{%- endif %}
 
     // ---- global -> shared copies: this thread's first chunk (row r0, chunk column cc) ----
     const int a_r0 = tid / TG_A_CPR, a_cc = tid % TG_A_CPR;
@@ -403,6 +416,13 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             tg_cp_async_commit();
             wr += STAGE;
         }
+{%- if staged_bias %}
+#pragma unroll
+        for (int i = 0; i < BIAS_PER_THREAD; ++i) {
+            const int c = tid + i * TG_THREADS;
+            if (c < TG_BN) bias_s[c] = bias_pre[i];
+        }
+{%- endif %}
         long long k_next = (TG_STAGES - 1) * TG_BK;  // k of the next tile to copy (steps past K at the end)
         unsigned rd = 0;                        // byte offset of the stage the mma steps read
         tg_cp_async_wait<TG_STAGES - 2>();
@@ -458,9 +478,9 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni) {
         const int col = col0 + ni * 8;
-{%- if has_bias %}
-        bias_v[ni][0] = col < n_rem ? tg_to_float(bias[n0 + col]) : 0.0f;
-        bias_v[ni][1] = col + 1 < n_rem ? tg_to_float(bias[n0 + col + 1]) : 0.0f;
+{%- if staged_bias %}
+        bias_v[ni][0] = bias_s[col];  // (0 past N)
+        bias_v[ni][1] = bias_s[col + 1];
 {%- else %}
         bias_v[ni][0] = bias_v[ni][1] = 0.0f;
 {%- endif %}
@@ -473,7 +493,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     constexpr int EPI_LD = {{ epi_ld }};  // elements: tile n + 8, so the pair writes of a (half-)warp hit distinct banks
     constexpr int OVEC = 16 / (int)sizeof(OT);          // output elements per 16-byte chunk
     constexpr int EPI_CPR = TG_BN / OVEC;              // chunks per tile row
-    static_assert(TG_BM * EPI_LD * (int)sizeof(OT) <= {{ shared_bytes }}, "staged output tile exceeds shared memory");
+    static_assert(TG_BM * EPI_LD * (int)sizeof(OT) <= {{ bias_offset }}, "staged output tile overlaps the bias or exceeds shared memory");
     static_assert((TG_BM * EPI_CPR) % TG_THREADS == 0, "output chunks split evenly over the threads");
     OT* const epi = reinterpret_cast<OT*>(tg_smem);
     __syncthreads();  // every warp's last fragment loads are done

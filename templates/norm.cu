@@ -27,8 +27,19 @@ typedef {{ T }} T;
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
 __device__ __forceinline__ int tg_col(int j) { return tg_row_col<TG_THREADS, T>(j); }
 
-{%- set preload = affine and items * vec <= 8 and variant != "staged" %}
-{#- hoist: a block with a ring of rows keeps its columns' weight (and bias) in registers, as loaded. #}
+{#- weights (ops/rows.rs): "preload" loads all of a thread's weight (and bias) with its row;
+    "hoist" holds them, as loaded, across a ring's rows; "prefetch" loads TG_PREFETCH vectors
+    ahead of their use, every row; "reread" loads each where it is used, every row; "none"
+    without weights. #}
+{%- set preload = weights == "preload" %}
+{%- set hoist = weights == "hoist" %}
+{%- set prefetch = weights == "prefetch" %}
+{%- set reread = weights == "reread" %}
+{%- if prefetch %}
+// Weight{% if op == "layernorm" %} and bias{% endif %} vectors in flight ahead of their use: a row's first ones load before its
+// statistics, so their latency hides behind the reduction instead of stalling every warp.
+#define TG_PREFETCH {{ prefetch_vectors }}
+{%- endif %}
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
     __shared__ float scratch[64];
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
@@ -47,10 +58,9 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 {%- endif %}
 #pragma unroll
     for (int j = 0; j < TG_ITEMS; ++j) {
-        const bool in = vec_ok && tg_col(j) < ncols;
-        w_raw[j] = in ? __ldg(reinterpret_cast<const uint4*>(weight + tg_col(j))) : make_uint4(0, 0, 0, 0);
+        w_raw[j] = tg_load_raw16(weight, tg_col(j), ncols, vec_ok);
 {%- if op == "layernorm" %}
-        b_raw[j] = in ? __ldg(reinterpret_cast<const uint4*>(bias + tg_col(j))) : make_uint4(0, 0, 0, 0);
+        b_raw[j] = tg_load_raw16(bias, tg_col(j), ncols, vec_ok);
 {%- endif %}
     }
 {%- endif %}
@@ -59,6 +69,19 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         T* __restrict__ yr = out + r * cols;
 {%- if variant != "staged" %}
         const T* __restrict__ xr = x + r * cols;
+{%- endif %}
+{%- if prefetch %}
+        uint4 w_next[TG_PREFETCH];
+{%- if op == "layernorm" %}
+        uint4 b_next[TG_PREFETCH];
+{%- endif %}
+#pragma unroll
+        for (int d = 0; d < TG_PREFETCH; ++d) {
+            w_next[d] = tg_load_raw16(weight, tg_col(d), ncols, vec_ok);
+{%- if op == "layernorm" %}
+            b_next[d] = tg_load_raw16(bias, tg_col(d), ncols, vec_ok);
+{%- endif %}
+        }
 {%- endif %}
 {%- if variant == "staged" %}
 {%- if op == "layernorm" and stages > 1 %}
@@ -121,6 +144,13 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
                 tg_unpack16(bias, tg_opaque(b_raw[j]), bj);
 {%- endif %}
             } else
+{%- elif prefetch %}
+            if (vec_ok) {
+                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
+{%- if op == "layernorm" %}
+                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
+{%- endif %}
+            } else
 {%- endif %}
             {
                 tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
@@ -128,6 +158,14 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
                 tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
 {%- endif %}
             }
+{%- if prefetch %}
+            if (j + TG_PREFETCH < TG_ITEMS) {
+                w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
+{%- if op == "layernorm" %}
+                b_next[j % TG_PREFETCH] = tg_load_raw16(bias, tg_col(j + TG_PREFETCH), ncols, vec_ok);
+{%- endif %}
+            }
+{%- endif %}
 {%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
@@ -174,8 +212,21 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         const float rstd = rsqrtf(var + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
-{%- if affine and not preload %}
-            // Large rows: weight and bias re-reads hit the cache (every row shares them).
+{%- if prefetch %}
+            // Large rows: weight and bias re-read every row (from cache: every row shares them).
+            float wj[TG_VEC], bj[TG_VEC];
+            if (vec_ok) {
+                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
+                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
+            } else {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            }
+            if (j + TG_PREFETCH < TG_ITEMS) {
+                w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
+                b_next[j % TG_PREFETCH] = tg_load_raw16(bias, tg_col(j + TG_PREFETCH), ncols, vec_ok);
+            }
+{%- elif reread %}
             float wj[TG_VEC], bj[TG_VEC];
             tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
             tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
@@ -185,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
                 float y = (v[j][e] - mean) * rstd;
 {%- if preload %}
                 y = fmaf(y, wv[j][e], bv[j][e]);
-{%- elif affine %}
+{%- elif prefetch or reread %}
                 y = fmaf(y, wj[e], bj[e]);
 {%- endif %}
                 v[j][e] = y;
@@ -208,7 +259,15 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         const float rstd = rsqrtf(tg_block_sum<TG_THREADS>(q, scratch) * inv_cols + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
-{%- if affine and not preload %}
+{%- if prefetch %}
+            float wj[TG_VEC];
+            if (vec_ok) {
+                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
+            } else {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+            }
+            if (j + TG_PREFETCH < TG_ITEMS) w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
+{%- elif reread %}
             float wj[TG_VEC];
             tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
 {%- endif %}
@@ -217,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
                 float y = v[j][e] * rstd;
 {%- if preload %}
                 y *= wv[j][e];
-{%- elif affine %}
+{%- elif prefetch or reread %}
                 y *= wj[e];
 {%- endif %}
                 v[j][e] = y;

@@ -6,10 +6,10 @@
 // layout nn (A row-major, B row-major), epilogue = [bias, gelu].
 // Tensor cores: mma.sync.m16n8k16 f16, 4-stage cp.async pipeline.
 // Block tile 128x128x32, 2x2 warps of 64x64, 128 threads,
-// 75776 bytes of dynamic shared memory; one block per output tile, in groups of 8 tile rows.
+// 76288 bytes of dynamic shared memory; one block per output tile, in groups of 8 tile rows.
 //
 // Runtime requirements (the launcher checks them; sizes in elements):
-//   - launch: grid = (ceil(M / 128) * ceil(N / 128), 1, 1), block = (128, 1, 1), 75776 bytes of dynamic shared memory (over 48 KiB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)
+//   - launch: grid = (ceil(M / 128) * ceil(N / 128), 1, 1), block = (128, 1, 1), 76288 bytes of dynamic shared memory (over 48 KiB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)
 //   - M >= 1 and N >= 1; K >= 0 (K = 0 writes epilogue(0)); M, N, K <= 2^31 - 1
 //   - a, b and d 16-byte aligned; bias aligned to its element size
 //   - lda and ldb multiples of 8 (16 bytes of f16)
@@ -196,6 +196,12 @@ __device__ __forceinline__ uint4 tg_opaque(uint4 u) {
 __device__ __forceinline__ void tg_unpack16(const float*, const uint4& u, float (&v)[4]) { tg_unpack(u, v); }
 __device__ __forceinline__ void tg_unpack16(const tg_f16*, const uint4& u, float (&v)[8]) { tg_unpack_half<tg_f16>(u, v); }
 __device__ __forceinline__ void tg_unpack16(const tg_bf16*, const uint4& u, float (&v)[8]) { tg_unpack_half<tg_bf16>(u, v); }
+// The 16 bytes at column c as loaded, for unpacking later (tg_unpack16); zeros where the row
+// has no whole vector there, or rows are not vectorizable (whose scalar path loads its own).
+template <typename T>
+__device__ __forceinline__ uint4 tg_load_raw16(const T* __restrict__ row, int c, int cols, bool vec_ok) {
+    return (vec_ok && c < cols) ? __ldg(reinterpret_cast<const uint4*>(row + c)) : make_uint4(0, 0, 0, 0);
+}
 // Vector j of this thread's share of a staged row, as float; `fill` where out of range.
 template <int THREADS, typename T>
 __device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,
@@ -532,6 +538,17 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
     const int kdim = (int)k;
     const int ktiles = (int)((k + TG_BK - 1) / TG_BK);  // 64-bit: K may be 2^31 - 1
     const bool mn_full = m_rem == TG_BM && n_rem == TG_BN;
+    // The tile's bias columns as f32, zero past N: loaded now, parked in shared memory once
+    // the prologue's copies are on their way (the pipeline below), read by the epilogue. A
+    // load left for the epilogue stalls every warp at once: nothing else runs on the SM.
+    constexpr int BIAS_PER_THREAD = (TG_BN + TG_THREADS - 1) / TG_THREADS;
+    float* const bias_s = reinterpret_cast<float*>(tg_smem + 75776);
+    float bias_pre[BIAS_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < BIAS_PER_THREAD; ++i) {
+        const int c = tid + i * TG_THREADS;
+        bias_pre[i] = c < n_rem ? tg_to_float(bias[n0 + c]) : 0.0f;
+    }
 
     // ---- global -> shared copies: this thread's first chunk (row r0, chunk column cc) ----
     const int a_r0 = tid / TG_A_CPR, a_cc = tid % TG_A_CPR;
@@ -619,6 +636,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
             tg_cp_async_commit();
             wr += STAGE;
         }
+#pragma unroll
+        for (int i = 0; i < BIAS_PER_THREAD; ++i) {
+            const int c = tid + i * TG_THREADS;
+            if (c < TG_BN) bias_s[c] = bias_pre[i];
+        }
         long long k_next = (TG_STAGES - 1) * TG_BK;  // k of the next tile to copy (steps past K at the end)
         unsigned rd = 0;                        // byte offset of the stage the mma steps read
         tg_cp_async_wait<TG_STAGES - 2>();
@@ -671,8 +693,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni) {
         const int col = col0 + ni * 8;
-        bias_v[ni][0] = col < n_rem ? tg_to_float(bias[n0 + col]) : 0.0f;
-        bias_v[ni][1] = col + 1 < n_rem ? tg_to_float(bias[n0 + col + 1]) : 0.0f;
+        bias_v[ni][0] = bias_s[col];  // (0 past N)
+        bias_v[ni][1] = bias_s[col + 1];
     }
     const float alpha_v = 1.0f;
     // Staged output: the epilogue's results go, as output elements, into a
@@ -681,7 +703,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
     constexpr int EPI_LD = 136;  // elements: tile n + 8, so the pair writes of a (half-)warp hit distinct banks
     constexpr int OVEC = 16 / (int)sizeof(OT);          // output elements per 16-byte chunk
     constexpr int EPI_CPR = TG_BN / OVEC;              // chunks per tile row
-    static_assert(TG_BM * EPI_LD * (int)sizeof(OT) <= 75776, "staged output tile exceeds shared memory");
+    static_assert(TG_BM * EPI_LD * (int)sizeof(OT) <= 75776, "staged output tile overlaps the bias or exceeds shared memory");
     static_assert((TG_BM * EPI_CPR) % TG_THREADS == 0, "output chunks split evenly over the threads");
     OT* const epi = reinterpret_cast<OT*>(tg_smem);
     __syncthreads();  // every warp's last fragment loads are done

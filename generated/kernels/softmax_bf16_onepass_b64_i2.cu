@@ -183,6 +183,12 @@ __device__ __forceinline__ uint4 tg_opaque(uint4 u) {
 __device__ __forceinline__ void tg_unpack16(const float*, const uint4& u, float (&v)[4]) { tg_unpack(u, v); }
 __device__ __forceinline__ void tg_unpack16(const tg_f16*, const uint4& u, float (&v)[8]) { tg_unpack_half<tg_f16>(u, v); }
 __device__ __forceinline__ void tg_unpack16(const tg_bf16*, const uint4& u, float (&v)[8]) { tg_unpack_half<tg_bf16>(u, v); }
+// The 16 bytes at column c as loaded, for unpacking later (tg_unpack16); zeros where the row
+// has no whole vector there, or rows are not vectorizable (whose scalar path loads its own).
+template <typename T>
+__device__ __forceinline__ uint4 tg_load_raw16(const T* __restrict__ row, int c, int cols, bool vec_ok) {
+    return (vec_ok && c < cols) ? __ldg(reinterpret_cast<const uint4*>(row + c)) : make_uint4(0, 0, 0, 0);
+}
 // Vector j of this thread's share of a staged row, as float; `fill` where out of range.
 template <int THREADS, typename T>
 __device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,

@@ -99,6 +99,10 @@ struct Plan {
     /// the epilogue, as output elements) and out in 16-byte coalesced stores; +4-7% on the
     /// H200 at 128x256 against pair stores from registers (bench/notes-gemm.md).
     staged_output: bool,
+    /// Tensor cores with a bias: the tile's bias columns, as f32, wait in shared memory
+    /// behind the other uses (loaded while the first k tiles are in flight, so the epilogue
+    /// does not stall on global loads with nothing else running on the SM).
+    staged_bias: bool,
     a: OperandPlan,
     b: OperandPlan,
 }
@@ -163,6 +167,7 @@ impl Plan {
             elem,
             out_elem: inst.out_dtype.size(),
             staged_output: tc && !inst.has_epilogue(Epilogue::Residual),
+            staged_bias: tc && inst.has_epilogue(Epilogue::Bias),
             a: operand(tm, !layout.a_transposed()),
             b: operand(tn, layout.b_transposed()),
         }
@@ -200,9 +205,22 @@ impl Plan {
     }
 
     /// Dynamic shared memory: `stages` copies of the A tile then the B tile (and at least
-    /// the staged output tile, which reuses it).
+    /// the staged output tile, which reuses it), then the staged bias.
     fn shared_bytes(&self) -> u32 {
+        self.bias_offset() + self.bias_bytes()
+    }
+
+    /// Byte offset of the staged bias: past everything the pipeline and the output reuse.
+    fn bias_offset(&self) -> u32 {
         self.pipeline_bytes().max(self.epilogue_bytes())
+    }
+
+    fn bias_bytes(&self) -> u32 {
+        if self.staged_bias {
+            self.tile[1] * 4
+        } else {
+            0
+        }
     }
 
     fn pipeline_bytes(&self) -> u32 {
@@ -510,6 +528,9 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("shared_bytes", plan.shared_bytes().into()),
         ("pipeline_bytes", plan.pipeline_bytes().into()),
         ("smem_epilogue", (plan.epilogue_bytes() > 0).into()),
+        ("epilogue_bytes", plan.epilogue_bytes().into()),
+        ("staged_bias", plan.staged_bias.into()),
+        ("bias_offset", plan.bias_offset().into()),
         ("epi_ld", (tn + EPI_PAD).into()),
         ("min_blocks", plan.min_blocks().into()),
         ("has_bias", inst.has_epilogue(Epilogue::Bias).into()),
@@ -621,6 +642,12 @@ mod tests {
             launch(&i).shared_bytes,
             Plan::new(&i).pipeline_bytes().max(128 * 264 * 2)
         );
+        // A bias waits, as f32, behind everything else the block keeps in shared memory.
+        i.epilogue = vec![Epilogue::Bias, Epilogue::Gelu];
+        assert_eq!(
+            launch(&i).shared_bytes,
+            Plan::new(&i).pipeline_bytes().max(128 * 264 * 2) + 256 * 4
+        );
         // A residual add keeps the register epilogue (it reads C in the same fragment order).
         i.epilogue = vec![Epilogue::Residual];
         assert!(!Plan::new(&i).staged_output);
@@ -652,7 +679,8 @@ mod tests {
         i.epilogue = vec![Epilogue::Bias, Epilogue::Residual];
         let r = runtime_requirements(&i).join("\n");
         for needle in [
-            "grid = (ceil(M / 128) * ceil(N / 128), 1, 1), block = (128, 1, 1), 81920 bytes",
+            // 4 stages of A [128][40] and B [128][40] bf16, then 128 bias columns as f32.
+            "grid = (ceil(M / 128) * ceil(N / 128), 1, 1), block = (128, 1, 1), 82432 bytes",
             "a, b, c and d 16-byte aligned; bias aligned to its element size",
             "lda and ldb multiples of 8",
             "ldc and ldd multiples of 4 (16 bytes of f32)",

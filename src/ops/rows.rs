@@ -102,6 +102,63 @@ fn hoisted_registers(inst: &Instance) -> u32 {
     }
 }
 
+/// Registers a thread may spend on weight (and bias) vectors loaded ahead of their use
+/// (4 per vector): what the register cap leaves beyond the kernel's own work. A staged row
+/// waits in shared memory and needs ~48 (at a 64 cap: 16; more spilled, and layernorm bf16
+/// with 4 vectors ahead fell from 0.87 to 0.64 of the copy on the H200); a row held in
+/// registers needs its values as f32 plus ~32 (long register rows: none left).
+fn prefetch_budget(inst: &Instance) -> u32 {
+    let own = if inst.params.variant == Some(RowVariant::Staged) {
+        48
+    } else {
+        values_per_thread(inst) + 32
+    };
+    register_cap(inst).saturating_sub(own)
+}
+
+/// Registers per thread that `min_blocks` blocks per SM leave (allocated 8 at a time).
+fn register_cap(inst: &Instance) -> u32 {
+    let threads = min_blocks(inst) * inst.params.block.unwrap_or(256).max(1);
+    ((65536 / threads) & !7).min(255)
+}
+
+fn values_per_thread(inst: &Instance) -> u32 {
+    inst.params.items.unwrap_or(1) * inst.dtype.per_16_bytes()
+}
+
+/// How a norm reads its weight (and bias): see `norm.cu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Weights {
+    None,
+    /// Small rows in registers: all of it, loaded with the row.
+    Preload,
+    /// A ring of rows: held, as loaded, across the block's rows.
+    Hoist,
+    /// Re-read every row, this many 16-byte vectors ahead of their use (the first ones before
+    /// the row's statistics, whose reduction then hides their latency).
+    Prefetch(u32),
+    /// Re-read every row where used: no registers left to load ahead.
+    Reread,
+}
+
+fn weights(inst: &Instance) -> Weights {
+    if inst.op == Op::Softmax || inst.params.affine != Some(true) {
+        return Weights::None;
+    }
+    if hoisted_registers(inst) > 0 {
+        return Weights::Hoist;
+    }
+    if inst.params.variant != Some(RowVariant::Staged) && values_per_thread(inst) <= 8 {
+        return Weights::Preload;
+    }
+    let per_vector = if inst.op == Op::LayerNorm { 8 } else { 4 };
+    let items = inst.params.items.unwrap_or(1);
+    match (prefetch_budget(inst) / per_vector).min(items) {
+        0 => Weights::Reread,
+        ahead => Weights::Prefetch(ahead),
+    }
+}
+
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let mut out = Vec::new();
     let p = &inst.params;
@@ -204,7 +261,7 @@ pub fn launch(inst: &Instance) -> Launch {
 /// as many blocks as their shared memory allows; large register rows need their registers.
 pub fn min_blocks(inst: &Instance) -> u32 {
     let block = inst.params.block.unwrap_or(256).max(1);
-    let values = inst.params.items.unwrap_or(1) * inst.dtype.per_16_bytes();
+    let values = values_per_thread(inst);
     let threads_per_sm = match (inst.params.variant, inst.op) {
         (Some(RowVariant::Staged), _) => {
             let per_block = shared_bytes(inst) + 1024; // + the runtime's reserve
@@ -241,7 +298,25 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("min_blocks", min_blocks(inst).into()),
         ("stages", stages(inst).into()),
         ("rows_per_block", rows_per_block(inst).into()),
-        ("hoist", (hoisted_registers(inst) > 0).into()),
+        (
+            "weights",
+            match weights(inst) {
+                Weights::None => "none",
+                Weights::Preload => "preload",
+                Weights::Hoist => "hoist",
+                Weights::Prefetch(_) => "prefetch",
+                Weights::Reread => "reread",
+            }
+            .into(),
+        ),
+        (
+            "prefetch_vectors",
+            match weights(inst) {
+                Weights::Prefetch(n) => n,
+                _ => 0,
+            }
+            .into(),
+        ),
     ]
 }
 
@@ -307,6 +382,41 @@ mod tests {
             min_blocks(&staged(Op::RmsNorm, DType::Bf16, 512, 8, None)),
             2
         );
+    }
+
+    #[test]
+    fn weight_loading_fits_the_register_cap() {
+        // Long staged rows (64-register cap, the row in shared memory): 16 registers of
+        // vectors ahead, 2 for layernorm (weight and bias), 4 for rmsnorm.
+        assert_eq!(
+            weights(&staged(Op::LayerNorm, DType::Bf16, 512, 8, None)),
+            Weights::Prefetch(2)
+        );
+        assert_eq!(
+            weights(&staged(Op::RmsNorm, DType::Bf16, 512, 8, None)),
+            Weights::Prefetch(4)
+        );
+        assert_eq!(
+            weights(&staged(Op::LayerNorm, DType::F32, 1024, 8, None)),
+            Weights::Prefetch(2)
+        );
+        // Short staged rows run at 40 registers: nothing to spare.
+        assert_eq!(
+            weights(&staged(Op::LayerNorm, DType::Bf16, 256, 2, None)),
+            Weights::Reread
+        );
+        // A ring holds them; long register rows have no room; small ones load all at once.
+        assert_eq!(
+            weights(&staged(Op::LayerNorm, DType::Bf16, 256, 2, Some(3))),
+            Weights::Hoist
+        );
+        let mut onepass = staged(Op::LayerNorm, DType::F32, 1024, 8, None);
+        onepass.params.variant = Some(RowVariant::OnePass);
+        assert_eq!(weights(&onepass), Weights::Reread);
+        onepass.params.items = Some(2);
+        assert_eq!(weights(&onepass), Weights::Preload);
+        onepass.params.affine = Some(false);
+        assert_eq!(weights(&onepass), Weights::None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 // dtype, plus one per kernel). Needs `cudarc` (features driver, nvrtc, f16) and `half`.
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 5447dcc23d0cc4d3
+// content sha256 a3204330377e36de
 
 #[allow(unused_imports)]
 pub use self::call_checks::{Buf, Plan};
@@ -81,7 +81,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "gemm_fused_bf16_64x64x32_w32x32_nn",
         entry_point: "tg_gemm_fused_bf16_64x64x32_w32x32_nn",
-        shared_bytes: 29184,
+        shared_bytes: 29440,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -1605,7 +1605,7 @@ pub mod plan {
             n_multiple: 1,
             k_multiple: 1,
         };
-        let dims = call_checks::gemm(&call, &needs, (64, 64), 128, 29184)?;
+        let dims = call_checks::gemm(&call, &needs, (64, 64), 128, 29440)?;
         Ok(Plan { kernel: 3, dims })
     }
     /// Checks a [`super::Kernels::layernorm_f16`] call and picks its instance.

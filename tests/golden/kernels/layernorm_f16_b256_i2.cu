@@ -182,6 +182,12 @@ __device__ __forceinline__ uint4 tg_opaque(uint4 u) {
 __device__ __forceinline__ void tg_unpack16(const float*, const uint4& u, float (&v)[4]) { tg_unpack(u, v); }
 __device__ __forceinline__ void tg_unpack16(const tg_f16*, const uint4& u, float (&v)[8]) { tg_unpack_half<tg_f16>(u, v); }
 __device__ __forceinline__ void tg_unpack16(const tg_bf16*, const uint4& u, float (&v)[8]) { tg_unpack_half<tg_bf16>(u, v); }
+// The 16 bytes at column c as loaded, for unpacking later (tg_unpack16); zeros where the row
+// has no whole vector there, or rows are not vectorizable (whose scalar path loads its own).
+template <typename T>
+__device__ __forceinline__ uint4 tg_load_raw16(const T* __restrict__ row, int c, int cols, bool vec_ok) {
+    return (vec_ok && c < cols) ? __ldg(reinterpret_cast<const uint4*>(row + c)) : make_uint4(0, 0, 0, 0);
+}
 // Vector j of this thread's share of a staged row, as float; `fill` where out of range.
 template <int THREADS, typename T>
 __device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,
@@ -324,6 +330,9 @@ typedef tg_f16 T;
 
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
 __device__ __forceinline__ int tg_col(int j) { return tg_row_col<TG_THREADS, T>(j); }
+// Weight and bias vectors in flight ahead of their use: a row's first ones load before its
+// statistics, so their latency hides behind the reduction instead of stalling every warp.
+#define TG_PREFETCH 2
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layernorm_f16_b256_i2(const tg_f16* __restrict__ x, const tg_f16* __restrict__ weight, const tg_f16* __restrict__ bias, tg_f16* __restrict__ out, long long rows, long long cols, float eps) {
     __shared__ float scratch[64];
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
@@ -333,6 +342,13 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
         const T* __restrict__ xr = x + r * cols;
+        uint4 w_next[TG_PREFETCH];
+        uint4 b_next[TG_PREFETCH];
+#pragma unroll
+        for (int d = 0; d < TG_PREFETCH; ++d) {
+            w_next[d] = tg_load_raw16(weight, tg_col(d), ncols, vec_ok);
+            b_next[d] = tg_load_raw16(bias, tg_col(d), ncols, vec_ok);
+        }
         // Statistics of the row shifted by its first element, in one pass over registers:
         // padding takes the shift's value and so adds nothing, no per-element masks are
         // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
@@ -356,10 +372,19 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
         const float rstd = rsqrtf(var + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
-            // Large rows: weight and bias re-reads hit the cache (every row shares them).
+            // Large rows: weight and bias re-read every row (from cache: every row shares them).
             float wj[TG_VEC], bj[TG_VEC];
-            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            if (vec_ok) {
+                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
+                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
+            } else {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            }
+            if (j + TG_PREFETCH < TG_ITEMS) {
+                w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
+                b_next[j % TG_PREFETCH] = tg_load_raw16(bias, tg_col(j + TG_PREFETCH), ncols, vec_ok);
+            }
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (v[j][e] - mean) * rstd;
