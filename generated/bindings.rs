@@ -4,7 +4,7 @@
 // dtype, plus one per kernel). Needs `cudarc` (features driver, nvrtc, f16) and `half`.
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 ce1cdb1b9e257e74
+// content sha256 6140a8bff65c5a8c
 
 #[allow(unused_imports)]
 pub use self::call_checks::{Buf, Plan};
@@ -19,6 +19,37 @@ pub use self::loader::{
 /// [`Plan::kernel`] indexes it.
 #[allow(dead_code)]
 pub static KERNELS: &[loader::KernelInfo] = &[
+    loader::KernelInfo {
+        name: "bias_gelu_bf16_b256_i1",
+        entry_point: "tg_bias_gelu_bf16_b256_i1",
+        shared_bytes: 0,
+        binaries: &[
+            loader::Binary {
+                arch: "sm_80",
+                kind: loader::BinaryKind::Cubin,
+                ptx_isa: None,
+                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i1.sm_80.cubin"),
+            },
+            loader::Binary {
+                arch: "sm_80",
+                kind: loader::BinaryKind::Ptx,
+                ptx_isa: Some(loader::Version::new(9, 0)),
+                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i1.sm_80.ptx"),
+            },
+            loader::Binary {
+                arch: "sm_90",
+                kind: loader::BinaryKind::Cubin,
+                ptx_isa: None,
+                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i1.sm_90.cubin"),
+            },
+            loader::Binary {
+                arch: "sm_90",
+                kind: loader::BinaryKind::Ptx,
+                ptx_isa: Some(loader::Version::new(9, 0)),
+                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i1.sm_90.ptx"),
+            },
+        ],
+    },
     loader::KernelInfo {
         name: "bias_gelu_bf16_b256_i2",
         entry_point: "tg_bias_gelu_bf16_b256_i2",
@@ -51,33 +82,33 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         ],
     },
     loader::KernelInfo {
-        name: "bias_gelu_bf16_b256_i4",
-        entry_point: "tg_bias_gelu_bf16_b256_i4",
+        name: "bias_gelu_f16_b256_i1",
+        entry_point: "tg_bias_gelu_f16_b256_i1",
         shared_bytes: 0,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
-                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i4.sm_80.cubin"),
+                bytes: include_bytes!("kernels/bias_gelu_f16_b256_i1.sm_80.cubin"),
             },
             loader::Binary {
                 arch: "sm_80",
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i4.sm_80.ptx"),
+                bytes: include_bytes!("kernels/bias_gelu_f16_b256_i1.sm_80.ptx"),
             },
             loader::Binary {
                 arch: "sm_90",
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
-                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i4.sm_90.cubin"),
+                bytes: include_bytes!("kernels/bias_gelu_f16_b256_i1.sm_90.cubin"),
             },
             loader::Binary {
                 arch: "sm_90",
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i4.sm_90.ptx"),
+                bytes: include_bytes!("kernels/bias_gelu_f16_b256_i1.sm_90.ptx"),
             },
         ],
     },
@@ -109,37 +140,6 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!("kernels/bias_gelu_f16_b256_i2.sm_90.ptx"),
-            },
-        ],
-    },
-    loader::KernelInfo {
-        name: "bias_gelu_f16_b256_i4",
-        entry_point: "tg_bias_gelu_f16_b256_i4",
-        shared_bytes: 0,
-        binaries: &[
-            loader::Binary {
-                arch: "sm_80",
-                kind: loader::BinaryKind::Cubin,
-                ptx_isa: None,
-                bytes: include_bytes!("kernels/bias_gelu_f16_b256_i4.sm_80.cubin"),
-            },
-            loader::Binary {
-                arch: "sm_80",
-                kind: loader::BinaryKind::Ptx,
-                ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/bias_gelu_f16_b256_i4.sm_80.ptx"),
-            },
-            loader::Binary {
-                arch: "sm_90",
-                kind: loader::BinaryKind::Cubin,
-                ptx_isa: None,
-                bytes: include_bytes!("kernels/bias_gelu_f16_b256_i4.sm_90.cubin"),
-            },
-            loader::Binary {
-                arch: "sm_90",
-                kind: loader::BinaryKind::Ptx,
-                ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/bias_gelu_f16_b256_i4.sm_90.ptx"),
             },
         ],
     },
@@ -3560,8 +3560,8 @@ impl Kernels {
     /// `out[i] = gelu(x[i] * w[i] + b[i] + bias[i % cols])` for `i < n`, in f32 arithmetic. `bias` is a row of `cols` elements broadcast over the `n / cols` rows. `gelu` is the tanh approximation.
     ///
     /// Picks the instance with the most elements per block that still gives every SM two blocks, else the one with the fewest:
+    /// - [`Self::bias_gelu_bf16_b256_i1`]: block 256, items 1, 2048 elements per block
     /// - [`Self::bias_gelu_bf16_b256_i2`]: block 256, items 2, 4096 elements per block
-    /// - [`Self::bias_gelu_bf16_b256_i4`]: block 256, items 4, 8192 elements per block
     ///
     /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
     ///
@@ -3582,6 +3582,39 @@ impl Kernels {
     ) -> Result<(), Error> {
         self.run_fma_bias_gelu_bf16(
             plan::fma_bias_gelu_bf16,
+            stream,
+            x,
+            w,
+            b,
+            bias,
+            out,
+            n,
+            cols,
+        )
+    }
+    /// `out[i] = gelu(x[i] * w[i] + b[i] + bias[i % cols])` for `i < n`, in f32 arithmetic. `bias` is a row of `cols` elements broadcast over the `n / cols` rows. `gelu` is the tanh approximation.
+    ///
+    /// Always runs instance `bias_gelu_bf16_b256_i1` (block 256, items 1, 2048 elements per block); [`Self::fma_bias_gelu_bf16`] picks among its family by shape.
+    ///
+    /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
+    ///
+    /// # Errors
+    /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
+    /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
+    /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
+    pub fn bias_gelu_bf16_b256_i1(
+        &self,
+        stream: &::cudarc::driver::CudaStream,
+        x: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
+        w: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
+        b: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
+        bias: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
+        out: &mut impl ::cudarc::driver::DevicePtrMut<::half::bf16>,
+        n: usize,
+        cols: usize,
+    ) -> Result<(), Error> {
+        self.run_fma_bias_gelu_bf16(
+            plan::bias_gelu_bf16_b256_i1,
             stream,
             x,
             w,
@@ -3615,39 +3648,6 @@ impl Kernels {
     ) -> Result<(), Error> {
         self.run_fma_bias_gelu_bf16(
             plan::bias_gelu_bf16_b256_i2,
-            stream,
-            x,
-            w,
-            b,
-            bias,
-            out,
-            n,
-            cols,
-        )
-    }
-    /// `out[i] = gelu(x[i] * w[i] + b[i] + bias[i % cols])` for `i < n`, in f32 arithmetic. `bias` is a row of `cols` elements broadcast over the `n / cols` rows. `gelu` is the tanh approximation.
-    ///
-    /// Always runs instance `bias_gelu_bf16_b256_i4` (block 256, items 4, 8192 elements per block); [`Self::fma_bias_gelu_bf16`] picks among its family by shape.
-    ///
-    /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
-    ///
-    /// # Errors
-    /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
-    /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
-    /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn bias_gelu_bf16_b256_i4(
-        &self,
-        stream: &::cudarc::driver::CudaStream,
-        x: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
-        w: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
-        b: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
-        bias: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
-        out: &mut impl ::cudarc::driver::DevicePtrMut<::half::bf16>,
-        n: usize,
-        cols: usize,
-    ) -> Result<(), Error> {
-        self.run_fma_bias_gelu_bf16(
-            plan::bias_gelu_bf16_b256_i4,
             stream,
             x,
             w,
@@ -3729,8 +3729,8 @@ impl Kernels {
     /// `out[i] = gelu(x[i] * w[i] + b[i] + bias[i % cols])` for `i < n`, in f32 arithmetic. `bias` is a row of `cols` elements broadcast over the `n / cols` rows. `gelu` is the tanh approximation.
     ///
     /// Picks the instance with the most elements per block that still gives every SM two blocks, else the one with the fewest:
+    /// - [`Self::bias_gelu_f16_b256_i1`]: block 256, items 1, 2048 elements per block
     /// - [`Self::bias_gelu_f16_b256_i2`]: block 256, items 2, 4096 elements per block
-    /// - [`Self::bias_gelu_f16_b256_i4`]: block 256, items 4, 8192 elements per block
     ///
     /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
     ///
@@ -3751,6 +3751,39 @@ impl Kernels {
     ) -> Result<(), Error> {
         self.run_fma_bias_gelu_f16(
             plan::fma_bias_gelu_f16,
+            stream,
+            x,
+            w,
+            b,
+            bias,
+            out,
+            n,
+            cols,
+        )
+    }
+    /// `out[i] = gelu(x[i] * w[i] + b[i] + bias[i % cols])` for `i < n`, in f32 arithmetic. `bias` is a row of `cols` elements broadcast over the `n / cols` rows. `gelu` is the tanh approximation.
+    ///
+    /// Always runs instance `bias_gelu_f16_b256_i1` (block 256, items 1, 2048 elements per block); [`Self::fma_bias_gelu_f16`] picks among its family by shape.
+    ///
+    /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
+    ///
+    /// # Errors
+    /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
+    /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
+    /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
+    pub fn bias_gelu_f16_b256_i1(
+        &self,
+        stream: &::cudarc::driver::CudaStream,
+        x: &impl ::cudarc::driver::DevicePtr<::half::f16>,
+        w: &impl ::cudarc::driver::DevicePtr<::half::f16>,
+        b: &impl ::cudarc::driver::DevicePtr<::half::f16>,
+        bias: &impl ::cudarc::driver::DevicePtr<::half::f16>,
+        out: &mut impl ::cudarc::driver::DevicePtrMut<::half::f16>,
+        n: usize,
+        cols: usize,
+    ) -> Result<(), Error> {
+        self.run_fma_bias_gelu_f16(
+            plan::bias_gelu_f16_b256_i1,
             stream,
             x,
             w,
@@ -3784,39 +3817,6 @@ impl Kernels {
     ) -> Result<(), Error> {
         self.run_fma_bias_gelu_f16(
             plan::bias_gelu_f16_b256_i2,
-            stream,
-            x,
-            w,
-            b,
-            bias,
-            out,
-            n,
-            cols,
-        )
-    }
-    /// `out[i] = gelu(x[i] * w[i] + b[i] + bias[i % cols])` for `i < n`, in f32 arithmetic. `bias` is a row of `cols` elements broadcast over the `n / cols` rows. `gelu` is the tanh approximation.
-    ///
-    /// Always runs instance `bias_gelu_f16_b256_i4` (block 256, items 4, 8192 elements per block); [`Self::fma_bias_gelu_f16`] picks among its family by shape.
-    ///
-    /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
-    ///
-    /// # Errors
-    /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
-    /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
-    /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn bias_gelu_f16_b256_i4(
-        &self,
-        stream: &::cudarc::driver::CudaStream,
-        x: &impl ::cudarc::driver::DevicePtr<::half::f16>,
-        w: &impl ::cudarc::driver::DevicePtr<::half::f16>,
-        b: &impl ::cudarc::driver::DevicePtr<::half::f16>,
-        bias: &impl ::cudarc::driver::DevicePtr<::half::f16>,
-        out: &mut impl ::cudarc::driver::DevicePtrMut<::half::f16>,
-        n: usize,
-        cols: usize,
-    ) -> Result<(), Error> {
-        self.run_fma_bias_gelu_f16(
-            plan::bias_gelu_f16_b256_i4,
             stream,
             x,
             w,
@@ -11162,10 +11162,25 @@ pub mod plan {
         n: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
-        match call_checks::pick_elements(n, sm_count, &[4096, 8192]) {
-            0 => bias_gelu_bf16_b256_i2(sm_count, x, w, b, bias, out, n, cols),
-            _ => bias_gelu_bf16_b256_i4(sm_count, x, w, b, bias, out, n, cols),
+        match call_checks::pick_elements(n, sm_count, &[2048, 4096]) {
+            0 => bias_gelu_bf16_b256_i1(sm_count, x, w, b, bias, out, n, cols),
+            _ => bias_gelu_bf16_b256_i2(sm_count, x, w, b, bias, out, n, cols),
         }
+    }
+    /// Checks a [`super::Kernels::bias_gelu_bf16_b256_i1`] call.
+    pub fn bias_gelu_bf16_b256_i1(
+        _sm_count: u32,
+        x: Buf,
+        w: Buf,
+        b: Buf,
+        bias: Buf,
+        out: Buf,
+        n: usize,
+        cols: usize,
+    ) -> Result<Plan, ArgError> {
+        call_checks::broadcast_row(n, cols, &bias)?;
+        let dims = call_checks::elements(n, &[x, w, b, out], 2048, 256)?;
+        Ok(Plan { kernel: 0, dims })
     }
     /// Checks a [`super::Kernels::bias_gelu_bf16_b256_i2`] call.
     pub fn bias_gelu_bf16_b256_i2(
@@ -11180,21 +11195,6 @@ pub mod plan {
     ) -> Result<Plan, ArgError> {
         call_checks::broadcast_row(n, cols, &bias)?;
         let dims = call_checks::elements(n, &[x, w, b, out], 4096, 256)?;
-        Ok(Plan { kernel: 0, dims })
-    }
-    /// Checks a [`super::Kernels::bias_gelu_bf16_b256_i4`] call.
-    pub fn bias_gelu_bf16_b256_i4(
-        _sm_count: u32,
-        x: Buf,
-        w: Buf,
-        b: Buf,
-        bias: Buf,
-        out: Buf,
-        n: usize,
-        cols: usize,
-    ) -> Result<Plan, ArgError> {
-        call_checks::broadcast_row(n, cols, &bias)?;
-        let dims = call_checks::elements(n, &[x, w, b, out], 8192, 256)?;
         Ok(Plan { kernel: 1, dims })
     }
     /// Checks a [`super::Kernels::fma_bias_gelu_f16`] call and picks its instance.
@@ -11208,10 +11208,25 @@ pub mod plan {
         n: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
-        match call_checks::pick_elements(n, sm_count, &[4096, 8192]) {
-            0 => bias_gelu_f16_b256_i2(sm_count, x, w, b, bias, out, n, cols),
-            _ => bias_gelu_f16_b256_i4(sm_count, x, w, b, bias, out, n, cols),
+        match call_checks::pick_elements(n, sm_count, &[2048, 4096]) {
+            0 => bias_gelu_f16_b256_i1(sm_count, x, w, b, bias, out, n, cols),
+            _ => bias_gelu_f16_b256_i2(sm_count, x, w, b, bias, out, n, cols),
         }
+    }
+    /// Checks a [`super::Kernels::bias_gelu_f16_b256_i1`] call.
+    pub fn bias_gelu_f16_b256_i1(
+        _sm_count: u32,
+        x: Buf,
+        w: Buf,
+        b: Buf,
+        bias: Buf,
+        out: Buf,
+        n: usize,
+        cols: usize,
+    ) -> Result<Plan, ArgError> {
+        call_checks::broadcast_row(n, cols, &bias)?;
+        let dims = call_checks::elements(n, &[x, w, b, out], 2048, 256)?;
+        Ok(Plan { kernel: 2, dims })
     }
     /// Checks a [`super::Kernels::bias_gelu_f16_b256_i2`] call.
     pub fn bias_gelu_f16_b256_i2(
@@ -11226,21 +11241,6 @@ pub mod plan {
     ) -> Result<Plan, ArgError> {
         call_checks::broadcast_row(n, cols, &bias)?;
         let dims = call_checks::elements(n, &[x, w, b, out], 4096, 256)?;
-        Ok(Plan { kernel: 2, dims })
-    }
-    /// Checks a [`super::Kernels::bias_gelu_f16_b256_i4`] call.
-    pub fn bias_gelu_f16_b256_i4(
-        _sm_count: u32,
-        x: Buf,
-        w: Buf,
-        b: Buf,
-        bias: Buf,
-        out: Buf,
-        n: usize,
-        cols: usize,
-    ) -> Result<Plan, ArgError> {
-        call_checks::broadcast_row(n, cols, &bias)?;
-        let dims = call_checks::elements(n, &[x, w, b, out], 8192, 256)?;
         Ok(Plan { kernel: 3, dims })
     }
     /// Checks a [`super::Kernels::fma_bias_gelu_f32`] call and picks its instance.

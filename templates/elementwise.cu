@@ -25,7 +25,7 @@ __device__ __forceinline__ float tg_combine(float x, float w, float b, float bia
 {%- elif step == "relu" %}
     v = tg_relu(v);
 {%- elif step == "gelu" %}
-    v = {% if dtype == "f32" %}tg_gelu(v){% else %}tg_gelu_fast(v){% endif %};
+    v = {% if dtype == "f32" %}tg_gelu(v){% else %}tg_gelu_sigmoid(v){% endif %};
 {%- elif step == "gelu_erf" %}
     v = tg_gelu_erf(v);
 {%- elif step == "silu" %}

@@ -56,9 +56,10 @@ pub fn run_case(
         millis: 0,
     };
     match try_case(gpu, inst, p, rng) {
-        Ok((rel, non_finite)) => {
+        Ok((rel, non_finite, floor)) => {
             res.rel_error = rel;
             res.non_finite = non_finite;
+            res.tolerance += floor;
             res.passed = non_finite == 0 && rel <= res.tolerance;
         }
         Err(e) => res.error = Some(e.to_string()),
@@ -67,12 +68,14 @@ pub fn run_case(
     res
 }
 
+/// Relative error, outputs left non-finite, and the rounding floor of the exact answer in the
+/// output dtype (`data::rounding_floor`).
 fn try_case(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
     p: Problem,
     rng: &mut impl rand::Rng,
-) -> Result<(f64, usize)> {
+) -> Result<(f64, usize, f64)> {
     let f = gpu.function(inst)?;
     let mut inputs = reference::Inputs::new();
     let mut host: Vec<Option<HostTensor>> = Vec::new();
@@ -134,5 +137,10 @@ fn try_case(
         }
         _ => reference::compute(inst, p, &inputs),
     };
-    Ok(data::compare(&out, &reference))
+    let (rel, non_finite) = data::compare(&out, &reference);
+    Ok((
+        rel,
+        non_finite,
+        data::rounding_floor(inst.out_dtype, &reference),
+    ))
 }
