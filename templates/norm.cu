@@ -46,6 +46,16 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
     const float inv_cols = 1.0f / (float)cols;
+{%- set ln = op == "layernorm" %}
+{%- if hoist or prefetch %}
+    // Vector j of this thread's columns of weight{% if ln %} and bias{% endif %}, as loaded.
+    auto load_weights = [&](int j, uint4& w{% if ln %}, uint4& b{% endif %}) {
+        w = tg_load_raw16(weight, tg_col(j), ncols, vec_ok);
+{%- if ln %}
+        b = tg_load_raw16(bias, tg_col(j), ncols, vec_ok);
+{%- endif %}
+    };
+{%- endif %}
 {%- if variant == "staged" %}
     // Rows copied in by cp.async: their loads are in flight without holding registers.
     extern __shared__ uint4 tg_row_smem[];
@@ -57,12 +67,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     uint4 b_raw[TG_ITEMS];
 {%- endif %}
 #pragma unroll
-    for (int j = 0; j < TG_ITEMS; ++j) {
-        w_raw[j] = tg_load_raw16(weight, tg_col(j), ncols, vec_ok);
-{%- if op == "layernorm" %}
-        b_raw[j] = tg_load_raw16(bias, tg_col(j), ncols, vec_ok);
-{%- endif %}
-    }
+    for (int j = 0; j < TG_ITEMS; ++j) load_weights(j, w_raw[j]{% if ln %}, b_raw[j]{% endif %});
 {%- endif %}
 {%- endif %}
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -76,12 +81,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         uint4 b_next[TG_PREFETCH];
 {%- endif %}
 #pragma unroll
-        for (int d = 0; d < TG_PREFETCH; ++d) {
-            w_next[d] = tg_load_raw16(weight, tg_col(d), ncols, vec_ok);
-{%- if op == "layernorm" %}
-            b_next[d] = tg_load_raw16(bias, tg_col(d), ncols, vec_ok);
-{%- endif %}
-        }
+        for (int d = 0; d < TG_PREFETCH; ++d) load_weights(d, w_next[d]{% if ln %}, b_next[d]{% endif %});
 {%- endif %}
 {%- if variant == "staged" %}
 {%- if op == "layernorm" and stages > 1 %}
@@ -159,12 +159,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 {%- endif %}
             }
 {%- if prefetch %}
-            if (j + TG_PREFETCH < TG_ITEMS) {
-                w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
-{%- if op == "layernorm" %}
-                b_next[j % TG_PREFETCH] = tg_load_raw16(bias, tg_col(j + TG_PREFETCH), ncols, vec_ok);
-{%- endif %}
-            }
+            if (j + TG_PREFETCH < TG_ITEMS)
+                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH]{% if ln %}, b_next[j % TG_PREFETCH]{% endif %});
 {%- endif %}
 {%- endif %}
 #pragma unroll
@@ -222,10 +218,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
                 tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
                 tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
             }
-            if (j + TG_PREFETCH < TG_ITEMS) {
-                w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
-                b_next[j % TG_PREFETCH] = tg_load_raw16(bias, tg_col(j + TG_PREFETCH), ncols, vec_ok);
-            }
+            if (j + TG_PREFETCH < TG_ITEMS) load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH], b_next[j % TG_PREFETCH]);
 {%- elif reread %}
             float wj[TG_VEC], bj[TG_VEC];
             tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
@@ -266,7 +259,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             } else {
                 tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
             }
-            if (j + TG_PREFETCH < TG_ITEMS) w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
+            if (j + TG_PREFETCH < TG_ITEMS) load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH]);
 {%- elif reread %}
             float wj[TG_VEC];
             tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);

@@ -357,6 +357,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
     const float inv_cols = 1.0f / (float)cols;
+    // Vector j of this thread's columns of weight and bias, as loaded.
+    auto load_weights = [&](int j, uint4& w, uint4& b) {
+        w = tg_load_raw16(weight, tg_col(j), ncols, vec_ok);
+        b = tg_load_raw16(bias, tg_col(j), ncols, vec_ok);
+    };
     // Rows copied in by cp.async: their loads are in flight without holding registers.
     extern __shared__ uint4 tg_row_smem[];
     tg_row_ring<TG_THREADS, TG_ITEMS, TG_STAGES, T> ring(reinterpret_cast<T*>(tg_row_smem), x, rows, cols, vec_ok);
@@ -364,10 +369,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     uint4 w_raw[TG_ITEMS];
     uint4 b_raw[TG_ITEMS];
 #pragma unroll
-    for (int j = 0; j < TG_ITEMS; ++j) {
-        w_raw[j] = tg_load_raw16(weight, tg_col(j), ncols, vec_ok);
-        b_raw[j] = tg_load_raw16(bias, tg_col(j), ncols, vec_ok);
-    }
+    for (int j = 0; j < TG_ITEMS; ++j) load_weights(j, w_raw[j], b_raw[j]);
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
         const T* srow = ring.take(r);

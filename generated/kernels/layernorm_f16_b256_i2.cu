@@ -357,16 +357,18 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
     const float inv_cols = 1.0f / (float)cols;
+    // Vector j of this thread's columns of weight and bias, as loaded.
+    auto load_weights = [&](int j, uint4& w, uint4& b) {
+        w = tg_load_raw16(weight, tg_col(j), ncols, vec_ok);
+        b = tg_load_raw16(bias, tg_col(j), ncols, vec_ok);
+    };
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
         const T* __restrict__ xr = x + r * cols;
         uint4 w_next[TG_PREFETCH];
         uint4 b_next[TG_PREFETCH];
 #pragma unroll
-        for (int d = 0; d < TG_PREFETCH; ++d) {
-            w_next[d] = tg_load_raw16(weight, tg_col(d), ncols, vec_ok);
-            b_next[d] = tg_load_raw16(bias, tg_col(d), ncols, vec_ok);
-        }
+        for (int d = 0; d < TG_PREFETCH; ++d) load_weights(d, w_next[d], b_next[d]);
         // Statistics of the row shifted by its first element, in one pass over registers:
         // padding takes the shift's value and so adds nothing, no per-element masks are
         // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
@@ -399,10 +401,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
                 tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
                 tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
             }
-            if (j + TG_PREFETCH < TG_ITEMS) {
-                w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
-                b_next[j % TG_PREFETCH] = tg_load_raw16(bias, tg_col(j + TG_PREFETCH), ncols, vec_ok);
-            }
+            if (j + TG_PREFETCH < TG_ITEMS) load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH], b_next[j % TG_PREFETCH]);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (v[j][e] - mean) * rstd;

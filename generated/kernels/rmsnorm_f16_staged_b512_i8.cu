@@ -359,6 +359,10 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
     const float inv_cols = 1.0f / (float)cols;
+    // Vector j of this thread's columns of weight, as loaded.
+    auto load_weights = [&](int j, uint4& w) {
+        w = tg_load_raw16(weight, tg_col(j), ncols, vec_ok);
+    };
     // Rows copied in by cp.async: their loads are in flight without holding registers.
     extern __shared__ uint4 tg_row_smem[];
     tg_row_ring<TG_THREADS, TG_ITEMS, TG_STAGES, T> ring(reinterpret_cast<T*>(tg_row_smem), x, rows, cols, vec_ok);
@@ -366,9 +370,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
         T* __restrict__ yr = out + r * cols;
         uint4 w_next[TG_PREFETCH];
 #pragma unroll
-        for (int d = 0; d < TG_PREFETCH; ++d) {
-            w_next[d] = tg_load_raw16(weight, tg_col(d), ncols, vec_ok);
-        }
+        for (int d = 0; d < TG_PREFETCH; ++d) load_weights(d, w_next[d]);
         const T* srow = ring.take(r);
         float q = 0.0f;
 #pragma unroll
@@ -391,9 +393,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
             {
                 tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
             }
-            if (j + TG_PREFETCH < TG_ITEMS) {
-                w_next[j % TG_PREFETCH] = tg_load_raw16(weight, tg_col(j + TG_PREFETCH), ncols, vec_ok);
-            }
+            if (j + TG_PREFETCH < TG_ITEMS)
+                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH]);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (t[e] - mean) * rstd;
