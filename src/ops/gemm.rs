@@ -528,7 +528,6 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("shared_bytes", plan.shared_bytes().into()),
         ("pipeline_bytes", plan.pipeline_bytes().into()),
         ("smem_epilogue", (plan.epilogue_bytes() > 0).into()),
-        ("epilogue_bytes", plan.epilogue_bytes().into()),
         ("staged_bias", plan.staged_bias.into()),
         ("bias_offset", plan.bias_offset().into()),
         ("epi_ld", (tn + EPI_PAD).into()),
