@@ -6,7 +6,7 @@
 {%- else %}
 // out = x / sqrt(mean(x^2) + eps){% if affine %} * weight{% endif %}.
 {%- endif %}
-// The row lives in registers: {{ block }} threads x {{ items }} vectors x {{ vec }} elements = at most
+// The row lives in {% if variant == "staged" %}shared memory{% else %}registers{% endif %}: {{ block }} threads x {{ items }} vectors x {{ vec }} elements = at most
 // {{ block * items * vec }} columns. Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}one block per {{ rows_per_block }} rows, walked
 // through a shared-memory ring of {{ stages }} row buffers{% else %}one block per row{% endif %} (grid-stride).
 // Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.

@@ -89,7 +89,7 @@ pub fn gpu_verify(
                     None => "ok".into(),
                 };
                 println!(
-                    "{:<44} {:<22} {:>12.3e} {:>9.0e}  {what}",
+                    "{:<44} {:<22} {:>12.3e} {:>9.1e}  {what}",
                     r.instance,
                     r.problem.to_string(),
                     r.rel_error,

@@ -81,8 +81,8 @@ fn rows_per_block(inst: &Instance) -> u32 {
 }
 
 /// Registers a norm block with a ring of rows spends holding its columns of weight (and
-/// bias) as loaded, 4 per 16-byte vector; 0 when it re-reads them per row instead (no ring,
-/// no weight, or too many to hold).
+/// bias) as loaded, 4 per 16-byte vector; 0 when it reads them every row instead (no ring,
+/// no weight, or too many to hold: see `weights`).
 fn hoisted_registers(inst: &Instance) -> u32 {
     if !ring(inst) || inst.params.affine != Some(true) {
         return 0;
@@ -294,13 +294,14 @@ pub fn min_blocks(inst: &Instance) -> u32 {
 }
 
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
+    let weights = weights(inst);
     vec![
         ("min_blocks", min_blocks(inst).into()),
         ("stages", stages(inst).into()),
         ("rows_per_block", rows_per_block(inst).into()),
         (
             "weights",
-            match weights(inst) {
+            match weights {
                 Weights::None => "none",
                 Weights::Preload => "preload",
                 Weights::Hoist => "hoist",
@@ -311,7 +312,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ),
         (
             "prefetch_vectors",
-            match weights(inst) {
+            match weights {
                 Weights::Prefetch(n) => n,
                 _ => 0,
             }
