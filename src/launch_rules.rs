@@ -131,21 +131,18 @@ pub fn checked_area(what: &'static str, rows: u64, cols: u64) -> Result<u64, Arg
 
 /// Grid-stride elementwise kernels: one block per `elems_per_block` elements, capped.
 pub fn elements_dims(n: u64, elems_per_block: u32, threads: u32) -> LaunchDims {
-    let blocks = n
-        .div_ceil(elems_per_block.max(1) as u64)
-        .clamp(1, MAX_STRIDE_BLOCKS);
-    LaunchDims {
-        grid: (blocks as u32, 1, 1),
-        block: (threads, 1, 1),
-        shared_bytes: 0,
-    }
+    strided_dims(n, elems_per_block, MAX_STRIDE_BLOCKS, threads)
 }
 
-/// Row kernels: one block per row (the kernels stride over rows beyond the grid).
+/// Row kernels: one block per `rows_per_block` rows (the kernels stride over rows beyond the
+/// grid).
 pub fn rows_dims(rows: u64, rows_per_block: u32, threads: u32) -> LaunchDims {
-    let blocks = rows
-        .div_ceil(rows_per_block.max(1) as u64)
-        .clamp(1, MAX_GRID_X);
+    strided_dims(rows, rows_per_block, MAX_GRID_X, threads)
+}
+
+/// A 1-D grid of one block per `per_block` units, at least 1 and at most `max_blocks`.
+fn strided_dims(units: u64, per_block: u32, max_blocks: u64, threads: u32) -> LaunchDims {
+    let blocks = units.div_ceil(per_block.max(1) as u64).clamp(1, max_blocks);
     LaunchDims {
         grid: (blocks as u32, 1, 1),
         block: (threads, 1, 1),

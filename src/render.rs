@@ -12,6 +12,7 @@ use crate::spec::model::Instance;
 /// The templates shipped with tilegen: (name, text).
 pub const EMBEDDED: &[(&str, &str)] = &[
     ("prelude.cuh", include_str!("../templates/prelude.cuh")),
+    ("rows.cuh", include_str!("../templates/rows.cuh")),
     (
         "elementwise.cu",
         include_str!("../templates/elementwise.cu"),

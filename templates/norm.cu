@@ -12,17 +12,7 @@
 // Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.
 
 {% include "prelude.cuh" %}
-
-#define TG_THREADS {{ block }}
-#define TG_ITEMS {{ items }}
-// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
-#define TG_MIN_BLOCKS {{ min_blocks }}
-#define TG_VEC {{ vec }}
-{%- if variant == "staged" %}
-// Rows in the shared-memory ring: {{ stages - 1 }} in flight per block while one is computed.
-#define TG_STAGES {{ stages }}
-{%- endif %}
-typedef {{ T }} T;
+{% include "rows.cuh" %}
 
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
 __device__ __forceinline__ int tg_col(int j) { return tg_row_col<TG_THREADS, T>(j); }
@@ -83,6 +73,34 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 #pragma unroll
         for (int d = 0; d < TG_PREFETCH; ++d) load_weights(d, w_next[d]{% if ln %}, b_next[d]{% endif %});
 {%- endif %}
+{%- set per_vector = hoist or prefetch or reread %}
+{%- if per_vector %}
+        // Vector j of this thread's weight{% if ln %} and bias{% endif %} as floats, {% if hoist %}unpacked from the vectors held
+        // across rows{% elif prefetch %}unpacked from the vectors loaded ahead;
+        // then vector j + TG_PREFETCH is asked for{% else %}loaded now{% endif %} (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC]{% if ln %}, float (&bj)[TG_VEC]{% endif %}) {
+{%- if hoist or prefetch %}
+{%- if hoist %}{% set wsrc = "tg_opaque(w_raw[j])" %}{% set bsrc = "tg_opaque(b_raw[j])" %}
+{%- else %}{% set wsrc = "w_next[j % TG_PREFETCH]" %}{% set bsrc = "b_next[j % TG_PREFETCH]" %}{% endif %}
+            if (vec_ok) {
+                tg_unpack16(weight, {{ wsrc }}, wj);
+{%- if ln %}
+                tg_unpack16(bias, {{ bsrc }}, bj);
+{%- endif %}
+            } else
+{%- endif %}
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+{%- if ln %}
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+{%- endif %}
+            }
+{%- if prefetch %}
+            if (j + TG_PREFETCH < TG_ITEMS)
+                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH]{% if ln %}, b_next[j % TG_PREFETCH]{% endif %});
+{%- endif %}
+        };
+{%- endif %}
 {%- if variant == "staged" %}
 {%- if op == "layernorm" and stages > 1 %}
         const T* srow = ring.take(r);
@@ -133,35 +151,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
 {%- if affine %}
-            float wj[TG_VEC];
-{%- if op == "layernorm" %}
-            float bj[TG_VEC];
-{%- endif %}
-{%- if hoist %}
-            if (vec_ok) {
-                tg_unpack16(weight, tg_opaque(w_raw[j]), wj);
-{%- if op == "layernorm" %}
-                tg_unpack16(bias, tg_opaque(b_raw[j]), bj);
-{%- endif %}
-            } else
-{%- elif prefetch %}
-            if (vec_ok) {
-                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
-{%- if op == "layernorm" %}
-                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
-{%- endif %}
-            } else
-{%- endif %}
-            {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-{%- if op == "layernorm" %}
-                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
-{%- endif %}
-            }
-{%- if prefetch %}
-            if (j + TG_PREFETCH < TG_ITEMS)
-                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH]{% if ln %}, b_next[j % TG_PREFETCH]{% endif %});
-{%- endif %}
+            float wj[TG_VEC]{% if ln %}, bj[TG_VEC]{% endif %};
+            weights_of(j, wj{% if ln %}, bj{% endif %});
 {%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
@@ -208,28 +199,17 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         const float rstd = rsqrtf(var + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
-{%- if prefetch %}
+{%- if per_vector %}
             // Large rows: weight and bias re-read every row (from cache: every row shares them).
             float wj[TG_VEC], bj[TG_VEC];
-            if (vec_ok) {
-                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
-                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
-            } else {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
-            }
-            if (j + TG_PREFETCH < TG_ITEMS) load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH], b_next[j % TG_PREFETCH]);
-{%- elif reread %}
-            float wj[TG_VEC], bj[TG_VEC];
-            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            weights_of(j, wj, bj);
 {%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (v[j][e] - mean) * rstd;
 {%- if preload %}
                 y = fmaf(y, wv[j][e], bv[j][e]);
-{%- elif prefetch or reread %}
+{%- elif per_vector %}
                 y = fmaf(y, wj[e], bj[e]);
 {%- endif %}
                 v[j][e] = y;
@@ -252,24 +232,16 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         const float rstd = rsqrtf(tg_block_sum<TG_THREADS>(q, scratch) * inv_cols + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
-{%- if prefetch %}
+{%- if per_vector %}
             float wj[TG_VEC];
-            if (vec_ok) {
-                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
-            } else {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-            }
-            if (j + TG_PREFETCH < TG_ITEMS) load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH]);
-{%- elif reread %}
-            float wj[TG_VEC];
-            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+            weights_of(j, wj);
 {%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = v[j][e] * rstd;
 {%- if preload %}
                 y *= wv[j][e];
-{%- elif prefetch or reread %}
+{%- elif per_vector %}
                 y *= wj[e];
 {%- endif %}
                 v[j][e] = y;

@@ -19,18 +19,8 @@
 // Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.
 
 {% include "prelude.cuh" %}
-
-#define TG_THREADS {{ block }}
-#define TG_ITEMS {{ items }}
-// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
-#define TG_MIN_BLOCKS {{ min_blocks }}
-#define TG_VEC {{ vec }}
-{%- if variant == "staged" %}
-// Rows in the shared-memory ring: {{ stages - 1 }} in flight per block while one is computed.
-#define TG_STAGES {{ stages }}
-{%- endif %}
+{% include "rows.cuh" %}
 #define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
-typedef {{ T }} T;
 
 // Loads this thread's share of columns [c0, c0 + TG_CHUNK) of a row, -inf where out of range.
 __device__ __forceinline__ void tg_load_chunk(const T* __restrict__ row, int c0, int cols, bool vec_ok,

@@ -339,6 +339,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 1024
 #define TG_ITEMS 4
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
@@ -357,6 +358,13 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
         const T* __restrict__ xr = x + r * cols;
+        // Vector j of this thread's weight and bias as floats, loaded now (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC], float (&bj)[TG_VEC]) {
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            }
+        };
         // Statistics of the row shifted by its first element, in one pass over registers:
         // padding takes the shift's value and so adds nothing, no per-element masks are
         // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
@@ -380,9 +388,9 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
         const float rstd = rsqrtf(var + eps);
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
+            // Large rows: weight and bias re-read every row (from cache: every row shares them).
             float wj[TG_VEC], bj[TG_VEC];
-            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            weights_of(j, wj, bj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (v[j][e] - mean) * rstd;

@@ -339,6 +339,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 256
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
@@ -369,6 +370,20 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
         uint4 b_next[TG_PREFETCH];
 #pragma unroll
         for (int d = 0; d < TG_PREFETCH; ++d) load_weights(d, w_next[d], b_next[d]);
+        // Vector j of this thread's weight and bias as floats, unpacked from the vectors loaded ahead;
+        // then vector j + TG_PREFETCH is asked for (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC], float (&bj)[TG_VEC]) {
+            if (vec_ok) {
+                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
+                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
+            } else
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            }
+            if (j + TG_PREFETCH < TG_ITEMS)
+                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH], b_next[j % TG_PREFETCH]);
+        };
         // Statistics of the row shifted by its first element, in one pass over registers:
         // padding takes the shift's value and so adds nothing, no per-element masks are
         // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
@@ -394,14 +409,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
         for (int j = 0; j < TG_ITEMS; ++j) {
             // Large rows: weight and bias re-read every row (from cache: every row shares them).
             float wj[TG_VEC], bj[TG_VEC];
-            if (vec_ok) {
-                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
-                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
-            } else {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
-            }
-            if (j + TG_PREFETCH < TG_ITEMS) load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH], b_next[j % TG_PREFETCH]);
+            weights_of(j, wj, bj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (v[j][e] - mean) * rstd;

@@ -339,6 +339,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 512
 #define TG_ITEMS 8
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
@@ -373,6 +374,20 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
         uint4 b_next[TG_PREFETCH];
 #pragma unroll
         for (int d = 0; d < TG_PREFETCH; ++d) load_weights(d, w_next[d], b_next[d]);
+        // Vector j of this thread's weight and bias as floats, unpacked from the vectors loaded ahead;
+        // then vector j + TG_PREFETCH is asked for (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC], float (&bj)[TG_VEC]) {
+            if (vec_ok) {
+                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
+                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
+            } else
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            }
+            if (j + TG_PREFETCH < TG_ITEMS)
+                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH], b_next[j % TG_PREFETCH]);
+        };
         // The shift (see the one-pass variant): loaded before the wait for the row, so it
         // arrives with it (reading thread 0's copy of column 0 from shared memory needs a
         // barrier, which cost registers this kernel does not have).
@@ -398,18 +413,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
         for (int j = 0; j < TG_ITEMS; ++j) {
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
-            float wj[TG_VEC];
-            float bj[TG_VEC];
-            if (vec_ok) {
-                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
-                tg_unpack16(bias, b_next[j % TG_PREFETCH], bj);
-            } else
-            {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
-            }
-            if (j + TG_PREFETCH < TG_ITEMS)
-                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH], b_next[j % TG_PREFETCH]);
+            float wj[TG_VEC], bj[TG_VEC];
+            weights_of(j, wj, bj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (t[e] - mean) * rstd;

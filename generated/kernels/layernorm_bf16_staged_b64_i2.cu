@@ -339,6 +339,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 64
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
@@ -361,6 +362,13 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     tg_row_ring<TG_THREADS, TG_ITEMS, TG_STAGES, T> ring(reinterpret_cast<T*>(tg_row_smem), x, rows, cols, vec_ok);
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
+        // Vector j of this thread's weight and bias as floats, loaded now (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC], float (&bj)[TG_VEC]) {
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            }
+        };
         // The shift (see the one-pass variant): loaded before the wait for the row, so it
         // arrives with it (reading thread 0's copy of column 0 from shared memory needs a
         // barrier, which cost registers this kernel does not have).
@@ -386,12 +394,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
         for (int j = 0; j < TG_ITEMS; ++j) {
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
-            float wj[TG_VEC];
-            float bj[TG_VEC];
-            {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
-            }
+            float wj[TG_VEC], bj[TG_VEC];
+            weights_of(j, wj, bj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (t[e] - mean) * rstd;

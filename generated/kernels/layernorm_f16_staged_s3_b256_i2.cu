@@ -340,6 +340,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 256
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
@@ -372,6 +373,18 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
     for (int j = 0; j < TG_ITEMS; ++j) load_weights(j, w_raw[j], b_raw[j]);
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
+        // Vector j of this thread's weight and bias as floats, unpacked from the vectors held
+        // across rows (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC], float (&bj)[TG_VEC]) {
+            if (vec_ok) {
+                tg_unpack16(weight, tg_opaque(w_raw[j]), wj);
+                tg_unpack16(bias, tg_opaque(b_raw[j]), bj);
+            } else
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
+            }
+        };
         const T* srow = ring.take(r);
         // The shift (see the one-pass variant) is column 0, which thread 0 copied: visible
         // to all after a barrier.
@@ -397,16 +410,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_layer
         for (int j = 0; j < TG_ITEMS; ++j) {
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
-            float wj[TG_VEC];
-            float bj[TG_VEC];
-            if (vec_ok) {
-                tg_unpack16(weight, tg_opaque(w_raw[j]), wj);
-                tg_unpack16(bias, tg_opaque(b_raw[j]), bj);
-            } else
-            {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-                tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bj);
-            }
+            float wj[TG_VEC], bj[TG_VEC];
+            weights_of(j, wj, bj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (t[e] - mean) * rstd;

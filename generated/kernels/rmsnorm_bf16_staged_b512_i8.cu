@@ -339,6 +339,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 512
 #define TG_ITEMS 8
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
@@ -371,6 +372,18 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
         uint4 w_next[TG_PREFETCH];
 #pragma unroll
         for (int d = 0; d < TG_PREFETCH; ++d) load_weights(d, w_next[d]);
+        // Vector j of this thread's weight as floats, unpacked from the vectors loaded ahead;
+        // then vector j + TG_PREFETCH is asked for (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC]) {
+            if (vec_ok) {
+                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
+            } else
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+            }
+            if (j + TG_PREFETCH < TG_ITEMS)
+                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH]);
+        };
         const T* srow = ring.take(r);
         float q = 0.0f;
 #pragma unroll
@@ -387,14 +400,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
             float wj[TG_VEC];
-            if (vec_ok) {
-                tg_unpack16(weight, w_next[j % TG_PREFETCH], wj);
-            } else
-            {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-            }
-            if (j + TG_PREFETCH < TG_ITEMS)
-                load_weights(j + TG_PREFETCH, w_next[j % TG_PREFETCH]);
+            weights_of(j, wj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (t[e] - mean) * rstd;

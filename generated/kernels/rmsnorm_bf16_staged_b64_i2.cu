@@ -339,6 +339,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 64
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
@@ -361,6 +362,12 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
     tg_row_ring<TG_THREADS, TG_ITEMS, TG_STAGES, T> ring(reinterpret_cast<T*>(tg_row_smem), x, rows, cols, vec_ok);
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
+        // Vector j of this thread's weight as floats, loaded now (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC]) {
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+            }
+        };
         const T* srow = ring.take(r);
         float q = 0.0f;
 #pragma unroll
@@ -377,9 +384,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
             float wj[TG_VEC];
-            {
-                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
-            }
+            weights_of(j, wj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (t[e] - mean) * rstd;

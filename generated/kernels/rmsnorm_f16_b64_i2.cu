@@ -339,6 +339,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 64
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
@@ -357,6 +358,12 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
         const T* __restrict__ xr = x + r * cols;
+        // Vector j of this thread's weight as floats, loaded now (rows that are not vectorizable load their own).
+        auto weights_of = [&](int j, float (&wj)[TG_VEC]) {
+            {
+                tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+            }
+        };
         float v[TG_ITEMS][TG_VEC];
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(xr, tg_col(j), ncols, vec_ok, 0.0f, v[j]);
@@ -369,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
             float wj[TG_VEC];
-            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wj);
+            weights_of(j, wj);
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = v[j][e] * rstd;

@@ -172,7 +172,7 @@ pub struct Params {
     /// GEMM warp tile [m, n].
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub warp: Option<[u32; 2]>,
-    /// GEMM shared-memory pipeline depth.
+    /// Shared-memory depth: a GEMM's copy pipeline, or a staged row op's ring of rows.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stages: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none", default)]

@@ -340,13 +340,15 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
 #define TG_THREADS 256
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
 #define TG_MIN_BLOCKS 8
 #define TG_VEC 4
-#define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
 typedef float T;
+
+#define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
 
 // Loads this thread's share of columns [c0, c0 + TG_CHUNK) of a row, -inf where out of range.
 __device__ __forceinline__ void tg_load_chunk(const T* __restrict__ row, int c0, int cols, bool vec_ok,
