@@ -40,39 +40,48 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS) {{ kernel }}({{ params 
     const long long stride = (long long)gridDim.x * TG_THREADS * TG_ITEMS;
     for (long long base = (long long)blockIdx.x * TG_THREADS * TG_ITEMS + threadIdx.x; base < nvec; base += stride) {
 {%- if op == "vector_add" %}
-        float va[TG_ITEMS][TG_VEC], vb[TG_ITEMS][TG_VEC];
+        // Every 16-byte load is issued before any is unpacked, so all of them are in flight.
+        uint4 ra[TG_ITEMS], rb[TG_ITEMS];
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
             const long long v = base + (long long)j * TG_THREADS;
             if (v < nvec) {
-                tg_load16_stream(a + v * TG_VEC, va[j]);
-                tg_load16_stream(b + v * TG_VEC, vb[j]);
+                ra[j] = tg_load_raw16_stream(a + v * TG_VEC);
+                rb[j] = tg_load_raw16_stream(b + v * TG_VEC);
             }
         }
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
             const long long v = base + (long long)j * TG_THREADS;
             if (v < nvec) {
+                float va[TG_VEC], vb[TG_VEC];
+                tg_unpack16(a, ra[j], va);
+                tg_unpack16(b, rb[j], vb);
 #pragma unroll
-                for (int e = 0; e < TG_VEC; ++e) va[j][e] = tg_combine(va[j][e], vb[j][e]);
-                tg_store16(out + v * TG_VEC, va[j]);
+                for (int e = 0; e < TG_VEC; ++e) va[e] = tg_combine(va[e], vb[e]);
+                tg_store16(out + v * TG_VEC, va);
             }
         }
 {%- else %}
-        float vx[TG_ITEMS][TG_VEC], vw[TG_ITEMS][TG_VEC], vb[TG_ITEMS][TG_VEC];
+        // Every 16-byte load is issued before any is unpacked, so all of them are in flight.
+        uint4 rx[TG_ITEMS], rw[TG_ITEMS], rb[TG_ITEMS];
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
             const long long v = base + (long long)j * TG_THREADS;
             if (v < nvec) {
-                tg_load16_stream(x + v * TG_VEC, vx[j]);
-                tg_load16_stream(w + v * TG_VEC, vw[j]);
-                tg_load16_stream(b + v * TG_VEC, vb[j]);
+                rx[j] = tg_load_raw16_stream(x + v * TG_VEC);
+                rw[j] = tg_load_raw16_stream(w + v * TG_VEC);
+                rb[j] = tg_load_raw16_stream(b + v * TG_VEC);
             }
         }
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
             const long long v = base + (long long)j * TG_THREADS;
             if (v < nvec) {
+                float vx[TG_VEC], vw[TG_VEC], vb[TG_VEC];
+                tg_unpack16(x, rx[j], vx);
+                tg_unpack16(w, rw[j], vw);
+                tg_unpack16(b, rb[j], vb);
 {%- if has_bias %}
                 // Column of the vector's first element; the bias row repeats every `cols`.
                 long long col = (v * TG_VEC) % cols;
@@ -85,9 +94,9 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS) {{ kernel }}({{ params 
 {%- else %}
                     const float bv = 0.0f;
 {%- endif %}
-                    vx[j][e] = tg_combine(vx[j][e], vw[j][e], vb[j][e], bv);
+                    vx[e] = tg_combine(vx[e], vw[e], vb[e], bv);
                 }
-                tg_store16(out + v * TG_VEC, vx[j]);
+                tg_store16(out + v * TG_VEC, vx);
             }
         }
 {%- endif %}

@@ -171,17 +171,23 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         // padding takes the shift's value and so adds nothing, no per-element masks are
         // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
         const float shift = tg_to_float(xr[0]);
+{%- if preload and dtype != "f32" %}
+        // Small rows: weight and bias are fetched with the row (asked for first: unpacking the
+        // row waits for it), so their latency hides behind the reductions; they stay as loaded
+        // until used.
+        uint4 w_raw[TG_ITEMS], b_raw[TG_ITEMS];
+        tg_row_raw<TG_THREADS, TG_ITEMS>(weight, 0, ncols, vec_ok, w_raw);
+        tg_row_raw<TG_THREADS, TG_ITEMS>(bias, 0, ncols, vec_ok, b_raw);
+{%- endif %}
         float v[TG_ITEMS][TG_VEC];
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(xr, tg_col(j), ncols, vec_ok, shift, v[j]);
-{%- if preload %}
-        // Small rows: fetch weight and bias now, so their latency hides behind the reductions.
+        tg_load_row<TG_THREADS, TG_ITEMS>(xr, 0, ncols, vec_ok, shift, v);
+{%- if preload and dtype == "f32" %}
+        // Small rows: weight and bias are fetched with the row, so their latency hides behind
+        // the reductions (f32 needs no unpacking: loaded straight into floats, which took fewer
+        // registers than holding them as loaded).
         float wv[TG_ITEMS][TG_VEC], bv[TG_ITEMS][TG_VEC];
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) {
-            tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wv[j]);
-            tg_load_vec(bias, tg_col(j), ncols, vec_ok, 0.0f, bv[j]);
-        }
+        tg_load_row<TG_THREADS, TG_ITEMS>(weight, 0, ncols, vec_ok, 0.0f, wv);
+        tg_load_row<TG_THREADS, TG_ITEMS>(bias, 0, ncols, vec_ok, 0.0f, bv);
 {%- endif %}
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
@@ -203,26 +209,36 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             // Large rows: weight and bias re-read every row (from cache: every row shares them).
             float wj[TG_VEC], bj[TG_VEC];
             weights_of(j, wj, bj);
+{%- elif preload and dtype != "f32" %}
+            float wj[TG_VEC], bj[TG_VEC];
+            tg_row_vec<TG_THREADS>(weight, 0, j, ncols, vec_ok, 0.0f, w_raw[j], wj);
+            tg_row_vec<TG_THREADS>(bias, 0, j, ncols, vec_ok, 0.0f, b_raw[j], bj);
+{%- elif preload %}
+            const float (&wj)[TG_VEC] = wv[j];
+            const float (&bj)[TG_VEC] = bv[j];
 {%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = (v[j][e] - mean) * rstd;
-{%- if preload %}
-                y = fmaf(y, wv[j][e], bv[j][e]);
-{%- elif per_vector %}
+{%- if preload or per_vector %}
                 y = fmaf(y, wj[e], bj[e]);
 {%- endif %}
                 v[j][e] = y;
             }
         }
 {%- else %}
+{%- if preload and dtype != "f32" %}
+        // Small rows: the weight is fetched with the row (asked for first: unpacking the row
+        // waits for it), so its latency hides behind the reduction.
+        uint4 w_raw[TG_ITEMS];
+        tg_row_raw<TG_THREADS, TG_ITEMS>(weight, 0, ncols, vec_ok, w_raw);
+{%- endif %}
         float v[TG_ITEMS][TG_VEC];
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(xr, tg_col(j), ncols, vec_ok, 0.0f, v[j]);
-{%- if preload %}
+        tg_load_row<TG_THREADS, TG_ITEMS>(xr, 0, ncols, vec_ok, 0.0f, v);
+{%- if preload and dtype == "f32" %}
+        // Small rows: the weight is fetched with the row, straight into floats (as for layernorm).
         float wv[TG_ITEMS][TG_VEC];
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j) tg_load_vec(weight, tg_col(j), ncols, vec_ok, 0.0f, wv[j]);
+        tg_load_row<TG_THREADS, TG_ITEMS>(weight, 0, ncols, vec_ok, 0.0f, wv);
 {%- endif %}
         float q = 0.0f;
 #pragma unroll
@@ -235,13 +251,16 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 {%- if per_vector %}
             float wj[TG_VEC];
             weights_of(j, wj);
+{%- elif preload and dtype != "f32" %}
+            float wj[TG_VEC];
+            tg_row_vec<TG_THREADS>(weight, 0, j, ncols, vec_ok, 0.0f, w_raw[j], wj);
+{%- elif preload %}
+            const float (&wj)[TG_VEC] = wv[j];
 {%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
                 float y = v[j][e] * rstd;
-{%- if preload %}
-                y *= wv[j][e];
-{%- elif per_vector %}
+{%- if preload or per_vector %}
                 y *= wj[e];
 {%- endif %}
                 v[j][e] = y;

@@ -22,26 +22,6 @@
 {% include "rows.cuh" %}
 #define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
 
-// Loads this thread's share of columns [c0, c0 + TG_CHUNK) of a row, -inf where out of range.
-__device__ __forceinline__ void tg_load_chunk(const T* __restrict__ row, int c0, int cols, bool vec_ok,
-                                              float (&v)[TG_ITEMS][TG_VEC]) {
-#pragma unroll
-    for (int j = 0; j < TG_ITEMS; ++j) {
-        const int c = c0 + (j * TG_THREADS + (int)threadIdx.x) * TG_VEC;
-        if (vec_ok) {
-            if (c < cols) {
-                tg_load16(row + c, v[j]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < TG_VEC; ++e) v[j][e] = TG_NEG_INF;
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) v[j][e] = (c + e < cols) ? tg_to_float(row[c + e]) : TG_NEG_INF;
-        }
-    }
-}
-
 __device__ __forceinline__ void tg_store_chunk(T* __restrict__ row, int c0, int cols, bool vec_ok,
                                                const float (&v)[TG_ITEMS][TG_VEC]) {
 #pragma unroll
@@ -86,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, TG_NEG_INF, t);
 #pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) s += __expf(t[e] - row_max);
+            for (int e = 0; e < TG_VEC; ++e) s += tg_exp_nonpos(t[e] - row_max);
         }
         const float inv = 1.0f / tg_block_sum<TG_THREADS>(s, scratch);
 #pragma unroll
@@ -94,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, TG_NEG_INF, t);
 #pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) t[e] = __expf(t[e] - row_max) * inv;
+            for (int e = 0; e < TG_VEC; ++e) t[e] = tg_exp_nonpos(t[e] - row_max) * inv;
             tg_store_row_vec<TG_THREADS>(yr, j, ncols, vec_ok, t);
         }
 {%- else %}
@@ -103,36 +83,36 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 {%- if variant == "online" %}
         float m = TG_NEG_INF, s = 0.0f;
         for (int c0 = 0; c0 < ncols; c0 += TG_CHUNK) {
-            tg_load_chunk(xr, c0, ncols, vec_ok, v);
+            tg_load_row<TG_THREADS, TG_ITEMS>(xr, c0, ncols, vec_ok, TG_NEG_INF, v);
             float cm = TG_NEG_INF;
 #pragma unroll
             for (int j = 0; j < TG_ITEMS; ++j)
 #pragma unroll
                 for (int e = 0; e < TG_VEC; ++e) cm = fmaxf(cm, v[j][e]);
             if (cm > m) {
-                s *= __expf(m - cm);
+                s *= tg_exp_nonpos(m - cm);
                 m = cm;
             }
             if (m != TG_NEG_INF) {
 #pragma unroll
                 for (int j = 0; j < TG_ITEMS; ++j)
 #pragma unroll
-                    for (int e = 0; e < TG_VEC; ++e) s += __expf(v[j][e] - m);
+                    for (int e = 0; e < TG_VEC; ++e) s += tg_exp_nonpos(v[j][e] - m);
             }
         }
         const float row_max = tg_block_max<TG_THREADS>(m, scratch);
-        const float mine = (m == TG_NEG_INF) ? 0.0f : s * __expf(m - row_max);
+        const float mine = (m == TG_NEG_INF) ? 0.0f : s * tg_exp_nonpos(m - row_max);
         const float inv = 1.0f / tg_block_sum<TG_THREADS>(mine, scratch);
         for (int c0 = 0; c0 < ncols; c0 += TG_CHUNK) {
-            tg_load_chunk(xr, c0, ncols, vec_ok, v);
+            tg_load_row<TG_THREADS, TG_ITEMS>(xr, c0, ncols, vec_ok, TG_NEG_INF, v);
 #pragma unroll
             for (int j = 0; j < TG_ITEMS; ++j)
 #pragma unroll
-                for (int e = 0; e < TG_VEC; ++e) v[j][e] = __expf(v[j][e] - row_max) * inv;
+                for (int e = 0; e < TG_VEC; ++e) v[j][e] = tg_exp_nonpos(v[j][e] - row_max) * inv;
             tg_store_chunk(yr, c0, ncols, vec_ok, v);
         }
 {%- elif variant == "onepass" %}
-        tg_load_chunk(xr, 0, ncols, vec_ok, v);
+        tg_load_row<TG_THREADS, TG_ITEMS>(xr, 0, ncols, vec_ok, TG_NEG_INF, v);
         float m = TG_NEG_INF;
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j)
@@ -144,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         for (int j = 0; j < TG_ITEMS; ++j)
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) {
-                v[j][e] = __expf(v[j][e] - row_max);  // exp(-inf) = 0 for padding
+                v[j][e] = tg_exp_nonpos(v[j][e] - row_max);  // exp(-inf) = 0 for padding
                 s += v[j][e];
             }
         const float inv = 1.0f / tg_block_sum<TG_THREADS>(s, scratch);

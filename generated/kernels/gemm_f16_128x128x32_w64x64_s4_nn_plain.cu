@@ -92,10 +92,9 @@ template <typename H> __device__ __forceinline__ uint4 tg_pack_half(const float 
 __device__ __forceinline__ void tg_load16(const float* p, float (&v)[4]) { tg_unpack(__ldg(reinterpret_cast<const uint4*>(p)), v); }
 __device__ __forceinline__ void tg_load16(const tg_f16* p, float (&v)[8]) { tg_unpack_half<tg_f16>(__ldg(reinterpret_cast<const uint4*>(p)), v); }
 __device__ __forceinline__ void tg_load16(const tg_bf16* p, float (&v)[8]) { tg_unpack_half<tg_bf16>(__ldg(reinterpret_cast<const uint4*>(p)), v); }
-// Streaming loads for data read once (evict-first), so reused inputs keep the cache.
-__device__ __forceinline__ void tg_load16_stream(const float* p, float (&v)[4]) { tg_unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
-__device__ __forceinline__ void tg_load16_stream(const tg_f16* p, float (&v)[8]) { tg_unpack_half<tg_f16>(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
-__device__ __forceinline__ void tg_load16_stream(const tg_bf16* p, float (&v)[8]) { tg_unpack_half<tg_bf16>(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
+// A streaming load (evict-first: data read once, so reused inputs keep the cache), as
+// loaded (unpack with tg_unpack16).
+template <typename T> __device__ __forceinline__ uint4 tg_load_raw16_stream(const T* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
 
 __device__ __forceinline__ void tg_store16(float* p, const float (&v)[4]) {
     __stcs(reinterpret_cast<uint4*>(p), make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3])));
@@ -237,6 +236,50 @@ __device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, in
         for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(row[c + e]) : fill;
     }
 }
+// Loading a thread's share of a row in two steps, so that all its 16-byte loads are in flight
+// at once: unpacking 16-bit values as each load arrived made ptxas wait for every load before
+// issuing the next (one vector in flight per thread instead of ITEMS).
+// Step 1: the vectors at columns c0 + (j * THREADS + tid) * VEC, as loaded (zeros past the
+// row's end, or where rows are not vectorizable: their scalar path loads in step 2).
+template <int THREADS, int ITEMS, typename T>
+__device__ __forceinline__ void tg_row_raw(const T* __restrict__ row, int c0, int cols, bool vec_ok, uint4 (&raw)[ITEMS]) {
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) raw[j] = tg_load_raw16(row, c0 + tg_row_col<THREADS, T>(j), cols, vec_ok);
+}
+// Step 2: vector j as floats, `fill` past the row's end.
+template <int THREADS, typename T>
+__device__ __forceinline__ void tg_row_vec(const T* __restrict__ row, int c0, int j, int cols, bool vec_ok, float fill,
+                                           const uint4& raw, float (&v)[tg_vec<T>::N]) {
+    constexpr int VEC = tg_vec<T>::N;
+    const int c = c0 + tg_row_col<THREADS, T>(j);
+    if (vec_ok) {
+        if (c < cols) {
+            tg_unpack16(row, raw, v);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) v[e] = fill;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(row[c + e]) : fill;
+    }
+}
+// This thread's share of columns [c0, c0 + THREADS * ITEMS * VEC), as floats: both steps for
+// 16-bit types; f32 needs no unpacking, and loading straight into the floats takes fewer
+// registers (two steps spilled at a 32-register cap).
+template <int THREADS, int ITEMS, typename T>
+__device__ __forceinline__ void tg_load_row(const T* __restrict__ row, int c0, int cols, bool vec_ok, float fill,
+                                            float (&v)[ITEMS][tg_vec<T>::N]) {
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) tg_load_vec(row, c0 + tg_row_col<THREADS, T>(j), cols, vec_ok, fill, v[j]);
+    } else {
+        uint4 raw[ITEMS];
+        tg_row_raw<THREADS, ITEMS>(row, c0, cols, vec_ok, raw);
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) tg_row_vec<THREADS>(row, c0, j, cols, vec_ok, fill, raw[j], v[j]);
+    }
+}
 // Stores one vector of an output row at column c, only the columns inside the row.
 template <typename T>
 __device__ __forceinline__ void tg_store_vec(T* __restrict__ row, int c, int cols, bool vec_ok,
@@ -268,6 +311,15 @@ __device__ __forceinline__ float tg_gelu(float x) {
 // GELU, exact: 0.5 x (1 + erf(x / sqrt(2))) = 0.5 x erfc(-x / sqrt(2)); erfc keeps the
 // negative tail accurate where 1 + erf would cancel.
 __device__ __forceinline__ float tg_gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865476f); }
+// e^d for d <= 0 (softmax: an element minus its row's maximum; -inf gives 0): a multiply and
+// the hardware ex2 with flush-to-zero. __expf's ex2 keeps results under 2^-126 as denormals at
+// four more instructions per element, and 16-bit softmax was bound by instruction issue on the
+// H200; a flushed term changes a row's sum (at least 1, its maximum's term) by under 1e-38.
+__device__ __forceinline__ float tg_exp_nonpos(float d) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(d * 1.44269504088896341f));
+    return e;
+}
 __device__ __forceinline__ float tg_silu(float x) { return x / (1.0f + __expf(-x)); }
 
 // Forms on the hardware's approximate tanh, exp2 and reciprocal (MUFU ops).
