@@ -60,8 +60,14 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     for (int j = 0; j < TG_ITEMS; ++j) load_weights(j, w_raw[j]{% if ln %}, b_raw[j]{% endif %});
 {%- endif %}
 {%- endif %}
+{%- if l2_ahead_bytes > 0 %}
+    const int ahead = tg_l2_ahead_rows(cols * (long long)sizeof(T), TG_L2_AHEAD_BYTES);
+{%- endif %}
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
+{%- if l2_ahead_bytes > 0 %}
+        tg_prefetch_row_l2<TG_THREADS>(x, r + ahead, rows, cols);
+{%- endif %}
 {%- if variant != "staged" %}
         const T* __restrict__ xr = x + r * cols;
 {%- endif %}

@@ -8,4 +8,8 @@
 // Rows in the shared-memory ring: {{ stages - 1 }} in flight per block while one is computed.
 #define TG_STAGES {{ stages }}
 {%- endif %}
+{%- if l2_ahead_bytes > 0 %}
+// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude).
+#define TG_L2_AHEAD_BYTES {{ l2_ahead_bytes }}u
+{%- endif %}
 typedef {{ T }} T;

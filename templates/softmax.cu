@@ -46,9 +46,15 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     extern __shared__ uint4 tg_row_smem[];
     tg_row_ring<TG_THREADS, TG_ITEMS, TG_STAGES, T> ring(reinterpret_cast<T*>(tg_row_smem), x, rows, cols, vec_ok);
 {%- endif %}
+{%- if l2_ahead_bytes > 0 %}
+    const int ahead = tg_l2_ahead_rows(cols * (long long)sizeof(T), TG_L2_AHEAD_BYTES);
+{%- endif %}
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* __restrict__ xr = x + r * cols;
         T* __restrict__ yr = out + r * cols;
+{%- if l2_ahead_bytes > 0 %}
+        tg_prefetch_row_l2<TG_THREADS>(x, r + ahead, rows, cols);
+{%- endif %}
 {%- if variant == "staged" %}
         const T* srow = ring.take(r);
         float m = TG_NEG_INF;

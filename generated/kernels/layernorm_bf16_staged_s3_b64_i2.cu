@@ -188,6 +188,23 @@ template <typename T>
 __device__ __forceinline__ uint4 tg_load_raw16(const T* __restrict__ row, int c, int cols, bool vec_ok) {
     return (vec_ok && c < cols) ? __ldg(reinterpret_cast<const uint4*>(row + c)) : make_uint4(0, 0, 0, 0);
 }
+// ---- rows warmed in L2 ahead of their block ----
+// Each block asks L2 for the row TG_L2_AHEAD_BYTES ahead of its own (at least the next one):
+// one prefetch per 128-byte line, spread over its threads, nothing held in registers or shared
+// memory while the row comes in. Rows are handed to blocks in order, so that row's block starts
+// a little later and finds it in L2; the DRAM then works on more rows than the SMs can hold.
+// Rows between a block's row and the one it warms: about `bytes` of rows, at least one.
+__device__ __forceinline__ int tg_l2_ahead_rows(long long row_bytes, unsigned bytes) {
+    return row_bytes >= (long long)bytes ? 1 : (int)(bytes / (unsigned)row_bytes);
+}
+template <int THREADS, typename T>
+__device__ __forceinline__ void tg_prefetch_row_l2(const T* x, long long r, long long rows, long long cols) {
+    if (r >= rows) return;
+    const char* p = reinterpret_cast<const char*>(x + r * cols);
+    const long long bytes = cols * (long long)sizeof(T);
+    for (long long off = (long long)threadIdx.x * 128; off < bytes; off += THREADS * 128)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + off));
+}
 // Vector j of this thread's share of a staged row, as float; `fill` where out of range.
 template <int THREADS, typename T>
 __device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,

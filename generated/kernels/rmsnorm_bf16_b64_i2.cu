@@ -187,6 +187,23 @@ template <typename T>
 __device__ __forceinline__ uint4 tg_load_raw16(const T* __restrict__ row, int c, int cols, bool vec_ok) {
     return (vec_ok && c < cols) ? __ldg(reinterpret_cast<const uint4*>(row + c)) : make_uint4(0, 0, 0, 0);
 }
+// ---- rows warmed in L2 ahead of their block ----
+// Each block asks L2 for the row TG_L2_AHEAD_BYTES ahead of its own (at least the next one):
+// one prefetch per 128-byte line, spread over its threads, nothing held in registers or shared
+// memory while the row comes in. Rows are handed to blocks in order, so that row's block starts
+// a little later and finds it in L2; the DRAM then works on more rows than the SMs can hold.
+// Rows between a block's row and the one it warms: about `bytes` of rows, at least one.
+__device__ __forceinline__ int tg_l2_ahead_rows(long long row_bytes, unsigned bytes) {
+    return row_bytes >= (long long)bytes ? 1 : (int)(bytes / (unsigned)row_bytes);
+}
+template <int THREADS, typename T>
+__device__ __forceinline__ void tg_prefetch_row_l2(const T* x, long long r, long long rows, long long cols) {
+    if (r >= rows) return;
+    const char* p = reinterpret_cast<const char*>(x + r * cols);
+    const long long bytes = cols * (long long)sizeof(T);
+    for (long long off = (long long)threadIdx.x * 128; off < bytes; off += THREADS * 128)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + off));
+}
 // Vector j of this thread's share of a staged row, as float; `fill` where out of range.
 template <int THREADS, typename T>
 __device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,
@@ -397,6 +414,8 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
 #define TG_MIN_BLOCKS 24
 #define TG_VEC 8
+// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude).
+#define TG_L2_AHEAD_BYTES 2097152u
 typedef tg_bf16 T;
 
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
@@ -407,8 +426,10 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_rmsno
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
     const float inv_cols = 1.0f / (float)cols;
+    const int ahead = tg_l2_ahead_rows(cols * (long long)sizeof(T), TG_L2_AHEAD_BYTES);
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         T* __restrict__ yr = out + r * cols;
+        tg_prefetch_row_l2<TG_THREADS>(x, r + ahead, rows, cols);
         const T* __restrict__ xr = x + r * cols;
         // Vector j of this thread's weight as floats, loaded now (rows that are not vectorizable load their own).
         auto weights_of = [&](int j, float (&wj)[TG_VEC]) {

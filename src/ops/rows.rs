@@ -293,10 +293,28 @@ pub fn min_blocks(inst: &Instance) -> u32 {
     (threads_per_sm / block).max(1)
 }
 
+/// How far ahead of its own row a block warms L2 (prelude.cuh, `tg_prefetch_row_l2`), in
+/// bytes of rows. On the H200 (bench/notes-memory.md), 1, 2 and 4 MiB ahead lifted the row
+/// ops from 0.76–0.96 of the copy to 0.80–0.99, 2 MiB the best on the whole; 8 MiB and more
+/// evicted rows before their blocks came (0.72–0.93); a ring of staged rows lost (0.89 → 0.86).
+const L2_AHEAD_BYTES: u32 = 2 << 20;
+
+/// Bytes of rows to warm in L2 ahead: none for rings of staged rows (their blocks own rows far
+/// apart and prefetch them into shared memory) and for the online softmax (it reads each row
+/// twice, the second time from L2).
+fn l2_ahead_bytes(inst: &Instance) -> u32 {
+    if ring(inst) || inst.params.variant == Some(RowVariant::Online) {
+        0
+    } else {
+        L2_AHEAD_BYTES
+    }
+}
+
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     let weights = weights(inst);
     vec![
         ("min_blocks", min_blocks(inst).into()),
+        ("l2_ahead_bytes", l2_ahead_bytes(inst).into()),
         ("stages", stages(inst).into()),
         ("rows_per_block", rows_per_block(inst).into()),
         (
@@ -418,6 +436,25 @@ mod tests {
         assert_eq!(weights(&onepass), Weights::Preload);
         onepass.params.affine = Some(false);
         assert_eq!(weights(&onepass), Weights::None);
+    }
+
+    #[test]
+    fn rows_warmed_in_l2_ahead() {
+        // One-row blocks warm L2 ahead; rings (rows far apart, prefetched into shared memory)
+        // and the online softmax (it re-reads rows from L2) do not.
+        assert_eq!(
+            l2_ahead_bytes(&staged(Op::Softmax, DType::Bf16, 512, 8, None)),
+            L2_AHEAD_BYTES
+        );
+        assert_eq!(
+            l2_ahead_bytes(&staged(Op::LayerNorm, DType::Bf16, 256, 2, Some(3))),
+            0
+        );
+        let mut online = staged(Op::Softmax, DType::F32, 512, 2, None);
+        online.params.variant = Some(RowVariant::Online);
+        assert_eq!(l2_ahead_bytes(&online), 0);
+        online.params.variant = Some(RowVariant::OnePass);
+        assert_eq!(l2_ahead_bytes(&online), L2_AHEAD_BYTES);
     }
 
     #[test]
