@@ -177,20 +177,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         // padding takes the shift's value and so adds nothing, no per-element masks are
         // needed, and the shift keeps E[d^2] - E[d]^2 free of cancellation for real data.
         const float shift = tg_to_float(xr[0]);
-{%- if preload and dtype != "f32" %}
-        // Small rows: weight and bias are fetched with the row (asked for first: unpacking the
-        // row waits for it), so their latency hides behind the reductions; they stay as loaded
-        // until used.
-        uint4 w_raw[TG_ITEMS], b_raw[TG_ITEMS];
-        tg_row_raw<TG_THREADS, TG_ITEMS>(weight, 0, ncols, vec_ok, w_raw);
-        tg_row_raw<TG_THREADS, TG_ITEMS>(bias, 0, ncols, vec_ok, b_raw);
-{%- endif %}
         float v[TG_ITEMS][TG_VEC];
         tg_load_row<TG_THREADS, TG_ITEMS>(xr, 0, ncols, vec_ok, shift, v);
-{%- if preload and dtype == "f32" %}
+{%- if preload %}
         // Small rows: weight and bias are fetched with the row, so their latency hides behind
-        // the reductions (f32 needs no unpacking: loaded straight into floats, which took fewer
-        // registers than holding them as loaded).
+        // the reductions.
         float wv[TG_ITEMS][TG_VEC], bv[TG_ITEMS][TG_VEC];
         tg_load_row<TG_THREADS, TG_ITEMS>(weight, 0, ncols, vec_ok, 0.0f, wv);
         tg_load_row<TG_THREADS, TG_ITEMS>(bias, 0, ncols, vec_ok, 0.0f, bv);
@@ -215,10 +206,6 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             // Large rows: weight and bias re-read every row (from cache: every row shares them).
             float wj[TG_VEC], bj[TG_VEC];
             weights_of(j, wj, bj);
-{%- elif preload and dtype != "f32" %}
-            float wj[TG_VEC], bj[TG_VEC];
-            tg_row_vec<TG_THREADS>(weight, 0, j, ncols, vec_ok, 0.0f, w_raw[j], wj);
-            tg_row_vec<TG_THREADS>(bias, 0, j, ncols, vec_ok, 0.0f, b_raw[j], bj);
 {%- elif preload %}
             const float (&wj)[TG_VEC] = wv[j];
             const float (&bj)[TG_VEC] = bv[j];
@@ -233,16 +220,10 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
             }
         }
 {%- else %}
-{%- if preload and dtype != "f32" %}
-        // Small rows: the weight is fetched with the row (asked for first: unpacking the row
-        // waits for it), so its latency hides behind the reduction.
-        uint4 w_raw[TG_ITEMS];
-        tg_row_raw<TG_THREADS, TG_ITEMS>(weight, 0, ncols, vec_ok, w_raw);
-{%- endif %}
         float v[TG_ITEMS][TG_VEC];
         tg_load_row<TG_THREADS, TG_ITEMS>(xr, 0, ncols, vec_ok, 0.0f, v);
-{%- if preload and dtype == "f32" %}
-        // Small rows: the weight is fetched with the row, straight into floats (as for layernorm).
+{%- if preload %}
+        // Small rows: the weight is fetched with the row (as for layernorm).
         float wv[TG_ITEMS][TG_VEC];
         tg_load_row<TG_THREADS, TG_ITEMS>(weight, 0, ncols, vec_ok, 0.0f, wv);
 {%- endif %}
@@ -257,9 +238,6 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 {%- if per_vector %}
             float wj[TG_VEC];
             weights_of(j, wj);
-{%- elif preload and dtype != "f32" %}
-            float wj[TG_VEC];
-            tg_row_vec<TG_THREADS>(weight, 0, j, ncols, vec_ok, 0.0f, w_raw[j], wj);
 {%- elif preload %}
             const float (&wj)[TG_VEC] = wv[j];
 {%- endif %}

@@ -22,19 +22,11 @@
 {% include "rows.cuh" %}
 #define TG_CHUNK (TG_THREADS * TG_ITEMS * TG_VEC)
 
+// Stores this thread's share of columns [c0, c0 + TG_CHUNK) of an output row.
 __device__ __forceinline__ void tg_store_chunk(T* __restrict__ row, int c0, int cols, bool vec_ok,
                                                const float (&v)[TG_ITEMS][TG_VEC]) {
 #pragma unroll
-    for (int j = 0; j < TG_ITEMS; ++j) {
-        const int c = c0 + (j * TG_THREADS + (int)threadIdx.x) * TG_VEC;
-        if (vec_ok) {
-            if (c < cols) tg_store16(row + c, v[j]);
-        } else {
-#pragma unroll
-            for (int e = 0; e < TG_VEC; ++e)
-                if (c + e < cols) row[c + e] = tg_from_float<T>(v[j][e]);
-        }
-    }
+    for (int j = 0; j < TG_ITEMS; ++j) tg_store_vec(row, c0 + tg_row_col<TG_THREADS, T>(j), cols, vec_ok, v[j]);
 }
 
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {

@@ -206,73 +206,51 @@ __device__ __forceinline__ void tg_prefetch_row_l2(const T* x, long long r, long
     for (long long off = (long long)threadIdx.x * 128; off < bytes; off += THREADS * 128)
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + off));
 }
-// Vector j of this thread's share of a staged row, as float; `fill` where out of range.
-template <int THREADS, typename T>
-__device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,
-                                              float (&v)[tg_vec<T>::N]) {
-    constexpr int VEC = tg_vec<T>::N;
-    const int c = tg_row_col<THREADS, T>(j);
-    if (vec_ok) {
-        if (c < cols) {
-            tg_load16_shared(srow + c, v);
-        } else {
+// The columns c .. c + VEC - 1 of a row that is not vectorizable (cols % VEC != 0), one scalar
+// load each, as floats; `fill` past the row's end.
+template <typename T>
+__device__ __forceinline__ void tg_scalar_vec(const T* row, int c, int cols, float fill, float (&v)[tg_vec<T>::N]) {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) v[e] = fill;
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(srow[c + e]) : fill;
-    }
+    for (int e = 0; e < tg_vec<T>::N; ++e) v[e] = (c + e < cols) ? tg_to_float(row[c + e]) : fill;
 }
-// One 16-byte vector of a row in global memory, starting at column c, as floats; `fill`
-// where out of range. Vector path when `vec_ok` (cols % VEC == 0, 16-byte aligned rows).
+// A vector past the row's end: `fill` throughout.
+template <typename T> __device__ __forceinline__ void tg_fill_vec(float fill, float (&v)[tg_vec<T>::N]) {
+#pragma unroll
+    for (int e = 0; e < tg_vec<T>::N; ++e) v[e] = fill;
+}
+// One 16-byte vector of a row at column c as floats; `fill` where out of range. The three forms
+// below differ only in where the vector comes from (each compiles to what its callers measured
+// best: a select of loaded bytes costs registers that a predicated load does not).
+// ... from `raw`, its 16 bytes as loaded earlier (tg_load_raw16).
+template <typename T>
+__device__ __forceinline__ void tg_vec_from_raw(const T* row, int c, int cols, bool vec_ok, float fill,
+                                                const uint4& raw, float (&v)[tg_vec<T>::N]) {
+    if (!vec_ok) tg_scalar_vec(row, c, cols, fill, v);
+    else if (c < cols) tg_unpack16(row, raw, v);
+    else tg_fill_vec<T>(fill, v);
+}
+// ... loaded from global memory now.
 template <typename T>
 __device__ __forceinline__ void tg_load_vec(const T* __restrict__ row, int c, int cols, bool vec_ok, float fill,
                                             float (&v)[tg_vec<T>::N]) {
-    constexpr int VEC = tg_vec<T>::N;
-    if (vec_ok) {
-        if (c < cols) {
-            tg_load16(row + c, v);
-        } else {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) v[e] = fill;
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(row[c + e]) : fill;
-    }
+    if (!vec_ok) tg_scalar_vec(row, c, cols, fill, v);
+    else if (c < cols) tg_load16(row + c, v);
+    else tg_fill_vec<T>(fill, v);
 }
-// Loading a thread's share of a row in two steps, so that all its 16-byte loads are in flight
-// at once: unpacking 16-bit values as each load arrived made ptxas wait for every load before
-// issuing the next (one vector in flight per thread instead of ITEMS).
-// Step 1: the vectors at columns c0 + (j * THREADS + tid) * VEC, as loaded (zeros past the
-// row's end, or where rows are not vectorizable: their scalar path loads in step 2).
-template <int THREADS, int ITEMS, typename T>
-__device__ __forceinline__ void tg_row_raw(const T* __restrict__ row, int c0, int cols, bool vec_ok, uint4 (&raw)[ITEMS]) {
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) raw[j] = tg_load_raw16(row, c0 + tg_row_col<THREADS, T>(j), cols, vec_ok);
-}
-// Step 2: vector j as floats, `fill` past the row's end.
+// ... vector j of this thread's share of a row staged in shared memory.
 template <int THREADS, typename T>
-__device__ __forceinline__ void tg_row_vec(const T* __restrict__ row, int c0, int j, int cols, bool vec_ok, float fill,
-                                           const uint4& raw, float (&v)[tg_vec<T>::N]) {
-    constexpr int VEC = tg_vec<T>::N;
-    const int c = c0 + tg_row_col<THREADS, T>(j);
-    if (vec_ok) {
-        if (c < cols) {
-            tg_unpack16(row, raw, v);
-        } else {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) v[e] = fill;
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) v[e] = (c + e < cols) ? tg_to_float(row[c + e]) : fill;
-    }
+__device__ __forceinline__ void tg_staged_vec(const T* srow, int j, int cols, bool vec_ok, float fill,
+                                              float (&v)[tg_vec<T>::N]) {
+    const int c = tg_row_col<THREADS, T>(j);
+    if (!vec_ok) tg_scalar_vec(srow, c, cols, fill, v);
+    else if (c < cols) tg_load16_shared(srow + c, v);
+    else tg_fill_vec<T>(fill, v);
 }
-// This thread's share of columns [c0, c0 + THREADS * ITEMS * VEC), as floats: both steps for
-// 16-bit types; f32 needs no unpacking, and loading straight into the floats takes fewer
-// registers (two steps spilled at a 32-register cap).
+// This thread's share of columns [c0, c0 + THREADS * ITEMS * VEC) of a row, as floats. 16-bit
+// types issue every 16-byte load before unpacking any: unpacking each as it arrived made ptxas
+// wait for every load before issuing the next (one vector in flight per thread instead of
+// ITEMS). f32 needs no unpacking and loads straight into its floats (two steps spilled at a
+// 32-register cap).
 template <int THREADS, int ITEMS, typename T>
 __device__ __forceinline__ void tg_load_row(const T* __restrict__ row, int c0, int cols, bool vec_ok, float fill,
                                             float (&v)[ITEMS][tg_vec<T>::N]) {
@@ -281,9 +259,10 @@ __device__ __forceinline__ void tg_load_row(const T* __restrict__ row, int c0, i
         for (int j = 0; j < ITEMS; ++j) tg_load_vec(row, c0 + tg_row_col<THREADS, T>(j), cols, vec_ok, fill, v[j]);
     } else {
         uint4 raw[ITEMS];
-        tg_row_raw<THREADS, ITEMS>(row, c0, cols, vec_ok, raw);
 #pragma unroll
-        for (int j = 0; j < ITEMS; ++j) tg_row_vec<THREADS>(row, c0, j, cols, vec_ok, fill, raw[j], v[j]);
+        for (int j = 0; j < ITEMS; ++j) raw[j] = tg_load_raw16(row, c0 + tg_row_col<THREADS, T>(j), cols, vec_ok);
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) tg_vec_from_raw(row, c0 + tg_row_col<THREADS, T>(j), cols, vec_ok, fill, raw[j], v[j]);
     }
 }
 // Stores one vector of an output row at column c, only the columns inside the row.
