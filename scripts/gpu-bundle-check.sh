@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5's GPU step, for the device machine: the kernels of a prebuilt bundle load there and
+# For the device machine: the kernels of a prebuilt bundle load there and
 # pass `tilegen verify`. Make the bundle here first and carry it with the binary:
 #   target/release/tilegen bundle create --lib generated --out .dev/generated.tar.gz
 # then on the device: bash scripts/gpu-bundle-check.sh .dev/generated.tar.gz
@@ -13,8 +13,6 @@ lib=$(mktemp -d)/lib
 {
   $bin bundle verify "$bundle" &&
   $bin generate --bundle "$bundle" --specs /nonexistent --out "$lib" &&
-  for g in vector_add bias_gelu fma_ softmax layernorm rmsnorm gemm; do
-    timeout 200 $bin verify --lib "$lib" --filter "$g"
-    echo "verify $g exit: $?"
-  done
+  timeout 500 $bin verify --lib "$lib"
+  echo "verify exit: $?"
 } 2>&1 | tee "$OUT/bundle-verify.txt"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One batched GPU session (run on the device machine from the repo root, with the release
 # binaries built here and carried along): doctor, verify, bench, the example crate. Logs and
-# JSON land in $OUT. Each op family runs in its own process, so a kernel fault (which poisons
-# the CUDA context) costs only that family's results.
-# Usage: scripts/gpu-run.sh [FILTER...]   (default: every family)
+# JSON land in $OUT. Each op runs in its own process (`--op`, so no instance is counted
+# twice), and a kernel fault (which poisons the CUDA context) costs only that op's results.
+# Usage: scripts/gpu-run.sh [OP...]   (default: every op of the library's manifest)
 # TILEGEN_SKIP_VERIFY=1 benches only (e.g. when gpu-bundle-check.sh verified the same kernels).
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -11,17 +11,18 @@ OUT=${OUT:-/tmp/tilegen-out}
 mkdir -p "$OUT"
 bin=${TILEGEN_BIN:-./target/release/tilegen}
 demo=${TILEGEN_DEMO:-./target/release/tilegen-demo}
+lib=${TILEGEN_LIB:-generated}
 groups=("$@")
-[ ${#groups[@]} -eq 0 ] && groups=(vector_add bias_gelu fma_ softmax layernorm rmsnorm gemm)
+[ ${#groups[@]} -eq 0 ] && read -r -a groups < <(python3 -c "import json,sys; print(' '.join(sorted({i['op'] for i in json.load(open(sys.argv[1]))['instances']})))" "$lib/manifest.json")
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; $bin doctor; } 2>&1 | tee "$OUT/doctor.txt"
 : > "$OUT/verify.txt"
 [ -n "${TILEGEN_SKIP_VERIFY:-}" ] || for g in "${groups[@]}"; do
-  timeout 200 $bin verify --filter "$g" 2>&1 | tee -a "$OUT/verify.txt"
+  timeout 200 $bin verify --lib "$lib" --op "$g" 2>&1 | tee -a "$OUT/verify.txt"
   echo "verify $g exit: ${PIPESTATUS[0]}" | tee -a "$OUT/verify.txt"
 done
 : > "$OUT/bench.txt"
 for g in "${groups[@]}"; do
-  timeout 200 $bin bench --filter "$g" --json-out "$OUT/part-$g.json" 2>&1 | tee -a "$OUT/bench.txt"
+  timeout 200 $bin bench --lib "$lib" --op "$g" --json-out "$OUT/part-$g.json" 2>&1 | tee -a "$OUT/bench.txt"
 done
 # One JSON for all families (the device returns few files).
 python3 - "$OUT" <<'PY'

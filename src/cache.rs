@@ -1,16 +1,30 @@
 //! Content-addressed cache of compiled kernels.
 //!
-//! One entry is one file, `<dir>/v1/<key[..2]>/<key>.entry`, holding a kernel's PTX, cubin,
-//! resource report and compile log for one arch, followed by a sha256 of everything before
-//! it. Entries are written under a temporary name in the same folder tree and published with
-//! an atomic rename, so readers see either nothing or a whole entry, and many processes can
-//! fill the cache at once (the last rename of identical bytes wins). A read that fails its
-//! checksum is a miss: the entry is removed and rebuilt, and the caller is told.
+//! Layout of a cache folder (nothing else in it is tilegen's):
+//!
+//! - `CACHEDIR.TAG` (the Cache Directory Tagging spec, so backup tools skip the folder) and
+//!   `tilegen-cache.version` (tilegen's own mark and layout version). The commands that remove
+//!   files (`clean`, `gc`, `verify`) refuse a folder without both.
+//! - `v1/<key[..2]>/<key>.entry`: one entry per compile, holding a kernel's PTX, cubin,
+//!   resource report and compile log for one arch, followed by a sha256 of everything before it.
+//! - `tmp/<key[..16]>.<6 letters or digits>`: an entry being written; published by an atomic
+//!   rename, so readers see either nothing or a whole entry and many processes can fill the
+//!   cache at once (the last rename of identical bytes wins).
+//! - `locks/<key>.lock`: held (flock) while one process compiles that key, so concurrent runs
+//!   wait for it instead of compiling the same kernel again.
+//!
+//! A read that fails its checksum, or finds something that is not a regular file where an
+//! entry belongs, is a miss: the thing is removed where that is safe and the entry rebuilt.
+//! Cleaning commands remove only names of this layout and never recurse into folders they do
+//! not know.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -19,8 +33,21 @@ use crate::hashing::sha256_hex;
 use crate::nvrtc::{Compiled, Resources};
 
 const MAGIC: &[u8] = b"TILEGEN-CACHE v1\n";
-/// Temporary files older than this are leftovers of a crash, removed by `gc`.
+/// Temporary files and lock files older than this are leftovers of a crash, removed by `gc`.
 const STALE_TMP: Duration = Duration::from_secs(3600);
+/// The longest a compile waits for another process compiling the same key before it
+/// compiles the key itself.
+const LOCK_WAIT: Duration = Duration::from_secs(120);
+
+/// The Cache Directory Tagging spec's file and the line it must start with.
+pub const TAG_FILE: &str = "CACHEDIR.TAG";
+const TAG_SIGNATURE: &str = "Signature: 8a477f597d28d172789f06886806bc55";
+const TAG_TEXT: &str = "Signature: 8a477f597d28d172789f06886806bc55\n\
+# This file is a cache directory tag created by tilegen (its compile cache).\n\
+# For information about cache directory tags, see https://bford.info/cachedir/\n";
+/// tilegen's own mark; its first line names the layout.
+pub const VERSION_FILE: &str = "tilegen-cache.version";
+const VERSION_LINE: &str = "tilegen-cache 1";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Meta {
@@ -35,21 +62,57 @@ struct Meta {
 pub enum Lookup {
     Hit(Compiled),
     Miss,
-    /// An entry existed but failed its check; it has been removed.
+    /// An entry existed but was unusable (failed its check, or was not a readable regular
+    /// file); it has been removed where that was possible.
     Corrupt(String),
 }
 
 #[derive(Debug, Clone)]
 pub struct Cache {
     root: PathBuf,
+    state: Arc<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Whether this folder may be used (marked, or made so), decided on first use.
+    ready: OnceLock<std::result::Result<(), String>>,
+    /// Whether a cache problem was already reported in this run (one warning is enough).
+    warned: AtomicBool,
 }
 
 /// Totals for `tilegen cache stats`.
 #[derive(Debug, Default, Serialize)]
 pub struct Stats {
+    pub marked: bool,
     pub entries: usize,
     pub bytes: u64,
     pub temporary_files: usize,
+}
+
+/// What `tilegen cache verify` found.
+#[derive(Debug, Default, Serialize)]
+pub struct VerifyReport {
+    /// Entries read and checked.
+    pub checked: usize,
+    /// Corrupt, unreadable or wrong-typed entries (or entry folders), removed.
+    pub removed: Vec<String>,
+    /// Broken ones that could not be removed (a non-empty folder where an entry belongs, an
+    /// unreadable folder), with why.
+    pub unrepaired: Vec<String>,
+    /// Files tilegen did not write, left alone.
+    pub foreign: Vec<String>,
+}
+
+/// What `tilegen cache clean` and `gc` removed.
+#[derive(Debug, Default, Serialize)]
+pub struct RemoveReport {
+    pub entries: usize,
+    pub bytes: u64,
+    pub temporary_files: usize,
+    pub lock_files: usize,
+    /// Files tilegen did not write, left alone.
+    pub foreign: Vec<String>,
 }
 
 impl Cache {
@@ -64,7 +127,10 @@ impl Cache {
     }
 
     pub fn open(root: PathBuf) -> Cache {
-        Cache { root }
+        Cache {
+            root,
+            state: Arc::default(),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -79,136 +145,662 @@ impl Cache {
         self.root.join("tmp")
     }
 
+    fn locks_dir(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+
     pub fn entry_path(&self, key: &str) -> PathBuf {
         self.entries_dir()
             .join(&key[..2])
             .join(format!("{key}.entry"))
     }
 
+    /// Whether the folder carries both marks.
+    pub fn is_marked(&self) -> bool {
+        marked(&self.root)
+    }
+
+    /// Errors unless the folder is a marked tilegen cache; the commands that remove files
+    /// call this first. Ok(false) when there is nothing at all to look at (no folder, or one
+    /// holding no more than marks being written).
+    fn require_marked(&self) -> Result<bool> {
+        if self.is_marked() {
+            return Ok(true);
+        }
+        let only_marks = match fs::read_dir(&self.root) {
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            Ok(rd) => rd.filter_map(|e| e.ok()).all(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                let is_file = fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file());
+                is_file && (n == TAG_FILE || n == VERSION_FILE || n.starts_with(".tilegen-mark-"))
+            }),
+        };
+        if only_marks {
+            return Ok(false);
+        }
+        let root = self.root.display();
+        let hint = if adoptable(&self.root) {
+            "it looks like a cache written by an older tilegen: one `tilegen generate` with this \
+             cache folder marks it"
+        } else {
+            "refusing to remove anything in it"
+        };
+        Err(Error::Usage(format!(
+            "{root} is not a tilegen cache (no {TAG_FILE} and {VERSION_FILE} written by \
+             tilegen); {hint}"
+        )))
+    }
+
+    /// Makes the folder usable as a cache on first use: a marked cache is used; an absent
+    /// folder, an empty one, or one holding only this layout's files (an older tilegen's
+    /// cache) is marked and used; anything else is left alone and not used.
+    fn ready(&self) -> std::result::Result<(), &str> {
+        self.state
+            .ready
+            .get_or_init(|| prepare(&self.root))
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| e.as_str())
+    }
+
+    /// The reason the cache is not used, once per run (for a warning).
+    pub fn unusable_warning(&self) -> Option<String> {
+        let why = self.ready().err()?.to_string();
+        self.warn_once(why)
+    }
+
+    /// `message`, unless a cache problem was already reported by this handle.
+    pub fn warn_once(&self, message: String) -> Option<String> {
+        (!self.state.warned.swap(true, Ordering::Relaxed)).then_some(message)
+    }
+
     /// Looks an entry up and checks it end to end.
     pub fn get(&self, key: &str) -> Lookup {
+        if !is_key(key) || self.ready().is_err() {
+            return Lookup::Miss;
+        }
         let path = self.entry_path(key);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(_) => return Lookup::Miss,
+        let bytes = match read_entry(&path) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Lookup::Miss,
+            Err(why) => {
+                self.repair_parents(key);
+                let _ = discard(&path);
+                return Lookup::Corrupt(format!("{}: {why}", path.display()));
+            }
         };
         match decode(key, &bytes) {
             Ok(c) => {
                 // Mark as recently used for `gc`; failure to do so is harmless.
-                if let Ok(f) = fs::File::options().append(true).open(&path) {
+                if let Ok(f) = fs::File::options()
+                    .append(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(&path)
+                {
                     let _ = f.set_modified(SystemTime::now());
                 }
                 Lookup::Hit(c)
             }
             Err(why) => {
-                let _ = fs::remove_file(&path);
+                let _ = discard(&path);
                 Lookup::Corrupt(format!("{}: {why}", path.display()))
             }
         }
     }
 
-    /// Publishes an entry atomically.
+    /// `v1` or this key's `v1/XX` that is not a folder (a file, a dangling link) is removed so
+    /// the entry can be written again.
+    fn repair_parents(&self, key: &str) {
+        for d in [self.entries_dir(), self.entries_dir().join(&key[..2])] {
+            if fs::symlink_metadata(&d).is_ok() && !fs::metadata(&d).is_ok_and(|m| m.is_dir()) {
+                let _ = fs::remove_file(&d);
+            }
+        }
+    }
+
+    /// Publishes an entry atomically. Does nothing when the folder is not used as a cache.
     pub fn put(&self, key: &str, c: &Compiled) -> Result<()> {
+        if !is_key(key) || self.ready().is_err() {
+            return Ok(());
+        }
         let path = self.entry_path(key);
         let dir = path.parent().expect("entry has a folder");
-        fs::create_dir_all(dir).at(dir)?;
+        ensure_dir(&self.entries_dir())?;
+        ensure_dir(dir)?;
         let tmp_dir = self.tmp_dir();
-        fs::create_dir_all(&tmp_dir).at(&tmp_dir)?;
+        ensure_dir(&tmp_dir)?;
         let mut tmp = tempfile::Builder::new()
             .prefix(&format!("{}.", &key[..16]))
+            .rand_bytes(6)
             .tempfile_in(&tmp_dir)
             .at(&tmp_dir)?;
         tmp.write_all(&encode(key, c)).at(tmp.path())?;
         tmp.as_file().sync_all().at(tmp.path())?;
-        tmp.persist(&path).map_err(|e| Error::io(&path, e.error))?;
+        if let Err(e) = tmp.persist(&path) {
+            // An empty folder where the entry belongs is replaced; anything else stays.
+            if fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+                let _ = fs::remove_dir(&path);
+            }
+            e.file
+                .persist(&path)
+                .map_err(|e| Error::io(&path, e.error))?;
+        }
         Ok(())
     }
 
-    fn entry_files(&self) -> Vec<PathBuf> {
-        walkdir::WalkDir::new(self.entries_dir())
-            .into_iter()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_type().is_file())
-            .map(|e| e.into_path())
-            .collect()
+    /// A lock on `key` for compiling it: waits while another process holds it (at most a
+    /// couple of minutes; a dead holder's lock is released by the kernel). None when no lock
+    /// can be had (the folder is not used as a cache, the file system has no locks, or the
+    /// wait ran out): the caller then compiles anyway.
+    pub fn lock(&self, key: &str) -> Option<KeyLock> {
+        if !is_key(key) || self.ready().is_err() {
+            return None;
+        }
+        let dir = self.locks_dir();
+        ensure_dir(&dir).ok()?;
+        let path = dir.join(format!("{key}.lock"));
+        let file = fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .ok()?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return None;
+        }
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match try_flock(&file) {
+                Ok(true) => return Some(KeyLock { file, path }),
+                Ok(false) if start.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                _ => return None,
+            }
+        }
     }
 
-    fn tmp_files(&self) -> Vec<PathBuf> {
-        fs::read_dir(self.tmp_dir())
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default()
+    /// Every `v1/XX/KEY.entry` path with its file type, and things under `v1` that are not
+    /// this layout's.
+    fn scan_entries(
+        &self,
+        foreign: &mut Vec<String>,
+        unreadable: &mut Vec<String>,
+    ) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let v1 = self.entries_dir();
+        let Ok(rd) = fs::read_dir(&v1) else {
+            if fs::symlink_metadata(&v1).is_ok() && fs::metadata(&v1).is_ok_and(|m| m.is_dir()) {
+                unreadable.push(format!("{}: cannot be read", v1.display()));
+            }
+            return out;
+        };
+        let mut shards: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        shards.sort();
+        for shard in shards {
+            let name = file_name(&shard);
+            if !is_shard_name(&name) || !fs::metadata(&shard).is_ok_and(|m| m.is_dir()) {
+                if !is_shard_name(&name) {
+                    foreign.push(shard.display().to_string());
+                }
+                continue;
+            }
+            let Ok(rd) = fs::read_dir(&shard) else {
+                unreadable.push(format!("{}: cannot be read", shard.display()));
+                continue;
+            };
+            let mut files: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            files.sort();
+            for f in files {
+                match entry_key(&file_name(&f)) {
+                    Some(k) if k[..2] == name => out.push(f),
+                    _ => foreign.push(f.display().to_string()),
+                }
+            }
+        }
+        out
+    }
+
+    /// Names under `dir` that `is_ours` accepts; the rest are foreign.
+    fn scan_flat(dir: &Path, is_ours: fn(&str) -> bool, foreign: &mut Vec<String>) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        if let Ok(rd) = fs::read_dir(dir) {
+            for p in rd.filter_map(|e| e.ok()).map(|e| e.path()) {
+                if is_ours(&file_name(&p)) {
+                    out.push(p);
+                } else {
+                    foreign.push(p.display().to_string());
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     pub fn stats(&self) -> Stats {
-        let mut s = Stats::default();
-        for p in self.entry_files() {
-            s.entries += 1;
-            s.bytes += fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+        let mut s = Stats {
+            marked: self.is_marked(),
+            ..Default::default()
+        };
+        let (mut foreign, mut unreadable) = (Vec::new(), Vec::new());
+        for p in self.scan_entries(&mut foreign, &mut unreadable) {
+            if let Ok(m) = fs::symlink_metadata(&p) {
+                if m.is_file() {
+                    s.entries += 1;
+                    s.bytes += m.len();
+                }
+            }
         }
-        s.temporary_files = self.tmp_files().len();
+        s.temporary_files = Self::scan_flat(&self.tmp_dir(), is_temp_name, &mut foreign).len();
         s
     }
 
-    /// Checks every entry; returns the corrupt ones (which are removed).
-    pub fn verify(&self) -> (usize, Vec<String>) {
-        let mut bad = Vec::new();
-        let files = self.entry_files();
+    /// Checks every entry: corrupt, unreadable and wrong-typed ones (and `v1/XX`, `tmp` or
+    /// `locks` that are not folders) are removed and listed. Refuses an unmarked folder.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut r = VerifyReport::default();
+        if !self.require_marked()? {
+            return Ok(r);
+        }
+        for d in [self.entries_dir(), self.tmp_dir(), self.locks_dir()] {
+            if fs::symlink_metadata(&d).is_ok() && !fs::metadata(&d).is_ok_and(|m| m.is_dir()) {
+                match fs::remove_file(&d) {
+                    Ok(()) => r.removed.push(format!("{}: not a folder", d.display())),
+                    Err(e) => r
+                        .unrepaired
+                        .push(format!("{}: not a folder: {e}", d.display())),
+                }
+            }
+        }
+        if let Ok(rd) = fs::read_dir(self.entries_dir()) {
+            for shard in rd.filter_map(|e| e.ok()).map(|e| e.path()) {
+                let name = file_name(&shard);
+                if is_shard_name(&name) && !fs::metadata(&shard).is_ok_and(|m| m.is_dir()) {
+                    match fs::remove_file(&shard) {
+                        Ok(()) => r.removed.push(format!("{}: not a folder", shard.display())),
+                        Err(e) => r
+                            .unrepaired
+                            .push(format!("{}: not a folder: {e}", shard.display())),
+                    }
+                }
+            }
+        }
+        let mut foreign = Vec::new();
+        let files = self.scan_entries(&mut foreign, &mut r.unrepaired);
         for p in &files {
-            let key = p.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-            let ok = key.len() == 64 && fs::read(p).is_ok_and(|b| decode(key, &b).is_ok());
-            if !ok {
-                let _ = fs::remove_file(p);
-                bad.push(p.display().to_string());
+            r.checked += 1;
+            let key = entry_key(&file_name(p)).unwrap_or_default();
+            let why = match read_entry(p) {
+                Ok(Some(bytes)) => match decode(&key, &bytes) {
+                    Ok(_) => continue,
+                    Err(why) => why,
+                },
+                Ok(None) => continue, // removed meanwhile by another process
+                Err(why) => why,
+            };
+            match discard(p) {
+                Ok(()) => r.removed.push(format!("{}: {why}", p.display())),
+                Err(e) => r.unrepaired.push(format!("{}: {why}; {e}", p.display())),
             }
         }
-        (files.len(), bad)
+        r.foreign = foreign;
+        Ok(r)
     }
 
-    /// Removes everything.
-    pub fn clean(&self) -> Result<()> {
-        for d in [self.entries_dir(), self.tmp_dir()] {
-            if d.exists() {
-                fs::remove_dir_all(&d).at(&d)?;
+    /// Removes every entry, temporary file and lock file; leaves the marks and anything
+    /// tilegen did not write. Refuses an unmarked folder.
+    pub fn clean(&self) -> Result<RemoveReport> {
+        let mut r = RemoveReport::default();
+        if !self.require_marked()? {
+            return Ok(r);
+        }
+        let mut unreadable = Vec::new();
+        for p in self.scan_entries(&mut r.foreign, &mut unreadable) {
+            let len = fs::symlink_metadata(&p).map(|m| m.len()).unwrap_or(0);
+            if discard(&p).is_ok() {
+                r.entries += 1;
+                r.bytes += len;
             }
         }
-        Ok(())
+        if let Ok(rd) = fs::read_dir(self.entries_dir()) {
+            for shard in rd.filter_map(|e| e.ok()).map(|e| e.path()) {
+                if is_shard_name(&file_name(&shard)) {
+                    let _ = fs::remove_dir(&shard);
+                }
+            }
+        }
+        for p in Self::scan_flat(&self.tmp_dir(), is_temp_name, &mut r.foreign) {
+            if remove_non_dir(&p) {
+                r.temporary_files += 1;
+            }
+        }
+        for p in Self::scan_flat(&self.locks_dir(), is_lock_name, &mut r.foreign) {
+            if remove_non_dir(&p) {
+                r.lock_files += 1;
+            }
+        }
+        for d in [self.entries_dir(), self.tmp_dir(), self.locks_dir()] {
+            let _ = fs::remove_dir(&d); // only when empty
+        }
+        r.foreign.extend(unreadable);
+        Ok(r)
     }
 
-    /// Removes stale temporary files, then least recently used entries until the cache is at
-    /// most `max_bytes`. Returns (entries removed, bytes freed).
-    pub fn gc(&self, max_bytes: u64) -> (usize, u64) {
+    /// Removes stale temporary and lock files, then least recently used entries until the
+    /// entries take at most `max_bytes`. Refuses an unmarked folder.
+    pub fn gc(&self, max_bytes: u64) -> Result<RemoveReport> {
+        let mut r = RemoveReport::default();
+        if !self.require_marked()? {
+            return Ok(r);
+        }
         let now = SystemTime::now();
-        for t in self.tmp_files() {
-            let old = fs::metadata(&t)
+        let stale = |p: &Path| {
+            fs::symlink_metadata(p)
                 .and_then(|m| m.modified())
-                .is_ok_and(|m| now.duration_since(m).unwrap_or_default() > STALE_TMP);
-            if old {
-                let _ = fs::remove_file(&t);
+                .is_ok_and(|m| now.duration_since(m).unwrap_or_default() > STALE_TMP)
+        };
+        for t in Self::scan_flat(&self.tmp_dir(), is_temp_name, &mut r.foreign) {
+            if stale(&t) && remove_non_dir(&t) {
+                r.temporary_files += 1;
             }
         }
+        for l in Self::scan_flat(&self.locks_dir(), is_lock_name, &mut r.foreign) {
+            // Only a lock nobody holds: the holder of a live one is compiling.
+            let free = fs::File::options()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&l)
+                .is_ok_and(|f| try_flock(&f).unwrap_or(false));
+            if stale(&l) && free && remove_non_dir(&l) {
+                r.lock_files += 1;
+            }
+        }
+        let mut unreadable = Vec::new();
         let mut entries: Vec<(SystemTime, u64, PathBuf)> = self
-            .entry_files()
+            .scan_entries(&mut r.foreign, &mut unreadable)
             .into_iter()
             .filter_map(|p| {
-                let m = fs::metadata(&p).ok()?;
+                let m = fs::symlink_metadata(&p).ok()?;
+                m.is_file().then_some(())?;
                 Some((m.modified().ok()?, m.len(), p))
             })
             .collect();
         entries.sort();
         let mut total: u64 = entries.iter().map(|e| e.1).sum();
-        let (mut removed, mut freed) = (0, 0);
         for (_, len, p) in entries {
             if total <= max_bytes {
                 break;
             }
             if fs::remove_file(&p).is_ok() {
                 total -= len;
-                freed += len;
-                removed += 1;
+                r.bytes += len;
+                r.entries += 1;
             }
         }
-        (removed, freed)
+        r.foreign.extend(unreadable);
+        Ok(r)
     }
+}
+
+/// Held while compiling one key; released (and its file removed once the entry is published)
+/// when dropped or by [`KeyLock::published`].
+pub struct KeyLock {
+    file: fs::File,
+    path: PathBuf,
+}
+
+impl KeyLock {
+    /// The entry is in the cache: later arrivals find it there, so the lock file can go.
+    /// Removed only while it is still this lock's file.
+    pub fn published(self) {
+        let same = match (fs::symlink_metadata(&self.path), self.file.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        };
+        if same {
+            let _ = fs::remove_file(&self.path);
+        }
+        // Dropping the file releases the lock.
+    }
+}
+
+/// Ok(true) when the exclusive lock was taken, Ok(false) when another holds it.
+fn try_flock(f: &fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            Some(libc::EINTR) => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
+fn prepare(root: &Path) -> std::result::Result<(), String> {
+    let shown = root.display();
+    let not_used =
+        |why: String| format!("cache folder {shown} not used ({why}); compiling without a cache");
+    if marked(root) {
+        if !fs::symlink_metadata(root.join(TAG_FILE)).is_ok_and(|m| m.is_file()) {
+            let _ = write_mark(&root.join(TAG_FILE), TAG_TEXT);
+        }
+        return Ok(());
+    }
+    match fs::metadata(root) {
+        Ok(m) if !m.is_dir() => return Err(not_used("it is not a folder".into())),
+        Ok(_) => {
+            if !adoptable(root) {
+                return Err(not_used(format!(
+                    "it is not a tilegen cache: it has no {VERSION_FILE} and holds files \
+                     tilegen did not write; give an empty or new folder"
+                )));
+            }
+        }
+        Err(_) => fs::create_dir_all(root).map_err(|e| not_used(e.to_string()))?,
+    }
+    write_mark(&root.join(TAG_FILE), TAG_TEXT).map_err(not_used)?;
+    write_mark(
+        &root.join(VERSION_FILE),
+        &format!("{VERSION_LINE}\nwritten by tilegen {}\n", crate::VERSION),
+    )
+    .map_err(not_used)?;
+    Ok(())
+}
+
+/// Writes a mark file unless one is there (concurrent runs may race to write it).
+fn write_mark(path: &Path, text: &str) -> std::result::Result<(), String> {
+    if marked_file(path, text.lines().next().unwrap_or_default()) {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tilegen-mark-")
+        .tempfile_in(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    tmp.write_all(text.as_bytes())
+        .map_err(|e| format!("{}: {e}", tmp.path().display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(fs::Permissions::from_mode(0o644));
+    }
+    tmp.persist(path)
+        .map_err(|e| format!("{}: {}", path.display(), e.error))?;
+    Ok(())
+}
+
+/// Whether `path` is a small regular file whose first line is `first_line`.
+fn marked_file(path: &Path, first_line: &str) -> bool {
+    let Ok(f) = fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut head = Vec::new();
+    if f.take(4096).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    head.split(|&b| b == b'\n').next() == Some(first_line.as_bytes())
+}
+
+fn marked(root: &Path) -> bool {
+    marked_file(&root.join(VERSION_FILE), VERSION_LINE)
+        && marked_file(&root.join(TAG_FILE), TAG_SIGNATURE)
+}
+
+/// Whether an unmarked folder holds nothing but this layout's files (an empty folder, or a
+/// cache of a tilegen from before the marks), so marking and using it harms nothing.
+fn adoptable(root: &Path) -> bool {
+    let Ok(rd) = fs::read_dir(root) else {
+        return false;
+    };
+    let is_dir = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    let is_file = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+    let all_files = |dir: &Path, ok: &dyn Fn(&str) -> bool| {
+        fs::read_dir(dir).is_ok_and(|rd| {
+            rd.filter_map(|e| e.ok())
+                .all(|e| ok(&e.file_name().to_string_lossy()) && is_file(&e.path()))
+        })
+    };
+    for e in rd {
+        let Ok(e) = e else { return false };
+        let p = e.path();
+        let name = file_name(&p);
+        let ok = match name.as_str() {
+            TAG_FILE | VERSION_FILE => is_file(&p),
+            // A mark being written by a run that was killed.
+            _ if name.starts_with(".tilegen-mark-") => is_file(&p),
+            "v1" => {
+                is_dir(&p)
+                    && fs::read_dir(&p).is_ok_and(|rd| {
+                        rd.filter_map(|e| e.ok()).all(|s| {
+                            let shard = file_name(&s.path());
+                            is_shard_name(&shard)
+                                && is_dir(&s.path())
+                                && all_files(&s.path(), &|n| {
+                                    entry_key(n).is_some_and(|k| k[..2] == shard)
+                                })
+                        })
+                    })
+            }
+            "tmp" => is_dir(&p) && all_files(&p, &is_temp_name),
+            "locks" => is_dir(&p) && all_files(&p, &is_lock_name),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// A folder at `dir`, replacing a file or dangling link of that name (only ever called with
+/// this layout's folder names inside a cache in use).
+fn ensure_dir(dir: &Path) -> Result<()> {
+    if fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+        return Ok(());
+    }
+    if fs::symlink_metadata(dir).is_ok() {
+        fs::remove_file(dir).at(dir)?;
+    }
+    fs::create_dir_all(dir).at(dir)
+}
+
+/// The bytes of the entry at `path`: Ok(None) when there is none, Err(why) when something
+/// unusable is there. Never blocks on a fifo and never follows a link.
+fn read_entry(path: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
+    let f = fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let mut f = match f {
+        Ok(f) => f,
+        Err(e) => {
+            return match e.raw_os_error() {
+                Some(libc::ENOENT) => Ok(None),
+                Some(libc::ELOOP) => Err("a symbolic link, not an entry".into()),
+                Some(libc::ENOTDIR) => Err("its folder is not a folder".into()),
+                _ => Err(format!("cannot be read: {e}")),
+            }
+        }
+    };
+    let m = f.metadata().map_err(|e| format!("cannot be read: {e}"))?;
+    if m.is_dir() {
+        return Err("a folder, not an entry".into());
+    }
+    if !m.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    Ok(Some(bytes))
+}
+
+/// Removes what is at an entry's path: a file or link, or an empty folder. A folder with
+/// something in it is not tilegen's to empty.
+fn discard(path: &Path) -> std::result::Result<(), String> {
+    match fs::symlink_metadata(path) {
+        Err(_) => Ok(()),
+        Ok(m) if m.is_dir() => fs::remove_dir(path)
+            .map_err(|_| "a folder with files in it; remove it yourself".to_string()),
+        Ok(_) => fs::remove_file(path).map_err(|e| format!("cannot be removed: {e}")),
+    }
+}
+
+fn remove_non_dir(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()) && fs::remove_file(p).is_ok()
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn is_key(s: &str) -> bool {
+    is_hex(s, 64)
+}
+
+fn is_shard_name(s: &str) -> bool {
+    is_hex(s, 2)
+}
+
+/// The key of an entry file name `KEY.entry`.
+fn entry_key(name: &str) -> Option<String> {
+    let key = name.strip_suffix(".entry")?;
+    is_key(key).then(|| key.to_string())
+}
+
+/// `put`'s temporary names: the key's first 16 hex digits, a dot, 6 letters or digits.
+fn is_temp_name(name: &str) -> bool {
+    name.split_once('.').is_some_and(|(k, r)| {
+        is_hex(k, 16) && r.len() == 6 && r.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
+fn is_lock_name(name: &str) -> bool {
+    name.strip_suffix(".lock").is_some_and(is_key)
 }
 
 fn encode(key: &str, c: &Compiled) -> Vec<u8> {
@@ -304,6 +896,7 @@ mod tests {
             _ => panic!("expected a hit"),
         }
         assert_eq!(cache.stats().entries, 1);
+        assert!(cache.is_marked());
     }
 
     #[test]
@@ -350,8 +943,62 @@ mod tests {
             cache.put(&key, &sample()).unwrap();
         }
         let one = cache.stats().bytes / 5;
-        let (removed, _) = cache.gc(one * 2);
-        assert_eq!(removed, 3);
+        let r = cache.gc(one * 2).unwrap();
+        assert_eq!(r.entries, 3);
         assert_eq!(cache.stats().entries, 2);
+    }
+
+    #[test]
+    fn names_of_the_layout() {
+        assert!(is_temp_name("0123456789abcdef.Ab3xZ9"));
+        assert!(!is_temp_name("0123456789abcdef.Ab3xZ"));
+        assert!(!is_temp_name("notes.txt"));
+        assert!(entry_key(&format!("{KEY}.entry")).is_some());
+        assert!(entry_key("ab.entry").is_none());
+        assert!(is_lock_name(&format!("{KEY}.lock")));
+    }
+
+    #[test]
+    fn a_foreign_folder_is_neither_used_nor_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        let cache = Cache::open(dir.path().to_path_buf());
+        cache.put(KEY, &sample()).unwrap();
+        assert!(matches!(cache.get(KEY), Lookup::Miss));
+        assert!(cache.unusable_warning().is_some());
+        assert!(!dir.path().join(TAG_FILE).exists());
+        assert!(!dir.path().join("v1").exists());
+        assert!(cache.clean().is_err() && cache.gc(0).is_err() && cache.verify().is_err());
+    }
+
+    #[test]
+    fn an_unmarked_cache_of_this_layout_is_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        Cache::open(dir.path().to_path_buf())
+            .put(KEY, &sample())
+            .unwrap();
+        fs::remove_file(dir.path().join(TAG_FILE)).unwrap();
+        fs::remove_file(dir.path().join(VERSION_FILE)).unwrap();
+        let cache = Cache::open(dir.path().to_path_buf());
+        assert!(cache.clean().is_err(), "unmarked: refused");
+        assert!(matches!(cache.get(KEY), Lookup::Hit(_)));
+        assert!(cache.is_marked());
+        assert_eq!(cache.clean().unwrap().entries, 1);
+    }
+
+    #[test]
+    fn a_second_lock_waits_for_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path().to_path_buf());
+        let held = cache.lock(KEY).expect("lock");
+        let f = fs::File::open(dir.path().join("locks").join(format!("{KEY}.lock"))).unwrap();
+        assert!(!try_flock(&f).unwrap(), "held elsewhere");
+        held.published();
+        assert!(!dir
+            .path()
+            .join("locks")
+            .join(format!("{KEY}.lock"))
+            .exists());
+        assert!(try_flock(&f).unwrap(), "released");
     }
 }

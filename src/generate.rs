@@ -85,6 +85,11 @@ pub enum Event {
     CacheCorrupt {
         message: String,
     },
+    /// The cache could not be used or written (a folder that is not a tilegen cache, a full
+    /// disk); the run goes on without it. Reported once per run.
+    CacheWarning {
+        message: String,
+    },
 }
 
 /// What a run did.
@@ -106,7 +111,10 @@ pub struct Report {
 pub struct Rendered {
     pub instances: Vec<Instance>,
     pub sources: Vec<String>,
+    /// Spec files read, then template files read.
     pub inputs: Vec<PathBuf>,
+    /// How many of `inputs` are spec files.
+    pub spec_files: usize,
 }
 
 pub fn render_all(opts: &Options) -> Result<Rendered> {
@@ -137,7 +145,16 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
         }
     }
     if let Some(f) = &opts.filter {
+        let all = instances.len();
         instances.retain(|i| i.name.contains(f.as_str()));
+        // Most likely a typo; generating nothing would also empty the library.
+        if instances.is_empty() {
+            return Err(Error::Usage(format!(
+                "filter `{}` matches none of the {all} instances the specs produce \
+                 (`tilegen list` shows them)",
+                f.escape_debug()
+            )));
+        }
     }
     let renderer = Renderer::new(opts.templates.as_deref())?;
     let sources = instances
@@ -145,11 +162,13 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
         .map(|i| renderer.render(i))
         .collect::<Result<Vec<_>>>()?;
     let mut inputs: Vec<PathBuf> = spec_files.into_iter().map(|s| s.path).collect();
+    let spec_files = inputs.len();
     inputs.extend(renderer.files_read);
     Ok(Rendered {
         instances,
         sources,
         inputs,
+        spec_files,
     })
 }
 
@@ -205,6 +224,9 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
                 if let Some(message) = done.corrupt {
                     corrupt.fetch_add(1, Ordering::Relaxed);
                     on_event(&Event::CacheCorrupt { message });
+                }
+                if let Some(message) = done.warning {
+                    on_event(&Event::CacheWarning { message });
                 }
                 if done.cached {
                     hits.fetch_add(1, Ordering::Relaxed);
@@ -303,10 +325,14 @@ pub struct CompileDone {
     pub cached: bool,
     /// A corrupt entry found (and removed) on the way, to report.
     pub corrupt: Option<String>,
+    /// The cache could not be used or written (once per run), to report.
+    pub warning: Option<String>,
 }
 
 /// Compiles one instance's source for one arch, through the cache: an intact entry is used,
-/// a corrupt one is removed and rebuilt, a new result is published for other processes.
+/// a corrupt or unreadable one is replaced, a new result is published for other processes.
+/// While one process compiles a key, others wanting it wait on its lock and then take the
+/// entry it published. A cache that cannot be used or written costs only a warning.
 /// On failure the rendered source is kept in a file the error names.
 pub fn compile_cached(
     cache: &Cache,
@@ -323,49 +349,148 @@ pub fn compile_cached(
         arch,
         tilegen_version: crate::VERSION,
     });
-    let corrupt = match cache.get(&key) {
-        Lookup::Hit(compiled) => {
-            return Ok(CompileDone {
-                key,
-                compiled,
-                cached: true,
-                corrupt: None,
+    let mut warning = cache.unusable_warning();
+    let mut corrupt = None;
+    let mut lock = None;
+    for attempt in 0..2 {
+        match cache.get(&key) {
+            Lookup::Hit(compiled) => {
+                return Ok(CompileDone {
+                    key,
+                    compiled,
+                    cached: true,
+                    corrupt,
+                    warning,
+                })
+            }
+            Lookup::Corrupt(message) => corrupt = corrupt.or(Some(message)),
+            Lookup::Miss => {}
+        }
+        if attempt == 0 {
+            // Another process may be compiling this key: wait for it, then look again.
+            lock = cache.lock(&key);
+            if lock.is_none() {
+                break;
+            }
+        }
+    }
+    let compiled = nvrtc::compile(name, source, arch).map_err(|e| match e {
+        nvrtc::CompileError::Broken(message) => Error::Environment(message),
+        nvrtc::CompileError::Rejected { log, options } => Error::Compile {
+            instance: name.to_string(),
+            arch: arch.to_string(),
+            source_path: keep_failed_source(name, arch, source),
+            options,
+            log,
+        },
+    })?;
+    match cache.put(&key, &compiled) {
+        Ok(()) => {
+            if let Some(l) = lock {
+                l.published();
+            }
+        }
+        Err(e) => {
+            warning = warning.or_else(|| {
+                cache.warn_once(format!(
+                    "cannot write to the cache ({e}); compiled kernels are used without caching"
+                ))
             })
         }
-        Lookup::Corrupt(message) => Some(message),
-        Lookup::Miss => None,
-    };
-    let compiled = nvrtc::compile(name, source, arch).map_err(|(log, options)| Error::Compile {
-        instance: name.to_string(),
-        arch: arch.to_string(),
-        source_path: keep_failed_source(name, source),
-        options,
-        log,
-    })?;
-    cache.put(&key, &compiled)?;
+    }
     Ok(CompileDone {
         key,
         compiled,
         cached: false,
         corrupt,
+        warning,
     })
 }
 
-/// Writes a source NVRTC rejected to a fresh temporary file (never a predictable name in a
-/// shared folder) and returns its path.
-fn keep_failed_source(name: &str, source: &str) -> PathBuf {
-    let kept = tempfile::Builder::new()
-        .prefix(&format!("tilegen-failed-{name}-"))
-        .suffix(".cu")
-        .tempfile()
-        .and_then(|mut f| {
-            use std::io::Write;
-            f.write_all(source.as_bytes())?;
-            f.keep().map_err(|e| e.error)
-        });
-    match kept {
-        Ok((_, path)) => path,
-        Err(_) => PathBuf::from("(the rendered source could not be saved)"),
+/// How many runs' failed sources are kept in the temporary folder.
+const KEEP_FAILED_RUNS: usize = 8;
+
+/// This process's folder of sources NVRTC rejected, made on the first failure.
+static FAILED_RUN_DIR: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Writes a source NVRTC rejected into this run's folder, `tilegen-failed-XXXXXX` in the
+/// system temporary folder (a fresh private name, never a predictable one in a shared folder),
+/// and returns its path. Making that folder removes the folders of all but the latest runs.
+fn keep_failed_source(name: &str, arch: Arch, source: &str) -> PathBuf {
+    let file: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(120)
+        .collect();
+    let kept = (|| -> std::io::Result<PathBuf> {
+        let mut run = FAILED_RUN_DIR.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = match run.as_ref().filter(|d| d.is_dir()) {
+            Some(d) => d.clone(),
+            None => {
+                let parent = std::env::temp_dir();
+                prune_failed_runs(&parent, KEEP_FAILED_RUNS - 1);
+                let d = tempfile::Builder::new()
+                    .prefix("tilegen-failed-")
+                    .rand_bytes(6)
+                    .tempdir_in(&parent)?
+                    .keep();
+                *run = Some(d.clone());
+                d
+            }
+        };
+        let path = dir.join(format!("{file}.{arch}.cu"));
+        std::fs::write(&path, source)?;
+        Ok(path)
+    })();
+    kept.unwrap_or_else(|_| PathBuf::from("(the rendered source could not be saved)"))
+}
+
+/// Removes this user's failed-source folders in `parent` but the `keep` newest, and loose
+/// `tilegen-failed-*.cu` files older tilegens wrote there. Only names of that form, owned by
+/// this user, and inside a folder only its `.cu` files.
+fn prune_failed_runs(parent: &std::path::Path, keep: usize) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut runs = Vec::new();
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("tilegen-failed-") else {
+            continue;
+        };
+        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if m.uid() != me {
+            continue;
+        }
+        if m.is_dir() && rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            runs.push((m.modified().ok(), e.path()));
+        } else if m.is_file() && name.ends_with(".cu") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    runs.sort();
+    let old = runs.len().saturating_sub(keep);
+    for (_, dir) in runs.into_iter().take(old) {
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for f in rd.filter_map(|e| e.ok()).map(|e| e.path()) {
+                let is_cu = f.extension().is_some_and(|x| x == "cu");
+                if is_cu && std::fs::symlink_metadata(&f).is_ok_and(|m| m.is_file()) {
+                    let _ = std::fs::remove_file(&f);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
     }
 }
 

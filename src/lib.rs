@@ -69,6 +69,7 @@ pub mod call_checks;
 pub mod diagnostics;
 pub mod env;
 pub mod error;
+pub mod escape;
 pub mod generate;
 pub mod gpu;
 pub mod hashing;

@@ -122,9 +122,16 @@ enum Command {
         /// Only instances whose name contains this text.
         #[arg(long)]
         filter: Option<String>,
+        /// Only instances of this op (vector_add, fma, softmax, layernorm, rmsnorm, gemm).
+        #[arg(long)]
+        op: Option<String>,
         /// Seed for the random inputs (default: from the clock; printed for replay).
         #[arg(long)]
         seed: Option<u64>,
+        /// Only cases whose output has at most this many elements (for compute-sanitizer,
+        /// which runs kernels a hundred times slower).
+        #[arg(long)]
+        max_elements: Option<u64>,
     },
     /// Time every instance at the goal sizes beside its ceiling measured in the same run.
     Bench {
@@ -132,6 +139,9 @@ enum Command {
         lib: PathBuf,
         #[arg(long)]
         filter: Option<String>,
+        /// Only instances of this op.
+        #[arg(long)]
+        op: Option<String>,
         /// Write the results as JSON here.
         #[arg(long)]
         json_out: Option<PathBuf>,
@@ -201,9 +211,9 @@ struct SigArgs {
 enum CacheAction {
     /// Entries and size.
     Stats,
-    /// Check every entry; remove corrupt ones.
+    /// Check every entry; remove corrupt, unreadable and wrong-typed ones (a marked cache only).
     Verify,
-    /// Remove every entry.
+    /// Remove every entry (a marked cache only; files tilegen did not write stay).
     Clean,
     /// Remove least recently used entries until the cache is at most --max-size.
     Gc {
@@ -346,6 +356,13 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                             None => eprintln!("{line}"),
                         }
                     }
+                    Event::CacheWarning { message } => {
+                        let line = format!("warning: {message}");
+                        match bar.as_ref() {
+                            Some(pb) => pb.println(line),
+                            None => eprintln!("{line}"),
+                        }
+                    }
                     _ => {}
                 }
             };
@@ -378,7 +395,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             } else {
                 eprintln!(
                     "{} spec file(s) OK: {} instances rendered",
-                    r.inputs.len(),
+                    r.spec_files,
                     r.instances.len()
                 );
             }
@@ -413,9 +430,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Show { name, inputs, ptx } => {
-            let mut o = options(&inputs, PathBuf::new());
-            o.filter = Some(name.clone());
-            let r = generate::render_all(&o)?;
+            let r = generate::render_all(&options(&inputs, PathBuf::new()))?;
             let Some(i) = r.instances.iter().position(|i| i.name == name) else {
                 return Err(Error::Usage(format!(
                     "no instance named `{name}`; `tilegen list` shows them"
@@ -445,42 +460,81 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                         emit_json(serde_json::json!({"cache": cache.root(), "stats": s}));
                     } else {
                         println!(
-                            "{}: {} entries, {:.1} MiB, {} temporary files",
+                            "{}: {} entries, {:.1} MiB, {} temporary files{}",
                             cache.root().display(),
                             s.entries,
                             s.bytes as f64 / (1 << 20) as f64,
-                            s.temporary_files
+                            s.temporary_files,
+                            if s.marked {
+                                ""
+                            } else {
+                                " (not marked as a tilegen cache)"
+                            }
                         );
                     }
                 }
                 CacheAction::Verify => {
-                    let (n, bad) = cache.verify();
+                    let r = cache.verify()?;
+                    let bad = r.removed.len() + r.unrepaired.len();
                     if json {
-                        emit_json(serde_json::json!({"checked": n, "corrupt_removed": bad}));
+                        emit_json(serde_json::json!({
+                            "checked": r.checked, "corrupt_removed": r.removed,
+                            "unrepaired": r.unrepaired, "foreign": r.foreign
+                        }));
                     } else {
-                        println!("{n} entries checked, {} corrupt (removed)", bad.len());
-                        for b in &bad {
-                            println!("  corrupt: {b}");
+                        println!(
+                            "{} entries checked, {} corrupt or unreadable ({} removed)",
+                            r.checked,
+                            bad,
+                            r.removed.len()
+                        );
+                        for b in &r.removed {
+                            println!("  removed: {b}");
+                        }
+                        for b in &r.unrepaired {
+                            println!("  not repaired: {b}");
+                        }
+                        for f in &r.foreign {
+                            println!("  left alone (not tilegen's): {f}");
                         }
                     }
-                    if !bad.is_empty() {
+                    if bad > 0 {
                         return Ok(ExitCode::from(1));
                     }
                 }
                 CacheAction::Clean => {
-                    cache.clean()?;
-                    if !json {
-                        println!("removed every entry under {}", cache.root().display());
+                    let r = cache.clean()?;
+                    if json {
+                        emit_json(serde_json::json!({"removed": r}));
+                    } else {
+                        println!(
+                            "removed {} entries ({:.1} MiB), {} temporary and {} lock files under {}",
+                            r.entries,
+                            r.bytes as f64 / (1 << 20) as f64,
+                            r.temporary_files,
+                            r.lock_files,
+                            cache.root().display()
+                        );
+                        for f in &r.foreign {
+                            println!("  left alone (not tilegen's): {f}");
+                        }
                     }
                 }
                 CacheAction::Gc { max_size } => {
-                    let (n, bytes) = cache.gc(max_size);
+                    let r = cache.gc(max_size)?;
                     if json {
-                        emit_json(serde_json::json!({"removed": n, "bytes_freed": bytes}));
+                        emit_json(serde_json::json!({
+                            "removed": r.entries, "bytes_freed": r.bytes,
+                            "temporary_files_removed": r.temporary_files,
+                            "lock_files_removed": r.lock_files, "foreign": r.foreign
+                        }));
                     } else {
                         println!(
-                            "removed {n} entries, freed {:.1} MiB",
-                            bytes as f64 / (1 << 20) as f64
+                            "removed {} entries, freed {:.1} MiB; removed {} stale temporary and {} stale lock files",
+                            r.entries,
+                            r.bytes as f64 / (1 << 20) as f64,
+                            r.temporary_files,
+                            r.lock_files
                         );
                     }
                 }
@@ -488,19 +542,30 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bundle { action } => cli::bundle::bundle_command(action, json),
-        Command::Verify { lib, filter, seed } => {
-            cli::gpu::gpu_verify(&lib, filter.as_deref(), seed, json)
+        Command::Verify {
+            lib,
+            filter,
+            op,
+            seed,
+            max_elements,
+        } => {
+            let select = cli::gpu::Select::new(filter, op)?;
+            cli::gpu::gpu_verify(&lib, &select, seed, max_elements, json)
         }
         Command::Bench {
             lib,
             filter,
+            op,
             json_out,
-        } => cli::gpu::gpu_bench(&lib, filter.as_deref(), json_out.as_deref(), json),
+        } => {
+            let select = cli::gpu::Select::new(filter, op)?;
+            cli::gpu::gpu_bench(&lib, &select, json_out.as_deref(), json)
+        }
         Command::Doctor => {
             let mut lines = Vec::new();
             let nvrtc = match tilegen::nvrtc::load() {
                 Ok(nv) => format!("NVRTC {} at {}", nv.version(), nv.location),
-                Err(e) => format!("NVRTC: not found\n{e}"),
+                Err(e) => format!("NVRTC: not usable\n{e}"),
             };
             lines.push(nvrtc);
             lines.push(format!(

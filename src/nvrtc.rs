@@ -135,6 +135,14 @@ fn python_wheel_dir() -> Option<PathBuf> {
 }
 
 fn open_global(path: &Path) -> std::result::Result<(), String> {
+    // A truncated library would be mapped anyway and crash the process with SIGBUS on first
+    // touch, so it is checked before dlopen.
+    check_elf(path).map_err(|why| {
+        format!(
+            "NVRTC is broken: {} is not a usable shared library: {why}\nTo fix: {INSTALL_HINT}",
+            path.display()
+        )
+    })?;
     // SAFETY: loading a shared library runs its initialisers; libnvrtc's are benign. The
     // handle is leaked on purpose so the library stays loaded for cudarc.
     unsafe {
@@ -144,6 +152,82 @@ fn open_global(path: &Path) -> std::result::Result<(), String> {
         )
         .map_err(|e| format!("{}: {e}", path.display()))?;
         std::mem::forget(lib);
+    }
+    Ok(())
+}
+
+/// Checks that `path` is a shared library for this process whose file is as long as its own
+/// ELF headers say (every program header's bytes and the section header table lie inside it).
+pub fn check_elf(path: &Path) -> std::result::Result<(), String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let len = f
+        .metadata()
+        .map_err(|e| format!("cannot be read: {e}"))?
+        .len();
+    let mut h = [0u8; 64];
+    let got = f.read(&mut h).map_err(|e| format!("cannot be read: {e}"))?;
+    if got < 64 || h[..4] != *b"\x7fELF" {
+        return Err(format!("not an ELF file ({len} bytes)"));
+    }
+    if h[4] != 2 || !cfg!(target_pointer_width = "64") {
+        return Err("not a 64-bit ELF library".into());
+    }
+    let little = match h[5] {
+        1 => true,
+        2 => false,
+        _ => return Err("bad ELF byte order".into()),
+    };
+    if little != cfg!(target_endian = "little") {
+        return Err("ELF byte order differs from this machine's".into());
+    }
+    let u16_at = |b: &[u8], o: usize| {
+        let v = [b[o], b[o + 1]];
+        u64::from(if little {
+            u16::from_le_bytes(v)
+        } else {
+            u16::from_be_bytes(v)
+        })
+    };
+    let u64_at = |b: &[u8], o: usize| {
+        let v: [u8; 8] = b[o..o + 8].try_into().expect("8 bytes");
+        if little {
+            u64::from_le_bytes(v)
+        } else {
+            u64::from_be_bytes(v)
+        }
+    };
+    if u16_at(&h, 16) != 3 {
+        return Err("not a shared library (ELF type is not ET_DYN)".into());
+    }
+    let (phoff, shoff) = (u64_at(&h, 32), u64_at(&h, 40));
+    let (phentsize, phnum) = (u16_at(&h, 54), u16_at(&h, 56));
+    let (shentsize, shnum) = (u16_at(&h, 58), u16_at(&h, 60));
+    let table_end = |off: u64, n: u64, size: u64| off.checked_add(n.checked_mul(size)?);
+    let overflow = || "ELF header offsets overflow".to_string();
+    let mut need = table_end(phoff, phnum, phentsize).ok_or_else(overflow)?;
+    if shnum > 0 {
+        need = need.max(table_end(shoff, shnum, shentsize).ok_or_else(overflow)?);
+    }
+    let truncated =
+        |need: u64| format!("truncated: the file has {len} bytes, its ELF headers describe {need}");
+    if len < need {
+        return Err(truncated(need));
+    }
+    if phentsize >= 56 && phnum > 0 {
+        let mut ph = vec![0u8; (phnum * phentsize) as usize];
+        f.seek(SeekFrom::Start(phoff))
+            .and_then(|_| f.read_exact(&mut ph))
+            .map_err(|e| format!("cannot read its program headers: {e}"))?;
+        for p in ph.chunks_exact(phentsize as usize) {
+            let end = u64_at(p, 8)
+                .checked_add(u64_at(p, 32))
+                .ok_or_else(overflow)?;
+            need = need.max(end);
+        }
+        if len < need {
+            return Err(truncated(need));
+        }
     }
     Ok(())
 }
@@ -172,7 +256,24 @@ fn locate_and_load() -> std::result::Result<Nvrtc, String> {
         tried.push(format!("{} ({what})", dir.display()));
     }
     if location.is_none() {
-        // The loader's own search path (LD_LIBRARY_PATH, ldconfig).
+        // The loader's own search path (LD_LIBRARY_PATH, ldconfig). What LD_LIBRARY_PATH
+        // would give is checked first, as open_global does.
+        for dir in std::env::split_paths(&crate::env::var_os("LD_LIBRARY_PATH").unwrap_or_default())
+        {
+            if let Some(lib) = ["libnvrtc.so.13", "libnvrtc.so"]
+                .iter()
+                .map(|n| dir.join(n))
+                .find(|p| p.is_file())
+            {
+                check_elf(&lib).map_err(|why| {
+                    format!(
+                        "NVRTC is broken: {} is not a usable shared library: {why}\nTo fix: {INSTALL_HINT}",
+                        lib.display()
+                    )
+                })?;
+                break;
+            }
+        }
         // SAFETY: as in open_global.
         let found = unsafe {
             libloading::Library::new("libnvrtc.so.13")
@@ -213,26 +314,41 @@ fn locate_and_load() -> std::result::Result<Nvrtc, String> {
     unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
         .result()
         .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+    // An NVRTC that loads but cannot compile (its builtins library missing, say) fails
+    // here once, as a broken NVRTC, instead of as every kernel failing to compile.
+    let ptx = probe_compile().map_err(|why| {
+        format!(
+            "NVRTC is broken: {location} loaded, but it cannot compile an empty kernel: {why}\n\
+             To fix: {INSTALL_HINT}"
+        )
+    })?;
     Ok(Nvrtc {
         major,
         minor,
-        release: probe_release(),
+        release: release_from_ptx(&String::from_utf8_lossy(&ptx)),
         location,
     })
 }
 
-/// Compiles an empty kernel to PTX and reads the release from its header comment
+/// Compiles an empty kernel to PTX, whose header comment names the release
 /// (`// Cuda compilation tools, release 13.0, V13.0.88`).
-fn probe_release() -> Option<String> {
+fn probe_compile() -> std::result::Result<Vec<u8>, String> {
     use cudarc::nvrtc::result;
-    let src = CString::new("extern \"C\" __global__ void tilegen_probe() {}").ok()?;
-    let prog = Program(result::create_program(&src, None).ok()?);
-    // SAFETY: `prog` is live until the guard drops; the PTX buffer is sized by NVRTC.
-    let ptx = unsafe {
-        result::compile_program(prog.0, &["--gpu-architecture=compute_80"]).ok()?;
-        c_bytes(&result::get_ptx(prog.0).ok()?)
-    };
-    release_from_ptx(&String::from_utf8_lossy(&ptx))
+    let src = CString::new("extern \"C\" __global__ void tilegen_probe() {}")
+        .map_err(|e| e.to_string())?;
+    let prog = Program(result::create_program(&src, None).map_err(|e| format!("{e:?}"))?);
+    // SAFETY: `prog` is live until the guard drops; the buffers are sized by NVRTC.
+    unsafe {
+        if let Err(e) = result::compile_program(prog.0, &["--gpu-architecture=compute_80"]) {
+            let log = result::get_program_log(prog.0)
+                .map(|l| String::from_utf8_lossy(&c_bytes(&l)).trim().to_string())
+                .unwrap_or_default();
+            return Err(format!("{e:?} {log}").trim().to_string());
+        }
+        Ok(c_bytes(
+            &result::get_ptx(prog.0).map_err(|e| format!("{e:?}"))?,
+        ))
+    }
 }
 
 /// `13.0.88` from a PTX header line `// Cuda compilation tools, release 13.0, V13.0.88`.
@@ -295,22 +411,40 @@ pub fn options(arch: Arch) -> Vec<String> {
     o
 }
 
-/// Compiles `source` for `arch`, producing PTX and a cubin in one pass. On failure the error
-/// carries the NVRTC log and options; the caller adds the path of the rendered source.
+/// Why a compile failed.
+#[derive(Debug)]
+pub enum CompileError {
+    /// NVRTC rejected the source: its log and the options it was given.
+    Rejected { log: String, options: String },
+    /// NVRTC itself is missing or broken (no fault of the source).
+    Broken(String),
+}
+
+/// Compiles `source` for `arch`, producing PTX and a cubin in one pass. On rejection the
+/// error carries the NVRTC log and options; the caller adds the path of the rendered source.
 pub fn compile(
     name: &str,
     source: &str,
     arch: Arch,
-) -> std::result::Result<Compiled, (String, String)> {
+) -> std::result::Result<Compiled, CompileError> {
     use cudarc::nvrtc::{result, sys};
-    load().map_err(|e| (e.to_string(), String::new()))?;
+    let nvrtc = load().map_err(|e| CompileError::Broken(e.to_string()))?;
     let opts = options(arch);
-    let fail = |what: String| (what, opts.join(" "));
-    let src = CString::new(source)
-        .map_err(|_| ("source contains a NUL byte".to_string(), String::new()))?;
+    let fail = |what: String| CompileError::Rejected {
+        log: what,
+        options: opts.join(" "),
+    };
+    let src = CString::new(source).map_err(|_| CompileError::Rejected {
+        log: "source contains a NUL byte".to_string(),
+        options: String::new(),
+    })?;
     let file = CString::new(format!("{name}.cu")).unwrap_or_default();
-    let prog =
-        Program(result::create_program(&src, Some(&file)).map_err(|e| fail(format!("{e:?}")))?);
+    let prog = Program(result::create_program(&src, Some(&file)).map_err(|e| {
+        CompileError::Broken(format!(
+            "NVRTC at {}: nvrtcCreateProgram: {e:?}",
+            nvrtc.location
+        ))
+    })?);
     // SAFETY: `prog` stays live until the guard drops at the end of this function, on every
     // path; the buffers are sized by NVRTC's own size queries.
     unsafe {
@@ -319,6 +453,18 @@ pub fn compile(
             .map(|l| String::from_utf8_lossy(&c_bytes(&l)).into_owned())
             .unwrap_or_default();
         if let Err(e) = compiled {
+            // The source is never at fault for these: NVRTC lacks its builtins or memory.
+            if matches!(
+                e.0,
+                sys::nvrtcResult::NVRTC_ERROR_BUILTIN_OPERATION_FAILURE
+                    | sys::nvrtcResult::NVRTC_ERROR_OUT_OF_MEMORY
+            ) {
+                return Err(CompileError::Broken(format!(
+                    "NVRTC is broken: {} failed to compile {name}: {e:?}\n{}\nTo fix: {INSTALL_HINT}",
+                    nvrtc.location,
+                    log.trim()
+                )));
+            }
             return Err(fail(format!("{e:?}\n{log}")));
         }
         let ptx = c_bytes(&result::get_ptx(prog.0).map_err(|e| fail(format!("{e:?}")))?);
@@ -372,6 +518,63 @@ mod tests {
             release_from_ptx("// Cuda compilation tools, release 13.0, Vx\n"),
             None
         );
+    }
+
+    /// A minimal ELF64 shared object header: one program header covering `seg` bytes, two
+    /// section headers at `shoff`.
+    fn elf(seg: u64, shoff: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len.max(120)];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = 2;
+        b[5] = if cfg!(target_endian = "little") { 1 } else { 2 };
+        let put16 = |b: &mut Vec<u8>, o: usize, v: u16| {
+            let bytes = if b[5] == 1 {
+                v.to_le_bytes()
+            } else {
+                v.to_be_bytes()
+            };
+            b[o..o + 2].copy_from_slice(&bytes);
+        };
+        let put64 = |b: &mut Vec<u8>, o: usize, v: u64| {
+            let bytes = if b[5] == 1 {
+                v.to_le_bytes()
+            } else {
+                v.to_be_bytes()
+            };
+            b[o..o + 8].copy_from_slice(&bytes);
+        };
+        put16(&mut b, 16, 3);
+        put64(&mut b, 32, 64);
+        put64(&mut b, 40, shoff);
+        put16(&mut b, 54, 56);
+        put16(&mut b, 56, 1);
+        put16(&mut b, 58, 64);
+        put16(&mut b, 60, 2);
+        put64(&mut b, 64 + 32, seg);
+        b.truncate(len);
+        b
+    }
+
+    #[test]
+    fn a_library_shorter_than_its_elf_headers_say_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("libnvrtc.so.13");
+        let check = |bytes: Vec<u8>| {
+            std::fs::write(&p, bytes).unwrap();
+            check_elf(&p)
+        };
+        assert_eq!(check(elf(200, 200, 328)), Ok(()));
+        assert!(check(elf(200, 200, 327)).unwrap_err().contains("truncated"));
+        assert!(check(elf(1000, 200, 328))
+            .unwrap_err()
+            .contains("describe 1000"));
+        assert!(check(elf(200, u64::MAX, 328)).is_err());
+        assert!(check(b"not a library".to_vec())
+            .unwrap_err()
+            .contains("not an ELF"));
+        let mut exe = elf(200, 200, 328);
+        exe[16] = 2; // ET_EXEC
+        assert!(check(exe).is_err());
     }
 
     #[test]

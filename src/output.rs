@@ -1,6 +1,8 @@
-//! Writing a library folder: only files whose bytes change, each replaced atomically, the
-//! manifest last; files an older manifest listed that are no longer produced are removed.
-//! `check` compares instead of writing.
+//! Writing a library folder: only files whose bytes change, each replaced atomically, in an
+//! order that never lets a reader see a file naming one that is not there yet (kernels, then
+//! `bindings.rs`, `manifest.json` last); files an older manifest listed that are no longer
+//! produced are removed, and so are temporary files a killed run left. `check` compares
+//! instead of writing.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,6 +23,97 @@ pub struct WriteReport {
 /// Files of a library: relative path (`/`-separated) → bytes. The manifest is one of them.
 pub type FileSet = BTreeMap<String, Vec<u8>>;
 
+/// Name prefix of the temporary file each write goes through before its atomic rename.
+pub const TEMP_PREFIX: &str = ".tilegen-";
+
+/// A lock on a library folder (flock on the folder itself, so nothing is added to it): one
+/// writer at a time, and readers (`--check`) wait for a writer to finish. Released on drop.
+pub struct LibraryLock {
+    held: bool,
+    _dir: Option<fs::File>,
+}
+
+impl LibraryLock {
+    /// Whether the lock is held (false where the platform or file system has no locks).
+    pub fn held(&self) -> bool {
+        self.held
+    }
+}
+
+/// Locks `dir`, exclusively for a writer or shared for a reader; waits for the other side.
+/// A folder that does not exist, or a file system without locks, gives an unheld lock.
+pub fn lock_library(dir: &Path, exclusive: bool) -> LibraryLock {
+    let Ok(file) = fs::File::open(dir) else {
+        return LibraryLock {
+            held: false,
+            _dir: None,
+        };
+    };
+    #[cfg(unix)]
+    let held = {
+        use std::os::unix::io::AsRawFd;
+        let op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
+        loop {
+            // SAFETY: flock on a descriptor we own, kept open for as long as the lock.
+            if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+                break true;
+            }
+            if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                break false;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let held = {
+        let _ = exclusive;
+        false
+    };
+    LibraryLock {
+        held,
+        _dir: Some(file),
+    }
+}
+
+/// Temporary files (`.tilegen-*`) in the folders a library writes into (its root and the
+/// folder of every file in `files`), as library paths. Under the library's lock none can
+/// belong to a live writer: each is what a killed run left.
+pub fn temp_files<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut folders = std::collections::BTreeSet::from([String::new()]);
+    for rel in files {
+        if is_safe_relative(rel) {
+            if let Some((parent, _)) = rel.rsplit_once('/') {
+                folders.insert(parent.to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for folder in folders {
+        let Ok(entries) = fs::read_dir(dir.join(&folder)) else {
+            continue;
+        };
+        let mut found: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|name| name.starts_with(TEMP_PREFIX))
+            .map(|name| {
+                if folder.is_empty() {
+                    name
+                } else {
+                    format!("{folder}/{name}")
+                }
+            })
+            .collect();
+        found.sort();
+        out.extend(found);
+    }
+    out
+}
+
 /// Writes `bytes` to `path` unless it already holds exactly them. Returns whether it wrote.
 pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
     if fs::read(path).is_ok_and(|old| old == bytes) {
@@ -29,7 +122,7 @@ pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).at(dir)?;
     let mut tmp = tempfile::Builder::new()
-        .prefix(".tilegen-")
+        .prefix(TEMP_PREFIX)
         .tempfile_in(dir)
         .at(dir)?;
     tmp.write_all(bytes).at(tmp.path())?;
@@ -66,18 +159,40 @@ fn is_safe_relative(p: &str) -> bool {
             .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
+/// The order files are published in: everything else first, then `bindings.rs` (which
+/// embeds them), then `manifest.json` (which lists them all), so a failure or a kill part way
+/// leaves no bindings or manifest of the new run that names a file not yet written.
+pub fn publication_order(rel: &str) -> u8 {
+    if rel == manifest::FILE_NAME {
+        2
+    } else if rel == crate::bindings::FILE_NAME {
+        1
+    } else {
+        0
+    }
+}
+
 pub fn write_library(dir: &Path, files: &FileSet) -> Result<WriteReport> {
     let mut report = WriteReport::default();
-    let stale: Vec<String> = previous_files(dir)
-        .into_iter()
-        .filter(|f| !files.contains_key(f) && is_safe_relative(f))
-        .collect();
-    // Manifest last, so an interrupted run leaves a manifest that never names missing files
-    // of its own generation.
-    let ordered = files
+    fs::create_dir_all(dir).at(dir)?;
+    let lock = lock_library(dir, true);
+    let previous = previous_files(dir);
+    let stale: Vec<String> = previous
         .iter()
-        .filter(|(k, _)| k.as_str() != manifest::FILE_NAME)
-        .chain(files.get_key_value(manifest::FILE_NAME));
+        .filter(|f| !files.contains_key(*f) && is_safe_relative(f))
+        .cloned()
+        .collect();
+    // Without the lock another writer's temporary files could be live: leave them.
+    if lock.held() {
+        let all = files.keys().chain(&previous).map(String::as_str);
+        for rel in temp_files(dir, all) {
+            let path = dir.join(&rel);
+            fs::remove_file(&path).at(&path)?;
+            report.removed.push(path);
+        }
+    }
+    let mut ordered: Vec<(&String, &Vec<u8>)> = files.iter().collect();
+    ordered.sort_by_key(|(rel, _)| publication_order(rel));
     for (rel, bytes) in ordered {
         let path = dir.join(rel);
         if write_if_changed(&path, bytes)? {
@@ -106,6 +221,7 @@ pub fn write_library(dir: &Path, files: &FileSet) -> Result<WriteReport> {
 
 /// Differences between the folder and what would be written, one line each.
 pub fn check_library(dir: &Path, files: &FileSet) -> Vec<String> {
+    let _lock = lock_library(dir, false);
     let mut diffs = Vec::new();
     for (rel, bytes) in files {
         match fs::read(dir.join(rel)) {
@@ -114,10 +230,15 @@ pub fn check_library(dir: &Path, files: &FileSet) -> Vec<String> {
             Err(_) => diffs.push(format!("missing: {rel}")),
         }
     }
-    for rel in previous_files(dir) {
-        if !files.contains_key(&rel) && dir.join(&rel).is_file() {
+    let previous = previous_files(dir);
+    for rel in &previous {
+        if !files.contains_key(rel) && dir.join(rel).is_file() {
             diffs.push(format!("stale: {rel}"));
         }
+    }
+    let all = files.keys().chain(&previous).map(String::as_str);
+    for rel in temp_files(dir, all) {
+        diffs.push(format!("temporary file left by an interrupted run: {rel}"));
     }
     diffs
 }
@@ -143,6 +264,44 @@ mod tests {
             check_library(dir.path(), &files),
             vec!["differs: a.txt".to_string()]
         );
+    }
+
+    #[test]
+    fn kernels_are_published_before_bindings_and_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = FileSet::new();
+        files.insert("bindings.rs".into(), b"new bindings".to_vec());
+        files.insert("kernels/a.cu".into(), b"a".to_vec());
+        files.insert("manifest.json".into(), b"{}".to_vec());
+        // A folder where a kernel goes: its write fails.
+        fs::create_dir_all(dir.path().join("kernels/a.cu")).unwrap();
+        fs::write(dir.path().join("bindings.rs"), b"old bindings").unwrap();
+        assert!(write_library(dir.path(), &files).is_err());
+        assert_eq!(
+            fs::read(dir.path().join("bindings.rs")).unwrap(),
+            b"old bindings"
+        );
+        assert!(!dir.path().join("manifest.json").exists());
+    }
+
+    #[test]
+    fn leftover_temporary_files_are_reported_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = FileSet::new();
+        files.insert("kernels/a.cu".into(), b"a".to_vec());
+        write_library(dir.path(), &files).unwrap();
+        fs::write(dir.path().join("kernels/.tilegen-Ab12Cd"), b"half").unwrap();
+        fs::write(dir.path().join(".tilegen-Zz99Yy"), b"half").unwrap();
+        assert_eq!(
+            check_library(dir.path(), &files),
+            vec![
+                "temporary file left by an interrupted run: .tilegen-Zz99Yy".to_string(),
+                "temporary file left by an interrupted run: kernels/.tilegen-Ab12Cd".to_string(),
+            ]
+        );
+        let r = write_library(dir.path(), &files).unwrap();
+        assert_eq!(r.removed.len(), 2);
+        assert!(check_library(dir.path(), &files).is_empty());
     }
 
     #[test]

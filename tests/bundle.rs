@@ -1000,8 +1000,10 @@ fn generate_from_a_bundle_where_nvrtc_is_hidden() {
 }
 
 /// "Killing `bundle unpack` midway leaves nothing half-installed": unpack the checked-in
-/// library's bundle in a process killed at increasing delays; afterwards the destination is
-/// either absent or the whole library, and a last unpack still succeeds.
+/// library's bundle in processes killed at delays spread over one whole unpack's time;
+/// afterwards the destination is either absent or the whole library, at least one kill landed
+/// while files were being written (its temporary folder is left beside the destination), and
+/// a last unpack still succeeds.
 #[test]
 fn killed_unpack_leaves_nothing_half_installed() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -1019,12 +1021,31 @@ fn killed_unpack_leaves_nothing_half_installed() {
             .spawn()
             .unwrap()
     };
-    let mut whole = 0;
-    for delay_ms in [2, 10, 30, 60, 100, 160, 250] {
+    // Temporary folders of unpacks into `dest` (named after it, beside it).
+    let leftovers = || {
+        std::fs::read_dir(work.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with(".kernels.") && e.path().is_dir()
+            })
+            .count()
+    };
+    let start = std::time::Instant::now();
+    assert!(unpack().wait().unwrap().success());
+    let whole_run = start.elapsed();
+    std::fs::remove_dir_all(&dest).unwrap();
+    let (mut whole, mut mid_write) = (0, 0);
+    for step in 0..24u32 {
+        let before = leftovers();
         let mut child = unpack();
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        std::thread::sleep(whole_run * step / 20);
         let _ = child.kill();
         let _ = child.wait();
+        if leftovers() > before {
+            mid_write += 1;
+        }
         if dest.exists() {
             // Renamed into place only when complete: then it is the whole library.
             assert_same(&bundle::load_library(&dest).unwrap(), &want);
@@ -1032,13 +1053,18 @@ fn killed_unpack_leaves_nothing_half_installed() {
             std::fs::remove_dir_all(&dest).unwrap();
         }
     }
+    assert!(
+        mid_write > 0,
+        "no kill landed while files were written (one unpack takes {whole_run:?})"
+    );
     // Leftover temporary folders never stand in for the destination, and a new unpack
     // (which clears them) succeeds.
     assert!(!dest.exists());
     let status = unpack().wait().unwrap();
     assert!(status.success());
     assert_same(&bundle::load_library(&dest).unwrap(), &want);
-    eprintln!("{whole} of 7 killed unpacks had already finished");
+    assert_eq!(leftovers(), 0, "the last unpack removes the leftovers");
+    eprintln!("24 kills over {whole_run:?}: {mid_write} mid-write, {whole} after the rename");
 }
 
 /// Building from a bundle with a public key demands a signature that verifies with it: an

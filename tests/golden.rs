@@ -62,6 +62,22 @@ fn bindings_match_the_golden_file() {
     }
 }
 
+/// Every golden file (CUDA C, PTX, cubins, manifest, bindings) is what the specs and the
+/// templates make now: a template change that alters a kernel fails here until it is blessed,
+/// which configuration hashes alone (they cover the specs, not the templates) would miss.
+#[test]
+fn every_golden_file_is_what_the_templates_make_now() {
+    bless_once();
+    let mut opts = Options::new(dir().join("specs"), dir());
+    opts.check = true;
+    match generate::generate(&opts, &|_| {}) {
+        Ok(_) => {}
+        Err(e) => panic!(
+            "{e}\nif the change is intended, bless it:\n    TILEGEN_BLESS=1 cargo test --release --test golden"
+        ),
+    }
+}
+
 #[test]
 fn golden_manifest_still_describes_its_specs() {
     // Needs no NVRTC: render the specs and compare each instance's configuration hash.

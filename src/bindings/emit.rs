@@ -13,9 +13,16 @@ use crate::spec::model::{DType, Layout};
 use super::docs;
 use super::group::{role, Family, Group, Role};
 
-fn ident(name: &str) -> Ident {
-    // Raw identifiers for names that are Rust keywords.
-    syn::parse_str::<Ident>(name).unwrap_or_else(|_| Ident::new_raw(name, Span::call_site()))
+/// A name from the manifest as an identifier. Names are checked before anything is emitted
+/// ([`super::check_names`]); this refuses anything else instead of letting `Ident::new` panic.
+fn ident(name: &str) -> Result<Ident> {
+    match crate::escape::rust_name_problem(name, crate::escape::DERIVED_NAME) {
+        None => Ok(Ident::new(name, Span::call_site())),
+        Some(problem) => Err(crate::error::Error::Usage(format!(
+            "bindings: `{}` cannot be a Rust identifier ({problem})",
+            crate::escape::shown(name)
+        ))),
+    }
 }
 
 fn u32_lit(v: u32) -> Literal {
@@ -40,7 +47,8 @@ fn elem_type(ty: &str) -> TokenStream {
 
 fn doc_lines<S: AsRef<str>>(lines: &[S]) -> TokenStream {
     let lines = lines.iter().map(|l| {
-        let l = l.as_ref();
+        // Doc text names instances and arguments; escaped, none of it can end the comment.
+        let l = crate::escape::comment(l.as_ref());
         let text = if l.is_empty() {
             String::new()
         } else {
@@ -147,7 +155,7 @@ fn plan_params(first: &InstanceEntry) -> Result<(Vec<TokenStream>, Vec<Ident>)> 
     let mut decls = Vec::new();
     let mut names = Vec::new();
     for a in &first.args {
-        let name = ident(&a.name);
+        let name = ident(&a.name)?;
         match role(first, a)? {
             Role::Value => continue,
             Role::Size => decls.push(quote!(#name: usize)),
@@ -165,8 +173,8 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
     let mut per_col = Vec::new();
     for a in &inst.args {
         match role(inst, a)? {
-            Role::Full => full.push(ident(&a.name)),
-            Role::PerCol => per_col.push(ident(&a.name)),
+            Role::Full => full.push(ident(&a.name)?),
+            Role::PerCol => per_col.push(ident(&a.name)?),
             _ => {}
         }
     }
@@ -283,10 +291,10 @@ fn gemm_body(inst: &InstanceEntry, tile_m: u32, tile_n: u32) -> Result<TokenStre
 }
 
 /// How a group's plan function picks its instance and calls that instance's plan.
-fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> TokenStream {
-    let call = |i: usize| {
-        let f = ident(&m.instances[i].name);
-        quote!(#f(sm_count, #(#args),*))
+fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStream> {
+    let call = |i: usize| -> Result<TokenStream> {
+        let f = ident(&m.instances[i].name)?;
+        Ok(quote!(#f(sm_count, #(#args),*)))
     };
     if g.members.len() == 1 {
         return call(g.members[0]);
@@ -303,8 +311,8 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> TokenStream {
         });
         quote!(#(#arms)*)
     };
-    let calls: Vec<TokenStream> = g.members.iter().map(|&i| call(i)).collect();
-    match g.family {
+    let calls: Vec<TokenStream> = g.members.iter().map(|&i| call(i)).collect::<Result<_>>()?;
+    Ok(match g.family {
         Family::Elements => {
             let epb = g.members.iter().map(|&i| match m.instances[i].launch.grid {
                 GridRule::Elements { elems_per_block } => u32_lit(elems_per_block),
@@ -348,7 +356,7 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> TokenStream {
                 Err(refused.unwrap_or(ArgError::NoInstance { op: "gemm", reason: "for this call" }))
             }
         }
-    }
+    })
 }
 
 /// The `plan` module: one pure function per group and per instance.
@@ -358,8 +366,8 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
         let (decls, names) = plan_params(g.first(m))?;
         let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
         if !sole {
-            let f = ident(&g.method);
-            let body = group_plan_body(m, g, &names);
+            let f = ident(&g.method)?;
+            let body = group_plan_body(m, g, &names)?;
             let doc = format!(
                 " Checks a [`super::Kernels::{}`] call and picks its instance.",
                 g.method
@@ -370,7 +378,7 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
             });
         }
         for &i in &g.members {
-            let f = ident(&m.instances[i].name);
+            let f = ident(&m.instances[i].name)?;
             let body = instance_plan_body(m, i)?;
             let doc = format!(
                 " Checks a [`super::Kernels::{}`] call.",
@@ -412,7 +420,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
     let mut launch_args = Vec::new();
     let mut to_i64 = Vec::new();
     for a in &first.args {
-        let name = ident(&a.name);
+        let name = ident(&a.name)?;
         forward.push(quote!(#name));
         let r = role(first, a)?;
         match r {
@@ -462,24 +470,24 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
     ];
     // A method named `name` documented by `what`, `niche`, the requirements and the errors,
     // checked by the plan function of the same name.
-    let method = |name: &str, niche: Vec<String>| {
-        let f = ident(name);
+    let method = |name: &str, niche: Vec<String>| -> Result<TokenStream> {
+        let f = ident(name)?;
         let mut lines = vec![what.clone(), String::new()];
         lines.extend(niche);
         lines.push(String::new());
         lines.push(req.clone());
         lines.extend(errors.iter().map(|s| s.to_string()));
         let doc = doc_lines(&lines);
-        quote! {
+        Ok(quote! {
             #doc
             pub fn #f(&self, stream: &::cudarc::driver::CudaStream, #(#params),*) -> Result<(), Error> {
                 self.#run(plan::#f, stream, #(#forward),*)
             }
-        }
+        })
     };
     let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
     if !sole {
-        methods.push(method(&g.method, docs::dispatch(g, m)));
+        methods.push(method(&g.method, docs::dispatch(g, m))?);
     }
     for &i in &g.members {
         let inst = &m.instances[i];
@@ -493,7 +501,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 g.method
             )
         };
-        methods.push(method(&inst.name, vec![niche]));
+        methods.push(method(&inst.name, vec![niche])?);
     }
 
     Ok(quote! {

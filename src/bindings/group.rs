@@ -69,6 +69,11 @@ const RESERVED: &[&str] = &[
     "load", "context", "device", "load_all", "binary", "kernels", "new",
 ];
 
+/// Whether the bindings keep `name` for themselves (a method of `Kernels` or a launcher).
+pub fn is_reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || name.starts_with("run_")
+}
+
 /// Groups the manifest's instances, sorted by method name. Fails when two instances of a
 /// group disagree on their signature, or when a method name collides with another.
 pub fn groups(m: &Manifest) -> Result<Vec<Group>> {
@@ -192,7 +197,11 @@ pub fn role(inst: &InstanceEntry, arg: &Arg) -> Result<Role> {
     r.ok_or_else(|| {
         Error::Usage(format!(
             "bindings: argument `{}` ({:?} {}) of `{}` has no known role for op {}; teach src/bindings/group.rs about it",
-            arg.name, arg.kind, arg.ty, inst.name, inst.op
+            arg.name,
+            arg.kind,
+            crate::escape::shown(&arg.ty),
+            inst.name,
+            inst.op
         ))
     })
 }

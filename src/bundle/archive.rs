@@ -8,7 +8,7 @@
 //! machine.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 
 use flate2::{Compression, GzBuilder};
 
@@ -78,20 +78,24 @@ pub fn check_member_path(path: &str) -> Result<(), String> {
     if path.is_empty() {
         return Err("a member has an empty name".into());
     }
+    // The name is hostile: shown escaped (a NUL or newline printed raw would garble the
+    // message) and cut on a character boundary.
+    let shown = crate::escape::shown_prefix(path, 200);
     if path.starts_with('/') {
-        return Err(format!("`{path}` is an absolute path"));
+        return Err(format!("`{shown}` is an absolute path"));
     }
     if path.len() > 1024 {
-        return Err(format!("`{}…` has a name over 1024 bytes", &path[..64]));
+        let start = crate::escape::shown_prefix(path, 64);
+        return Err(format!("`{start}` has a name over 1024 bytes"));
     }
     for part in path.split('/') {
         match part {
             ".." => {
                 return Err(format!(
-                    "`{path}` has a `..` component (it would escape the folder)"
+                    "`{shown}` has a `..` component (it would escape the folder)"
                 ))
             }
-            "" | "." => return Err(format!("`{path}` has an empty or `.` component")),
+            "" | "." => return Err(format!("`{shown}` has an empty or `.` component")),
             _ => {}
         }
     }
@@ -100,8 +104,7 @@ pub fn check_member_path(path: &str) -> Result<(), String> {
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '+' | '.' | '/')))
     {
         return Err(format!(
-            "`{}` has the character {c:?}, which bundle names never hold",
-            path.escape_debug()
+            "`{shown}` has the character {c:?}, which bundle names never hold"
         ));
     }
     Ok(())
@@ -141,60 +144,111 @@ impl<R: Read> Read for Limited<R> {
     }
 }
 
+/// What [`read_from`] does with each member it accepts: `begin` with its name and size (all
+/// archive checks passed), `chunk` with its bytes in order, `end` once all `size` bytes
+/// arrived. An error stops the read and becomes the archive's error.
+pub trait Visit {
+    fn begin(&mut self, path: &str, size: u64) -> Result<(), String>;
+    fn chunk(&mut self, bytes: &[u8]) -> Result<(), String>;
+    fn end(&mut self) -> Result<(), String>;
+}
+
+/// Collects every member in memory, for [`read`].
+#[derive(Default)]
+struct Collect {
+    members: Vec<(String, Vec<u8>)>,
+}
+
+impl Visit for Collect {
+    fn begin(&mut self, path: &str, size: u64) -> Result<(), String> {
+        let cap = size.min(1 << 24) as usize;
+        self.members
+            .push((path.to_string(), Vec::with_capacity(cap)));
+        Ok(())
+    }
+    fn chunk(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if let Some((_, data)) = self.members.last_mut() {
+            data.extend_from_slice(bytes);
+        }
+        Ok(())
+    }
+    fn end(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 /// Reads every member of a `.tar.gz`, in archive order, refusing anything but plain files
 /// with safe, unique (also case-insensitively) names within the limits, and any corruption:
 /// the whole gzip stream is read, so its CRC is checked, and nothing may follow it.
 pub fn read(bytes: &[u8], limits: &Limits) -> Result<Vec<(String, Vec<u8>)>, String> {
-    if bytes.len() as u64 > limits.max_archive_bytes {
+    let mut all = Collect::default();
+    read_from(bytes, bytes.len() as u64, limits, &mut all)?;
+    Ok(all.members)
+}
+
+/// [`read`] as a stream: `input` holds `len` bytes of archive (a file's size), which are
+/// read once, front to back, to the end (so a hash of what `input` gives covers the whole
+/// file); each member goes to `visit` in chunks as it is decompressed, so memory stays
+/// bounded whatever the members' sizes. Every check of [`read`] applies, with the same
+/// messages; `visit` sees a member only once its name, type and size passed them, but the
+/// archive as a whole is good only when this returns `Ok`.
+pub fn read_from<R: BufRead>(
+    mut input: R,
+    len: u64,
+    limits: &Limits,
+    visit: &mut dyn Visit,
+) -> Result<(), String> {
+    if len > limits.max_archive_bytes {
         return Err(format!(
-            "the archive is {} bytes, over the limit of {}",
-            bytes.len(),
+            "the archive is {len} bytes, over the limit of {}",
             limits.max_archive_bytes
         ));
     }
-    if bytes.len() < GZIP_HEADER.len() + 8 {
+    let mut header = [0u8; GZIP_HEADER.len()];
+    if len < GZIP_HEADER.len() as u64 + 8 || input.read_exact(&mut header).is_err() {
         return Err("the archive is truncated (too short for gzip)".into());
     }
-    if bytes[..GZIP_HEADER.len()] != GZIP_HEADER {
-        return Err(if bytes[..2] == [0x1f, 0x8b] {
+    if header != GZIP_HEADER {
+        return Err(if header[..2] == [0x1f, 0x8b] {
             "the gzip header is not the one tilegen writes (no name, mtime 0, OS 255): not a tilegen bundle, or corrupt".into()
         } else {
             "not a gzip file (a bundle is a .tar.gz written by `tilegen bundle create`)".into()
         });
     }
     let mut input = Limited {
-        inner: flate2::bufread::GzDecoder::new(bytes),
+        inner: flate2::bufread::GzDecoder::new(io::Cursor::new(header).chain(input)),
         read: 0,
-        compressed: bytes.len() as u64,
+        compressed: len,
         limits: *limits,
         violation: None,
     };
-    let members = read_tar(&mut input, limits);
-    let members = members.and_then(|m| {
+    let members = read_tar(&mut input, limits, visit);
+    let members = members.and_then(|()| {
         // Read to the end of the gzip stream (the tar end marker and the CRC trailer).
         io::copy(&mut input, &mut io::sink())
             .map_err(|e| format!("corrupt archive after the last member: {e}"))?;
-        Ok(m)
+        Ok(())
     });
-    let members = match (members, input.violation.take()) {
+    match (members, input.violation.take()) {
         (_, Some(v)) => return Err(v),
         (m, None) => m?,
-    };
-    let rest = input.inner.into_inner();
-    if !rest.is_empty() {
+    }
+    let (_, mut rest) = input.inner.into_inner().into_inner();
+    let trailing = io::copy(&mut rest, &mut io::sink())
+        .map_err(|e| format!("cannot read the archive after the compressed stream: {e}"))?;
+    if trailing > 0 {
         return Err(format!(
-            "{} bytes of trailing data after the compressed stream",
-            rest.len()
+            "{trailing} bytes of trailing data after the compressed stream"
         ));
     }
-    Ok(members)
+    Ok(())
 }
 
-fn read_tar<R: Read>(input: R, limits: &Limits) -> Result<Vec<(String, Vec<u8>)>, String> {
+fn read_tar<R: Read>(input: R, limits: &Limits, visit: &mut dyn Visit) -> Result<(), String> {
     let corrupt = |e: io::Error| format!("corrupt or truncated archive: {e}");
     let mut archive = tar::Archive::new(input);
-    let mut members = Vec::new();
     let mut folded: BTreeMap<String, String> = BTreeMap::new();
+    let mut buf = vec![0u8; 64 << 10];
     for (n, entry) in archive.entries().map_err(corrupt)?.enumerate() {
         if n >= limits.max_entries {
             return Err(format!(
@@ -238,20 +292,25 @@ fn read_tar<R: Read>(input: R, limits: &Limits) -> Result<Vec<(String, Vec<u8>)>
                 format!("`{other}` and `{path}` differ only in case (they collide on case-insensitive file systems)")
             });
         }
-        let mut data = Vec::with_capacity(size.min(1 << 24) as usize);
-        (&mut entry)
-            .take(size)
-            .read_to_end(&mut data)
-            .map_err(|e| format!("`{path}`: corrupt or truncated: {e}"))?;
-        if data.len() as u64 != size {
-            return Err(format!(
-                "`{path}` is truncated ({} of {size} bytes)",
-                data.len()
-            ));
+        visit.begin(&path, size)?;
+        let mut data = (&mut entry).take(size);
+        let mut got = 0u64;
+        loop {
+            let k = match data.read(&mut buf) {
+                Ok(0) => break,
+                Ok(k) => k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("`{path}`: corrupt or truncated: {e}")),
+            };
+            got += k as u64;
+            visit.chunk(&buf[..k])?;
         }
-        members.push((path, data));
+        if got != size {
+            return Err(format!("`{path}` is truncated ({got} of {size} bytes)"));
+        }
+        visit.end()?;
     }
-    Ok(members)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -155,6 +155,23 @@ pub(crate) fn library_manifest(files: &FileSet) -> Result<Manifest, String> {
             manifest::FORMAT
         ));
     }
+    // Checked before anything is emitted from it: names become identifiers, paths become
+    // `include_bytes!` arguments, text lands in comments.
+    let problems = m.problems();
+    if !problems.is_empty() {
+        const SHOWN: usize = 20;
+        let mut msg = format!(
+            "`{}` is not a valid library manifest ({} problem{}):\n  {}",
+            manifest::FILE_NAME,
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" },
+            problems[..problems.len().min(SHOWN)].join("\n  ")
+        );
+        if problems.len() > SHOWN {
+            msg += &format!("\n  … and {} more", problems.len() - SHOWN);
+        }
+        return Err(msg);
+    }
     Ok(m)
 }
 

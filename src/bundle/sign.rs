@@ -7,7 +7,7 @@
 //! with `TILEGEN_SIGN_PASSWORD`, never by prompting).
 
 use std::fs;
-use std::io::{Cursor, Write};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use minisign::{KeyPair, PublicKeyBox, SecretKey, SecretKeyBox, SignatureBox};
@@ -130,7 +130,8 @@ pub fn read_public_key(key: &str) -> Result<PublicKey> {
 /// (replacing an older one). Returns the signature's path.
 pub fn sign(file: &Path, secret_key: &Path) -> Result<PathBuf> {
     let sk = read_secret_key(secret_key)?;
-    let bytes = fs::read(file).at(file)?;
+    // Read as a stream: minisign prehashes (BLAKE2b) what it signs.
+    let data = std::io::BufReader::new(fs::File::open(file).at(file)?);
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -147,7 +148,7 @@ pub fn sign(file: &Path, secret_key: &Path) -> Result<PathBuf> {
     let sig = minisign::sign(
         None,
         &sk,
-        Cursor::new(&bytes),
+        data,
         Some(&trusted),
         Some("signature of a tilegen bundle"),
     )
@@ -186,10 +187,12 @@ pub enum Signed {
     Unsigned,
 }
 
-/// Checks `bytes`, the contents of the bundle at `file`, against `FILE.minisig`.
-pub fn check(file: &Path, bytes: &[u8], policy: SignaturePolicy) -> Result<Signed> {
+/// Checks `data`, the contents of the bundle at `file` (read to its end, as a stream), against
+/// `FILE.minisig`. Only prehashed signatures (what minisign and `tilegen bundle sign` write)
+/// are accepted, so the archive is never held in memory for this.
+pub fn check<R: Read + Seek>(file: &Path, data: R, policy: SignaturePolicy) -> Result<Signed> {
     let sig_path = signature_path(file);
-    let text = match fs::read_to_string(&sig_path) {
+    let raw = match fs::read(&sig_path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return if policy.required {
@@ -206,6 +209,16 @@ pub fn check(file: &Path, bytes: &[u8], policy: SignaturePolicy) -> Result<Signe
         }
         Err(e) => return Err(e).at(&sig_path),
     };
+    // A signature file is text; anything else is a bad signature, not an I/O failure.
+    let text = String::from_utf8(raw).map_err(|e| {
+        bad(
+            &sig_path,
+            format!(
+                "not a minisign signature: not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })?;
     let sig = SignatureBox::from_string(&text)
         .map_err(|e| bad(&sig_path, format!("not a minisign signature: {e}")))?;
     let want = key_id(policy.pubkey.keynum());
@@ -218,8 +231,7 @@ pub fn check(file: &Path, bytes: &[u8], policy: SignaturePolicy) -> Result<Signe
             ),
         ));
     }
-    // Legacy (not prehashed) signatures are refused.
-    minisign::verify(policy.pubkey, &sig, Cursor::new(bytes), true, false, false).map_err(|e| {
+    let failed = |e: &dyn std::fmt::Display| {
         bad(
             file,
             format!(
@@ -227,7 +239,13 @@ pub fn check(file: &Path, bytes: &[u8], policy: SignaturePolicy) -> Result<Signe
                  what key {want} signed"
             ),
         )
-    })?;
+    };
+    // Legacy (not prehashed) signatures are refused, before minisign would read the whole
+    // file into memory to check one.
+    if !sig.is_prehashed() {
+        return Err(failed(&"Legacy signatures are not accepted"));
+    }
+    minisign::verify(policy.pubkey, &sig, data, true, false, false).map_err(|e| failed(&e))?;
     let comment = sig.trusted_comment().unwrap_or_default();
     Ok(Signed::Yes {
         key_id: want,

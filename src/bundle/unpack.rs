@@ -1,6 +1,7 @@
-//! Unpacking a verified bundle: written into a temporary folder beside the destination,
-//! synced, then renamed into place in one step. Nothing is written before the whole bundle
-//! has been verified in memory; a run killed midway leaves at most a temporary folder named
+//! Unpacking a bundle: its members stream into a temporary folder beside the destination
+//! (each under a number, not its own name, until the whole bundle has been verified), are
+//! synced, moved to their names and renamed into place in one step. A failed check removes
+//! the temporary folder, so nothing is left; a run killed midway leaves at most a folder named
 //! `.DEST.tilegen-unpack-PID-*`, never a half-filled DEST, and the next unpack into DEST
 //! removes such leftovers: those whose process is gone, so two unpacks running at once do
 //! not delete each other's work.
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
 
-use super::Bundle;
+use super::Staged;
 
 fn temp_prefix(dest: &Path) -> Result<String> {
     let name = dest.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
@@ -40,20 +41,23 @@ fn owner_alive(rest: &str) -> bool {
 /// is gone).
 pub fn leftovers(dest: &Path) -> Result<Vec<PathBuf>> {
     let prefix = temp_prefix(dest)?;
-    let parent = parent_of(dest);
-    let Ok(rd) = fs::read_dir(&parent) else {
-        return Ok(Vec::new());
+    Ok(leftovers_with_prefix(&parent_of(dest), &prefix))
+}
+
+/// Entries of `dir` named `PREFIX PID-…` whose process is gone.
+pub fn leftovers_with_prefix(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
     };
-    Ok(rd
-        .filter_map(|e| e.ok())
+    rd.filter_map(|e| e.ok())
         .filter(|e| {
             e.file_name()
                 .to_str()
-                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|n| n.strip_prefix(prefix))
                 .is_some_and(|rest| !owner_alive(rest))
         })
         .map(|e| e.path())
-        .collect())
+        .collect()
 }
 
 fn parent_of(dest: &Path) -> PathBuf {
@@ -63,9 +67,9 @@ fn parent_of(dest: &Path) -> PathBuf {
     }
 }
 
-/// Writes a verified bundle's members (and `bundle.json`) into `dest`, which must not exist
-/// or be an empty folder.
-pub fn install(bundle: &Bundle, dest: &Path) -> Result<()> {
+/// Checks that `dest` is absent or an empty folder (before anything is read), and returns
+/// the folder and the name prefix for this unpack's temporary folder.
+pub(super) fn prepare(dest: &Path) -> Result<(PathBuf, String)> {
     let prefix = own_prefix(dest)?;
     if dest.exists() {
         let empty = dest.is_dir() && fs::read_dir(dest).at(dest)?.next().is_none();
@@ -76,40 +80,63 @@ pub fn install(bundle: &Bundle, dest: &Path) -> Result<()> {
             )));
         }
     }
+    Ok((parent_of(dest), prefix))
+}
+
+/// The folders of `dir` and its ancestors that do not exist yet, deepest first.
+pub(super) fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
+    dir.ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .map(Path::to_path_buf)
+        .collect()
+}
+
+/// Installs a verified bundle staged beside `dest` (by `prepare`'s prefix): moves each
+/// member to its name in a fresh tree in the staging folder, adds `bundle.json`, and renames
+/// the tree to `dest`, which must not exist or be an empty folder.
+pub(super) fn install(staged: &Staged, dest: &Path) -> Result<()> {
     let parent = parent_of(dest);
-    fs::create_dir_all(&parent).at(&parent)?;
     for old in leftovers(dest)? {
         fs::remove_dir_all(&old).at(&old)?;
     }
-    let tmp = tempfile::Builder::new()
-        .prefix(&prefix)
-        .tempdir_in(&parent)
-        .at(&parent)?;
-    let files = bundle
-        .files
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_slice()))
-        .chain([(super::manifest::FILE_NAME, bundle.manifest_bytes.as_slice())]);
-    for (rel, bytes) in files {
+    let tree = staged.dir().join("tree");
+    fs::create_dir(&tree).at(&tree)?;
+    for (rel, held) in &staged.files {
         // Names were checked when the archive was read; check again before touching disk.
         super::archive::check_member_path(rel)
             .map_err(|m| Error::Usage(format!("refusing to write: {m}")))?;
-        let path = tmp.path().join(rel);
+        let path = tree.join(rel);
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).at(dir)?;
         }
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .at(&path)?;
-        std::io::Write::write_all(&mut f, bytes).at(&path)?;
-        f.sync_all().at(&path)?;
+        // Synced once the whole bundle has passed (not while it streamed: a hostile one
+        // must not cost a sync per member).
+        match held {
+            super::Held::File(file) => {
+                fs::File::open(file).and_then(|f| f.sync_all()).at(file)?;
+                fs::rename(file, &path).at(&path)?;
+            }
+            super::Held::Memory(bytes) => {
+                let mut f = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .at(&path)?;
+                std::io::Write::write_all(&mut f, bytes).at(&path)?;
+                f.sync_all().at(&path)?;
+            }
+        }
     }
+    let bj = tree.join(super::manifest::FILE_NAME);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&bj)
+        .at(&bj)?;
+    std::io::Write::write_all(&mut f, &staged.manifest_bytes).at(&bj)?;
+    f.sync_all().at(&bj)?;
     // rename(2) also replaces an empty folder, atomically.
-    fs::rename(tmp.path(), dest).at(dest)?;
-    // The TempDir's cleanup now finds nothing at its old path, which it ignores.
-    drop(tmp);
+    fs::rename(&tree, dest).at(dest)?;
     if let Ok(d) = fs::File::open(&parent) {
         let _ = d.sync_all();
     }

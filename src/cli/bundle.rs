@@ -22,21 +22,21 @@ pub fn bundle_command(action: BundleAction, json: bool) -> Result<ExitCode, Erro
         }
         BundleAction::Verify { file, sig } => {
             let key = pubkey(&sig)?;
-            let (b, signed) = bundle::open_signed(&file, &limits, policy(&sig, &key))?;
-            ("verified", file, b.manifest, signed)
+            let (m, signed) = bundle::check_signed(&file, &limits, policy(&sig, &key))?;
+            ("verified", file, m, signed)
         }
         BundleAction::Inspect { file, sig } => {
             let key = pubkey(&sig)?;
-            let (b, signed) = bundle::open_signed(&file, &limits, policy(&sig, &key))?;
+            let (m, signed) = bundle::check_signed(&file, &limits, policy(&sig, &key))?;
             if !json {
-                print!("{}", b.manifest.summary());
+                print!("{}", m.summary());
             }
-            ("inspected", file, b.manifest, signed)
+            ("inspected", file, m, signed)
         }
         BundleAction::Unpack { file, to, sig } => {
             let key = pubkey(&sig)?;
-            let (b, signed) = bundle::unpack_signed(&file, &to, &limits, policy(&sig, &key))?;
-            ("unpacked into", to, b.manifest, signed)
+            let (m, signed) = bundle::unpack_signed(&file, &to, &limits, policy(&sig, &key))?;
+            ("unpacked into", to, m, signed)
         }
         BundleAction::Sign { file, key } => {
             let out = sign::sign(&file, &key)?;

@@ -28,22 +28,42 @@ pub fn tilegen_gpu_line() -> String {
     }
 }
 
-fn selected<'a>(
-    gpu: &'a tilegen::gpu::Gpu,
-    filter: Option<&str>,
-) -> Vec<tilegen::manifest::InstanceEntry> {
-    gpu.manifest
-        .instances
-        .iter()
-        .filter(|i| filter.is_none_or(|f| i.name.contains(f)))
-        .cloned()
-        .collect()
+/// Which instances a GPU command runs: by name text and by op, checked before the driver is
+/// touched.
+pub struct Select {
+    filter: Option<String>,
+    op: Option<tilegen::spec::Op>,
+}
+
+impl Select {
+    pub fn new(filter: Option<String>, op: Option<String>) -> Result<Select, Error> {
+        let op = match op {
+            None => None,
+            Some(o) => Some(tilegen::spec::Op::parse(&o).ok_or_else(|| {
+                Error::Usage(format!(
+                    "--op {o}: not an op (vector_add, fma, softmax, layernorm, rmsnorm, gemm)"
+                ))
+            })?),
+        };
+        Ok(Select { filter, op })
+    }
+
+    fn of(&self, gpu: &tilegen::gpu::Gpu) -> Vec<tilegen::manifest::InstanceEntry> {
+        gpu.manifest
+            .instances
+            .iter()
+            .filter(|i| self.filter.as_deref().is_none_or(|f| i.name.contains(f)))
+            .filter(|i| self.op.is_none_or(|o| i.op == o))
+            .cloned()
+            .collect()
+    }
 }
 
 pub fn gpu_verify(
     lib: &std::path::Path,
-    filter: Option<&str>,
+    select: &Select,
     seed: Option<u64>,
+    max_elements: Option<u64>,
     json: bool,
 ) -> Result<ExitCode, Error> {
     use tilegen::gpu::{problem, verify, Gpu};
@@ -54,6 +74,13 @@ pub fn gpu_verify(
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
     });
+    let instances = select.of(&gpu);
+    if instances.is_empty() {
+        return Err(Error::Usage(format!(
+            "no instance of {} matches the selection",
+            lib.display()
+        )));
+    }
     if !json {
         println!(
             "verify {} on {} (sm_{}), seed {seed}",
@@ -62,16 +89,19 @@ pub fn gpu_verify(
             gpu.sm
         );
         println!(
-            "{:<44} {:<22} {:>12} {:>9}  result",
-            "instance", "shape", "rel error", "bound"
+            "{:<44} {:<34} {:>9} {:>9}  result",
+            "instance", "case", "worst/bd", "rel L2"
         );
     }
     let mut rng = tilegen::gpu::data::rng(seed);
     let (mut passed, mut failed) = (0, 0);
-    for inst in selected(&gpu, filter) {
+    for inst in &instances {
         let started = std::time::Instant::now();
-        for p in problem::verify_cases(&inst) {
-            let r = verify::run_case(&mut gpu, &inst, p, &mut rng);
+        let cases = problem::verify_cases(inst)
+            .into_iter()
+            .filter(|c| max_elements.is_none_or(|m| problem::output_len(c.problem) <= m));
+        for case in cases {
+            let r = verify::run_case(&mut gpu, inst, case, &mut rng);
             if r.passed {
                 passed += 1
             } else {
@@ -80,20 +110,19 @@ pub fn gpu_verify(
             if json {
                 emit_json(serde_json::json!({"event": "case", "result": r}));
             } else if !r.passed || tilegen::env::var_os("TILEGEN_VERBOSE").is_some() {
-                let what = match &r.error {
-                    Some(e) => format!("ERROR {e}"),
-                    None if r.non_finite > 0 => {
-                        format!("FAIL ({} outputs not finite)", r.non_finite)
-                    }
-                    None if !r.passed => "FAIL".into(),
-                    None => "ok".into(),
+                let (ratio, l2) = match &r.elements {
+                    Some(e) => (e.worst.map_or(0.0, |w| w.ratio), e.rel_l2),
+                    None => (f64::NAN, f64::NAN),
+                };
+                let what = if r.passed {
+                    "ok".to_string()
+                } else {
+                    format!("FAIL {}", r.failure())
                 };
                 println!(
-                    "{:<44} {:<22} {:>12.3e} {:>9.1e}  {what}",
+                    "{:<44} {:<34} {ratio:>9.3} {l2:>9.1e}  {what}",
                     r.instance,
-                    r.problem.to_string(),
-                    r.rel_error,
-                    r.tolerance
+                    r.case.to_string(),
                 );
             }
         }
@@ -106,11 +135,15 @@ pub fn gpu_verify(
         }
     }
     if json {
-        emit_json(
-            serde_json::json!({"event": "done", "passed": passed, "failed": failed, "seed": seed}),
-        );
+        emit_json(serde_json::json!({
+            "event": "done", "instances": instances.len(), "passed": passed,
+            "failed": failed, "seed": seed,
+        }));
     } else {
-        println!("{passed} passed, {failed} failed");
+        println!(
+            "{} instances: {passed} passed, {failed} failed",
+            instances.len()
+        );
     }
     Ok(if failed == 0 {
         ExitCode::SUCCESS
@@ -121,7 +154,7 @@ pub fn gpu_verify(
 
 pub fn gpu_bench(
     lib: &std::path::Path,
-    filter: Option<&str>,
+    select: &Select,
     json_out: Option<&std::path::Path>,
     json: bool,
 ) -> Result<ExitCode, Error> {
@@ -143,7 +176,7 @@ pub fn gpu_bench(
     }
     let mut results = Vec::new();
     let mut failures = 0;
-    let insts = selected(&gpu, filter);
+    let insts = select.of(&gpu);
     let blas = match insts.iter().any(|i| i.op == tilegen::spec::Op::Gemm) {
         true => Some(tilegen::gpu::cublas::Blas::new(&gpu)?),
         false => None,

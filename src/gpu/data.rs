@@ -63,111 +63,288 @@ pub fn uniform(rng: &mut impl Rng, dtype: DType, len: usize, lo: f32, hi: f32) -
     }
 }
 
-/// Relative error ‖out − ref‖₂ / ‖ref‖₂, and whether every output is finite where the
-/// reference is (so NaN poison that was never overwritten fails).
-pub fn compare(out: &[f64], reference: &[f64]) -> (f64, usize) {
-    let mut num = 0.0;
-    let mut den = 0.0;
-    let mut non_finite = 0;
-    for (o, r) in out.iter().zip(reference) {
-        if !o.is_finite() && r.is_finite() {
-            non_finite += 1;
-            continue;
-        }
-        num += (o - r) * (o - r);
-        den += r * r;
+/// A host tensor of `values` rounded to the dtype (±inf stay infinite).
+pub fn from_values(dtype: DType, values: &[f32]) -> HostTensor {
+    let mut bytes = Vec::with_capacity(values.len() * dtype.size() as usize);
+    for &x in values {
+        encode(dtype, x, &mut bytes);
     }
-    let rel = if den > 0.0 {
+    let values = decode(dtype, &bytes);
+    HostTensor {
+        dtype,
+        bytes,
+        values,
+    }
+}
+
+/// The tensor's bytes with every sign bit cleared: |x| elementwise, exactly.
+pub fn abs_bytes(t: &HostTensor) -> Vec<u8> {
+    let size = t.dtype.size() as usize;
+    let mut bytes = t.bytes.clone();
+    for c in bytes.chunks_exact_mut(size) {
+        c[size - 1] &= 0x7F; // little-endian: the sign is the last byte's top bit
+    }
+    bytes
+}
+
+/// Unit roundoff of a dtype: half the gap between 1 and the next value.
+pub fn unit_roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 2f64.powi(-24),
+        DType::F16 => 2f64.powi(-11),
+        DType::Bf16 => 2f64.powi(-8),
+    }
+}
+
+/// Largest finite value of a dtype.
+pub fn max_finite(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => f32::MAX as f64,
+        DType::F16 => half::f16::MAX.to_f64(),
+        DType::Bf16 => half::bf16::MAX.to_f64(),
+    }
+}
+
+/// Absolute slack every element gets: half the dtype's smallest subnormal (rounding of a tiny
+/// value is absolute, not relative), and 2^-100 for f32 intermediates flushed to zero by the
+/// kernels' `ftz` instructions (bf16 subnormals are f32 subnormals).
+pub fn absolute_slack(dtype: DType) -> f64 {
+    let half_subnormal = match dtype {
+        DType::F32 => 2f64.powi(-150),
+        DType::F16 => 2f64.powi(-25),
+        DType::Bf16 => 2f64.powi(-134),
+    };
+    half_subnormal + 2f64.powi(-100)
+}
+
+/// The element of a case farthest outside (or nearest to) its bound.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Worst {
+    pub index: usize,
+    pub out: f64,
+    pub expected: f64,
+    pub bound: f64,
+    /// |out − expected| / bound: above 1 fails (infinite for a wrong NaN/inf).
+    pub ratio: f64,
+}
+
+/// Every element of an output judged against its expected value.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ElementReport {
+    pub checked: usize,
+    pub failed: usize,
+    /// Outputs that were NaN/inf where the expected value is finite (unwritten poison
+    /// included).
+    pub non_finite: usize,
+    pub worst: Option<Worst>,
+    /// ‖out − expected‖₂ / ‖expected‖₂ over the finite expected values, for reference.
+    pub rel_l2: f64,
+}
+
+impl ElementReport {
+    pub fn passed(&self) -> bool {
+        self.failed == 0
+    }
+}
+
+/// Checks every output element: `|o − r| ≤ atol + e + u·(|r| + e)`, with `e` the reference's
+/// bound for an f32 kernel, `u` the output dtype's unit roundoff and `atol` its
+/// `absolute_slack`. An expected NaN wants NaN, an expected ±inf the same infinity, and an
+/// expected value past the dtype's range (after rounding) the infinity of its sign or the
+/// largest finite value. Outputs and references of different lengths are an error (an empty
+/// problem has both empty).
+pub fn check_elements(
+    out: &[f64],
+    expected: &super::reference::Expected,
+    dtype: DType,
+) -> Result<ElementReport, String> {
+    let (r, e) = (&expected.values, &expected.err);
+    if out.len() != r.len() || e.len() != r.len() {
+        return Err(format!(
+            "{} outputs against {} expected values ({} bounds)",
+            out.len(),
+            r.len(),
+            e.len()
+        ));
+    }
+    let u = unit_roundoff(dtype);
+    let atol = absolute_slack(dtype);
+    let max = max_finite(dtype);
+    let mut rep = ElementReport {
+        checked: out.len(),
+        failed: 0,
+        non_finite: 0,
+        worst: None,
+        rel_l2: 0.0,
+    };
+    let (mut num, mut den) = (0.0, 0.0);
+    for i in 0..out.len() {
+        let (o, r, e) = (out[i], r[i], e[i]);
+        let bound = atol + e + u * (r.abs() + e);
+        let ratio = if r.is_nan() {
+            if o.is_nan() {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else if r.is_infinite() {
+            if o == r {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else if o.is_infinite() {
+            // Rounding may overflow only where the exact value is within a bound of the
+            // dtype's largest value.
+            if o.signum() == r.signum() && r.abs() + bound >= max {
+                0.0
+            } else {
+                rep.non_finite += 1;
+                f64::INFINITY
+            }
+        } else if o.is_nan() {
+            rep.non_finite += 1;
+            f64::INFINITY
+        } else {
+            let d = o - r;
+            num += d * d;
+            den += r * r;
+            // Past the range, the largest finite value is as good as the infinity.
+            let d = if r.abs() > max {
+                (o.abs() - max).abs()
+            } else {
+                d.abs()
+            };
+            d / bound
+        };
+        if ratio > 1.0 {
+            rep.failed += 1;
+        }
+        if rep.worst.is_none_or(|w| ratio > w.ratio) {
+            rep.worst = Some(Worst {
+                index: i,
+                out: o,
+                expected: r,
+                bound,
+                ratio,
+            });
+        }
+    }
+    rep.rel_l2 = if den > 0.0 {
         (num / den).sqrt()
     } else {
         num.sqrt()
     };
-    (rel, non_finite)
-}
-
-/// The relative error ‖round(ref) − ref‖₂ / ‖ref‖₂ of the exact answer rounded to `dtype`: what
-/// even a perfect kernel cannot beat. It is ~1e-4 for normal f16 values, but reaches percents
-/// where outputs are f16 subnormals (below 6.1e-5: GELU of x < -4.5 is one), which a
-/// one-element case compares alone. Values past the dtype's range are left out (their rounding
-/// is infinite, and an infinite output fails as not finite anyway).
-pub fn rounding_floor(dtype: DType, reference: &[f64]) -> f64 {
-    let mut bytes = Vec::with_capacity(dtype.size() as usize);
-    let (mut num, mut den) = (0.0, 0.0);
-    for &r in reference.iter().filter(|r| r.is_finite()) {
-        bytes.clear();
-        encode(dtype, r as f32, &mut bytes);
-        let q = decode(dtype, &bytes)[0];
-        if !q.is_finite() {
-            continue;
-        }
-        num += (q - r) * (q - r);
-        den += r * r;
-    }
-    if den > 0.0 {
-        (num / den).sqrt()
-    } else {
-        num.sqrt()
-    }
-}
-
-/// Largest relative error accepted for a case: the instance's tolerance, or twice the rounding
-/// floor of its exact answer where that is larger. A kernel that computes in f32 and rounds
-/// once lands within 2x the floor (at worst it rounds the other way at a rounding boundary,
-/// where the floor is half a quantum), so this only widens cases no kernel could meet, such as
-/// one f16 subnormal output; everywhere else the dtype's bound applies unchanged.
-pub fn case_tolerance(inst: &crate::manifest::InstanceEntry, floor: f64) -> f64 {
-    tolerance_for(inst).max(2.0 * floor)
-}
-
-/// Largest relative error accepted for an instance: by output dtype, and at TF32's precision
-/// for GEMMs that run f32 on TF32 tensor cores. TF32 rounds both operands to 10-bit mantissas
-/// (2^-11 each, so ~2^-10 per product); over a handful of outputs (a 1x4 result of K = 4) the
-/// error norm against the result's norm is a small sample and reached 1.5e-3 on the H200, so
-/// the bound is twice the per-product figure.
-pub fn tolerance_for(inst: &crate::manifest::InstanceEntry) -> f64 {
-    if inst.params.tf32 == Some(true) {
-        return 2e-3;
-    }
-    tolerance(inst.out_dtype)
-}
-
-/// Largest relative error accepted for outputs of this dtype.
-pub fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => 1e-5,
-        DType::F16 => 1e-3,
-        DType::Bf16 => 1e-2,
-    }
+    Ok(rep)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::reference::Expected;
     use super::*;
 
+    fn expected(values: &[f64], err: f64) -> Expected {
+        Expected {
+            values: values.to_vec(),
+            err: vec![err; values.len()],
+        }
+    }
+
     #[test]
-    fn rounding_floor_is_what_the_output_dtype_cannot_represent() {
-        // Normal f16 values round to within 2^-11 of themselves.
-        assert!(rounding_floor(DType::F16, &[1.0, 1.0 / 3.0, -2.7]) < 5e-4);
-        assert!(rounding_floor(DType::F32, &[1.0 / 3.0]) < 1e-7);
-        // An f16 subnormal (GELU(-4.6) ~ -1.0e-5) is 2^-24 quanta apart: a one-element case
-        // cannot meet f16's 1e-3 on its own. The rounded exact answer, and the one a quantum
-        // off at a rounding boundary, pass within twice the floor.
-        let reference = [-1.0093e-5];
-        let floor = rounding_floor(DType::F16, &reference);
-        assert!(floor > tolerance(DType::F16), "{floor}");
-        let mut bytes = Vec::new();
-        encode(DType::F16, reference[0] as f32, &mut bytes);
-        let best = decode(DType::F16, &bytes);
-        assert!(compare(&best, &reference).0 <= floor);
-        let quantum = 2f64.powi(-24);
-        let boundary = [-(600.5 * quantum)];
-        let other_way = [-(601.0 * quantum)];
-        let floor = rounding_floor(DType::F16, &boundary);
-        assert!(compare(&other_way, &boundary).0 <= 2.0 * floor);
-        // Values past f16's range add nothing (not an infinite floor).
-        assert!(rounding_floor(DType::F16, &[1e6, 1.0]) < 5e-4);
-        // Normal values keep the dtype's bound, and a wrong answer still fails: 4 % off.
-        assert!(2.0 * rounding_floor(DType::F16, &[1.0, -2.7]) < tolerance(DType::F16));
-        assert!(compare(&[1.04], &[1.0]).0 > tolerance(DType::F16));
+    fn bounds_are_the_dtypes_rounding_plus_the_kernels_error() {
+        // The exact answer rounded to f16 passes; one f16 quantum further does not.
+        let r = [1.0 / 3.0, -2.7, 1000.3];
+        let rounded: Vec<f64> = r.iter().map(|&v| half::f16::from_f64(v).to_f64()).collect();
+        assert!(check_elements(&rounded, &expected(&r, 0.0), DType::F16)
+            .unwrap()
+            .passed());
+        let off: Vec<f64> = rounded
+            .iter()
+            .map(|&v| v + 2.0 * v.abs() * unit_roundoff(DType::F16) * 2.0)
+            .collect();
+        let rep = check_elements(&off, &expected(&r, 0.0), DType::F16).unwrap();
+        assert_eq!(rep.failed, 3);
+        // The kernel's own error bound widens it.
+        assert!(check_elements(&off, &expected(&r, 2.0), DType::F16)
+            .unwrap()
+            .passed());
+        // f16 subnormals round by an absolute half quantum.
+        let tiny = [-1.0093e-5];
+        let q = [half::f16::from_f64(tiny[0]).to_f64()];
+        assert!(check_elements(&q, &expected(&tiny, 0.0), DType::F16)
+            .unwrap()
+            .passed());
+    }
+
+    #[test]
+    fn one_wrong_element_fails_and_is_named() {
+        // A bf16 output whose last row of 7 is zero: the normwise error is small, the
+        // element check names the first bad element of the worst ones.
+        let n = 12_007 * 7;
+        let r: Vec<f64> = (0..n).map(|i| 1.0 + (i % 13) as f64 / 13.0).collect();
+        let mut out: Vec<f64> = r
+            .iter()
+            .map(|&v| half::bf16::from_f64(v).to_f64())
+            .collect();
+        for o in &mut out[n - 7..] {
+            *o = 0.0;
+        }
+        let rep = check_elements(&out, &expected(&r, 0.0), DType::Bf16).unwrap();
+        assert!(rep.rel_l2 < 1e-2, "{}", rep.rel_l2);
+        assert_eq!(rep.failed, 7);
+        assert!(rep.worst.unwrap().index >= n - 7);
+    }
+
+    #[test]
+    fn special_values() {
+        let nan = f64::NAN;
+        let inf = f64::INFINITY;
+        // Expected NaN wants NaN; expected inf wants the same inf.
+        let ex = expected(&[nan, inf, -inf, 1.0], 0.0);
+        assert!(check_elements(&[nan, inf, -inf, 1.0], &ex, DType::F32)
+            .unwrap()
+            .passed());
+        assert_eq!(
+            check_elements(&[0.0, inf, -inf, 1.0], &ex, DType::F32)
+                .unwrap()
+                .failed,
+            1
+        );
+        assert_eq!(
+            check_elements(&[nan, -inf, -inf, 1.0], &ex, DType::F32)
+                .unwrap()
+                .failed,
+            1
+        );
+        // NaN poison left where a finite value belongs.
+        let rep = check_elements(&[nan, 2.0], &expected(&[1.0, 2.0], 0.0), DType::F32).unwrap();
+        assert_eq!((rep.failed, rep.non_finite), (1, 1));
+        assert_eq!(rep.worst.unwrap().index, 0);
+        // Past f16's range: inf or the largest finite value, of the right sign.
+        let big = expected(&[70_000.0, -70_000.0], 0.0);
+        assert!(check_elements(&[inf, -65504.0], &big, DType::F16)
+            .unwrap()
+            .passed());
+        assert!(!check_elements(&[-inf, -65504.0], &big, DType::F16)
+            .unwrap()
+            .passed());
+        // An overflow where the exact value is far inside the range fails.
+        assert!(
+            !check_elements(&[inf], &expected(&[100.0], 0.0), DType::F16)
+                .unwrap()
+                .passed()
+        );
+    }
+
+    #[test]
+    fn lengths_must_match() {
+        assert!(check_elements(&[1.0], &expected(&[], 0.0), DType::F32).is_err());
+        assert_eq!(
+            check_elements(&[], &expected(&[], 0.0), DType::F32)
+                .unwrap()
+                .checked,
+            0
+        );
+        assert!(check_elements(&[1.0, 2.0], &expected(&[1.0], 0.0), DType::F32).is_err());
     }
 }

@@ -234,6 +234,8 @@ impl Gpu {
 /// One kernel argument value.
 pub enum ArgValue<'a> {
     Buf(&'a CudaSlice<u8>),
+    /// Part of a larger allocation (verify's buffers sit between guard zones).
+    View(cudarc::driver::CudaView<'a, u8>),
     I64(i64),
     F32(f32),
 }
@@ -256,6 +258,22 @@ pub fn call_args_from<'a>(
     like: &InstanceEntry,
     bufs: &'a [Option<CudaSlice<u8>>],
 ) -> Option<Vec<ArgValue<'a>>> {
+    call_args_with(of, p, |name, kind| {
+        let i = like
+            .args
+            .iter()
+            .position(|b| b.name == name && b.kind == kind)?;
+        bufs[i].as_ref().map(ArgValue::Buf)
+    })
+}
+
+/// `of`'s argument list: the problem's scalars, and for each pointer argument what `buffer`
+/// gives for its name and kind; None when it gives nothing.
+pub fn call_args_with<'a>(
+    of: &InstanceEntry,
+    p: problem::Problem,
+    mut buffer: impl FnMut(&str, crate::ops::ArgKind) -> Option<ArgValue<'a>>,
+) -> Option<Vec<ArgValue<'a>>> {
     use crate::ops::ArgKind;
     of.args
         .iter()
@@ -264,13 +282,7 @@ pub fn call_args_from<'a>(
                 Some(ArgValue::F32(problem::scalar(of, &a.name, p) as f32))
             }
             ArgKind::Scalar => Some(ArgValue::I64(problem::scalar(of, &a.name, p) as i64)),
-            _ => {
-                let i = like
-                    .args
-                    .iter()
-                    .position(|b| b.name == a.name && b.kind == a.kind)?;
-                bufs[i].as_ref().map(ArgValue::Buf)
-            }
+            kind => buffer(&a.name, kind),
         })
         .collect()
 }
@@ -287,6 +299,9 @@ pub fn launch(gpu: &Gpu, f: &CudaFunction, dims: LaunchDims, args: &[ArgValue]) 
         match a {
             ArgValue::Buf(s) => {
                 b.arg(*s);
+            }
+            ArgValue::View(v) => {
+                b.arg(v);
             }
             ArgValue::I64(v) => {
                 b.arg(v);

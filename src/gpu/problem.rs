@@ -136,15 +136,98 @@ pub fn too_big_for_cpu(p: Problem) -> bool {
     matches!(p, Problem::Gemm { m, n, k } if m * n * k > 1 << 31)
 }
 
-/// Shapes `verify` runs: 1, vector and tile edges ±1, primes, and one large size.
-pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
+/// What a case's inputs look like. `Typical` is uniform in a well-conditioned range per op;
+/// the rest are the inputs that break kernels which are right on typical data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Numerics {
+    Typical,
+    /// Every row offset by +1000: softmax must subtract the row maximum (exp(1000) overflows
+    /// f32), layernorm must not take its variance as E[x²] − E[x]² unshifted.
+    Offset,
+    /// One large value per row (softmax: 40 above the rest, so it holds nearly all the
+    /// mass; norms: ±1000; GEMM: 64 in each row of A).
+    Outliers,
+    /// Softmax: a tenth of the entries −inf (they give exactly 0), row 0 all −inf (no
+    /// maximum: NaN, as PyTorch gives), row 1 all −inf but one (that one gives 1).
+    Infinities,
+    /// 16-bit inputs: x among the dtype's subnormals. f16 subnormals are normal f32 values and
+    /// must come out exact to rounding; bf16 subnormals are f32 subnormals, which the kernels'
+    /// `ftz` arithmetic may flush to zero (within the check's absolute slack).
+    Subnormal,
+    /// Elementwise: x in [−30, 30], the tails of GELU and SiLU (exp over- and underflow).
+    Wide,
+}
+
+/// One verify case: a shape, its inputs, and optionally a grid smaller than the launch rule
+/// gives, so that the kernel's grid-stride loop runs several trips at a size the CPU
+/// reference handles (the rule only strides beyond 65536 blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Case {
+    pub problem: Problem,
+    pub numerics: Numerics,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid_cap: Option<u32>,
+}
+
+impl Case {
+    fn typical(problem: Problem) -> Case {
+        Case {
+            problem,
+            numerics: Numerics::Typical,
+            grid_cap: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.problem)?;
+        if self.numerics != Numerics::Typical {
+            write!(f, " {:?}", self.numerics)?;
+        }
+        if let Some(g) = self.grid_cap {
+            write!(f, " grid<={g}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Output elements of a problem.
+pub fn output_len(p: Problem) -> u64 {
+    match p {
+        Problem::Elements { n, .. } => n,
+        Problem::Rows { rows, cols } => rows * cols,
+        Problem::Gemm { m, n, .. } => m * n,
+    }
+}
+
+/// Cases `verify` runs for an instance: empty (elementwise and rows: nothing may be written),
+/// 1, vector and tile edges ±1, primes, one large size;
+/// every GEMM layout with M, N and K off the tile by a vector (so the transposed layouts,
+/// whose leading dimension is M, are aligned); grid-stride trips; and the hostile inputs of
+/// `Numerics` that apply to the op and dtype, on a ragged shape.
+pub fn verify_cases(inst: &InstanceEntry) -> Vec<Case> {
     let vec = inst.dtype.per_16_bytes() as u64;
+    let sixteen_bit = inst.dtype != crate::spec::model::DType::F32;
     let mut out = Vec::new();
+    let hostile = |out: &mut Vec<Case>, p: Problem, kinds: &[Numerics]| {
+        for &numerics in kinds {
+            if numerics == Numerics::Subnormal && !sixteen_bit {
+                continue;
+            }
+            out.push(Case {
+                problem: p,
+                numerics,
+                grid_cap: None,
+            });
+        }
+    };
     match &inst.launch.grid {
         GridRule::Elements { elems_per_block } => {
             let epb = *elems_per_block as u64;
             let with_bias = inst.epilogue.contains(&Epilogue::Bias);
-            for n in [1, vec - 1, vec + 1, epb - 1, epb + 1, 10_007, (1 << 22) + 3] {
+            let elements = |n: u64| {
                 // The bias is a row of `cols`; pick a prime width that tiles n unevenly.
                 let cols = if with_bias { 97.min(n).max(1) } else { 1 };
                 let n = if with_bias {
@@ -152,8 +235,30 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
                 } else {
                     n
                 };
-                out.push(Problem::Elements { n, cols });
+                Problem::Elements { n, cols }
+            };
+            for n in [
+                0,
+                1,
+                vec - 1,
+                vec + 1,
+                epb - 1,
+                epb + 1,
+                10_007,
+                (1 << 22) + 3,
+            ] {
+                out.push(Case::typical(elements(n)));
             }
+            // Three blocks stride 7 blocks' worth plus a tail; five stride a large tensor.
+            for (n, cap) in [(7 * epb + vec + 3, 3), ((1 << 22) + 3, 5)] {
+                out.push(Case {
+                    grid_cap: Some(cap),
+                    ..Case::typical(elements(n))
+                });
+            }
+            let kinds = [Numerics::Wide, Numerics::Subnormal];
+            hostile(&mut out, elements(epb + 1), &kinds);
+            hostile(&mut out, elements(10_007), &kinds);
         }
         GridRule::Rows {
             max_cols,
@@ -179,17 +284,38 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
             cols.retain(|&c| c >= 1 && c <= limit);
             cols.sort();
             cols.dedup();
-            for (i, c) in cols.into_iter().enumerate() {
+            for (i, &c) in cols.iter().enumerate() {
                 let rows = [1, 3, 37, 130][i % 4];
-                out.push(Problem::Rows { rows, cols: c });
+                out.push(Case::typical(Problem::Rows { rows, cols: c }));
             }
+            // No rows at all: the kernel must write nothing (its guard zones stay whole).
+            out.push(Case::typical(Problem::Rows {
+                rows: 0,
+                cols: 97.min(limit),
+            }));
             if *rows_per_block > 1 {
                 // Blocks that own several rows (a ring of staged rows): enough rows that
                 // every block walks several and the grid passes its first wave, a prime
                 // count so the last trip is ragged, on both the scalar and the vector path.
                 for cols in [97, limit.min(2048 + vec)] {
-                    out.push(Problem::Rows { rows: 12007, cols });
+                    out.push(Case::typical(Problem::Rows { rows: 12007, cols }));
                 }
+            }
+            // Fewer blocks than rows: each block strides over several rows (or rings).
+            let rows = if *rows_per_block > 1 { 12007 } else { 131 };
+            out.push(Case {
+                grid_cap: Some(5),
+                ..Case::typical(Problem::Rows {
+                    rows,
+                    cols: 97.min(limit),
+                })
+            });
+            let mut kinds = vec![Numerics::Offset, Numerics::Outliers, Numerics::Subnormal];
+            if inst.op == Op::Softmax {
+                kinds.push(Numerics::Infinities);
+            }
+            for c in [97.min(limit), (chunk + 1).min(limit), limit] {
+                hostile(&mut out, Problem::Rows { rows: 37, cols: c }, &kinds);
             }
         }
         GridRule::Tiles { tile_m, tile_n } => {
@@ -202,14 +328,29 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Problem> {
                 (97, 5 * v, 131u64.div_ceil(v) * v),
                 (2 * tm + 3, 3 * tn, 256),
                 (509, 512 + v, 520),
+                // Off the tile by a vector in M, N and K: every layout is aligned.
+                (v, v, v),
+                (tm - v, tn + v, 64 + v),
+                (tm + v, tn - v, 2 * v),
+                (2 * tm + v, 3 * tn - v, 256 + v),
                 (1024, 1024, 1024),
-                (2053, 3072 + v, 2048), // against cuBLAS
+                (2056, 3072 + v, 2048), // against cuBLAS
             ] {
-                out.push(Problem::Gemm { m, n, k });
+                out.push(Case::typical(Problem::Gemm { m, n, k }));
             }
+            hostile(
+                &mut out,
+                Problem::Gemm {
+                    m: tm + v,
+                    n: tn - v,
+                    k: 64 + v,
+                },
+                &[Numerics::Outliers, Numerics::Subnormal],
+            );
         }
     }
-    out.retain(|p| fits(inst, *p));
+    out.retain(|c| fits(inst, c.problem));
+    out.dedup();
     out
 }
 

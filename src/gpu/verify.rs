@@ -1,33 +1,129 @@
-//! `tilegen verify`: every instance against the f64 CPU reference, on fresh random data, with
-//! outputs poisoned (NaN) before each launch, on ragged shapes.
+//! `tilegen verify`: every instance against the f64 CPU reference, element by element, on
+//! fresh random data and hostile inputs, with outputs poisoned (NaN) before each launch, every
+//! buffer between guard zones, and inputs checked unchanged after the run.
 
 use std::time::Instant;
 
-use super::data::{self, HostTensor};
-use super::problem::{self, Problem};
-use super::reference;
-use super::{call_args, launch, Gpu};
-use crate::error::Result;
+use rand::Rng;
+
+use super::data::{self, ElementReport, HostTensor};
+use super::problem::{self, Case, Numerics, Problem};
+use super::reference::{self, Expected};
+use super::{call_args_with, launch, ArgValue, Gpu};
+use crate::error::{Error, Result};
 use crate::manifest::InstanceEntry;
 use crate::ops::ArgKind;
 use crate::spec::model::{DType, Op};
 
-/// The outcome of one instance on one shape.
+/// The outcome of one instance on one case.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CaseResult {
     pub instance: String,
-    pub problem: Problem,
-    pub rel_error: f64,
-    pub tolerance: f64,
-    /// Outputs that were NaN/inf where the reference is finite (unwritten poison included).
-    pub non_finite: usize,
+    #[serde(flatten)]
+    pub case: Case,
+    /// Every output element against its bound (absent when the case could not run).
+    pub elements: Option<ElementReport>,
     pub passed: bool,
+    /// Why the case failed outside the element check: a launch error, a write into a guard
+    /// zone, an input the kernel changed.
     pub error: Option<String>,
     pub millis: u64,
 }
 
-/// Value range of random inputs, chosen per op so results are well conditioned.
-fn input_range(op: Op, arg: &str) -> (f32, f32) {
+impl CaseResult {
+    /// One line on what failed, naming the element (empty for a pass).
+    pub fn failure(&self) -> String {
+        if let Some(e) = &self.error {
+            return e.clone();
+        }
+        match &self.elements {
+            Some(rep) if !rep.passed() => {
+                let w = rep.worst.expect("a failed check has a worst element");
+                format!(
+                    "{} of {} elements out of bounds ({} not finite); worst [{}] = {:e}, expected {:e} ± {:.2e}",
+                    rep.failed, rep.checked, rep.non_finite, w.index, w.out, w.expected, w.bound
+                )
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+/// Bytes of guard zone before and after each buffer: a quarter of the buffer, at least 64 KiB
+/// (so a tile written a row past the end lands in it), at most 8 MiB. A multiple of 256 keeps
+/// every buffer as aligned as the allocation.
+fn guard_bytes(len: usize) -> usize {
+    (len / 4).clamp(64 << 10, 8 << 20).next_multiple_of(256)
+}
+
+/// Guard zones hold this byte; outputs start as 0xFF (NaN in every float type).
+const GUARD: u8 = 0xA5;
+const POISON: u8 = 0xFF;
+
+/// A device buffer between two guard zones.
+struct Guarded {
+    whole: cudarc::driver::CudaSlice<u8>,
+    guard: usize,
+    len: usize,
+    /// What the whole allocation held before the launch, for inputs (which must not change).
+    before: Option<Vec<u8>>,
+}
+
+impl Guarded {
+    fn new(gpu: &Gpu, data: Option<&[u8]>, len: usize) -> Result<Guarded> {
+        let guard = guard_bytes(len);
+        let mut bytes = vec![GUARD; guard];
+        match data {
+            Some(d) => bytes.extend_from_slice(d),
+            None => bytes.resize(guard + len, POISON),
+        }
+        bytes.resize(2 * guard + len, GUARD);
+        let whole = gpu.upload(&bytes)?;
+        Ok(Guarded {
+            whole,
+            guard,
+            len,
+            before: data.map(|_| bytes),
+        })
+    }
+
+    fn view(&self) -> ArgValue<'_> {
+        ArgValue::View(self.whole.slice(self.guard..self.guard + self.len))
+    }
+
+    /// The buffer's own bytes after the run, or an error naming the first byte written
+    /// outside it (or, for an input, changed anywhere).
+    fn check(&self, gpu: &Gpu, name: &str) -> Result<Vec<u8>, String> {
+        let after = gpu.download(&self.whole).map_err(|e| e.to_string())?;
+        if let Some(before) = &self.before {
+            if let Some(i) = before.iter().zip(&after).position(|(a, b)| a != b) {
+                let at = i as i64 - self.guard as i64;
+                return Err(format!(
+                    "input `{name}` changed by the kernel at byte {at} of {}",
+                    self.len
+                ));
+            }
+        }
+        let head = &after[..self.guard];
+        if let Some(i) = head.iter().rposition(|&b| b != GUARD) {
+            return Err(format!(
+                "`{name}` written {} bytes before its start",
+                self.guard - i
+            ));
+        }
+        let tail = &after[self.guard + self.len..];
+        if let Some(i) = tail.iter().position(|&b| b != GUARD) {
+            return Err(format!(
+                "`{name}` written past its end: byte {} after its {} bytes",
+                i, self.len
+            ));
+        }
+        Ok(after[self.guard..self.guard + self.len].to_vec())
+    }
+}
+
+/// Value range of typical random inputs, chosen per op so results are well conditioned.
+fn typical_range(op: Op, arg: &str) -> (f32, f32) {
     match (op, arg) {
         (Op::Softmax, _) => (-8.0, 8.0),
         (Op::LayerNorm | Op::RmsNorm, "x") => (-1.0, 3.0),
@@ -37,110 +133,216 @@ fn input_range(op: Op, arg: &str) -> (f32, f32) {
     }
 }
 
-/// Runs one case; errors (launch failures, bad sizes) become failed results.
-pub fn run_case(
-    gpu: &mut Gpu,
+/// The smallest normal value of a 16-bit dtype (subnormals lie below it).
+fn min_normal(dtype: DType) -> f32 {
+    match dtype {
+        DType::F16 => 6.103_515_6e-5,
+        DType::Bf16 => f32::MIN_POSITIVE,
+        DType::F32 => f32::MIN_POSITIVE,
+    }
+}
+
+/// The values of input `arg` for a case (before rounding to the dtype). The main operand (`x`,
+/// `a`, or for vector_add both) carries the case's numerics; the others stay typical.
+fn input_values(
     inst: &InstanceEntry,
-    p: Problem,
-    rng: &mut impl rand::Rng,
-) -> CaseResult {
+    arg: &str,
+    dtype: DType,
+    case: &Case,
+    rng: &mut impl Rng,
+) -> Vec<f32> {
+    let len = problem::buffer_len(inst, arg, case.problem) as usize;
+    let (lo, hi) = typical_range(inst.op, arg);
+    let mut v: Vec<f32> = (0..len).map(|_| rng.random_range(lo..hi)).collect();
+    let main = matches!(arg, "x" | "a") || inst.op == Op::VectorAdd;
+    if !main || v.is_empty() {
+        return v;
+    }
+    let row_len = match case.problem {
+        Problem::Rows { cols, .. } => cols as usize,
+        Problem::Gemm { k, .. } => k as usize, // a row of A in the math (any layout)
+        Problem::Elements { .. } => len,
+    };
+    match case.numerics {
+        Numerics::Typical => {}
+        Numerics::Offset => v.iter_mut().for_each(|x| *x += 1000.0),
+        Numerics::Outliers => {
+            for row in v.chunks_mut(row_len.max(1)) {
+                let j = rng.random_range(0..row.len());
+                row[j] = match inst.op {
+                    Op::Softmax => 48.0,
+                    Op::Gemm => 64.0,
+                    _ if rng.random_bool(0.5) => 1000.0,
+                    _ => -1000.0,
+                };
+            }
+        }
+        Numerics::Infinities => {
+            for (r, row) in v.chunks_mut(row_len.max(1)).enumerate() {
+                match r {
+                    0 => row.fill(f32::NEG_INFINITY),
+                    1 => {
+                        let keep = rng.random_range(0..row.len());
+                        for (j, x) in row.iter_mut().enumerate() {
+                            if j != keep {
+                                *x = f32::NEG_INFINITY;
+                            }
+                        }
+                    }
+                    _ => {
+                        for x in row.iter_mut() {
+                            if rng.random_bool(0.1) {
+                                *x = f32::NEG_INFINITY;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Numerics::Subnormal => {
+            let tiny = min_normal(dtype);
+            v.iter_mut()
+                .for_each(|x| *x = tiny * rng.random_range(-1.0f32..1.0));
+        }
+        Numerics::Wide => v
+            .iter_mut()
+            .for_each(|x| *x = rng.random_range(-30.0..30.0)),
+    }
+    v
+}
+
+/// Fresh random inputs for a case: by name as f64 for the reference, and per argument (None
+/// for outputs and scalars) as the dtype's bytes for the device.
+pub fn case_inputs(
+    inst: &InstanceEntry,
+    case: &Case,
+    rng: &mut impl Rng,
+) -> (reference::Inputs, Vec<Option<HostTensor>>) {
+    let mut inputs = reference::Inputs::new();
+    let mut hosts = Vec::new();
+    for a in &inst.args {
+        hosts.push(if a.kind == ArgKind::In {
+            let dt = data::dtype_of(&a.ty);
+            let t = data::from_values(dt, &input_values(inst, &a.name, dt, case, rng));
+            inputs.insert(a.name.clone(), t.values.clone());
+            Some(t)
+        } else {
+            None
+        });
+    }
+    (inputs, hosts)
+}
+
+/// Runs one case; errors (launch failures, bad sizes, guard zones) become failed results.
+pub fn run_case(gpu: &mut Gpu, inst: &InstanceEntry, case: Case, rng: &mut impl Rng) -> CaseResult {
     let start = Instant::now();
     let mut res = CaseResult {
         instance: inst.name.clone(),
-        problem: p,
-        rel_error: f64::NAN,
-        tolerance: data::tolerance_for(inst), // widened by the case's rounding floor below
-        non_finite: 0,
+        case,
+        elements: None,
         passed: false,
         error: None,
         millis: 0,
     };
-    match try_case(gpu, inst, p, rng) {
-        Ok((rel, non_finite, floor)) => {
-            res.rel_error = rel;
-            res.non_finite = non_finite;
-            res.tolerance = data::case_tolerance(inst, floor);
-            res.passed = non_finite == 0 && rel <= res.tolerance;
+    match try_case(gpu, inst, &case, rng) {
+        Ok(rep) => {
+            res.passed = rep.passed();
+            res.elements = Some(rep);
         }
-        Err(e) => res.error = Some(e.to_string()),
+        Err(e) => res.error = Some(e),
     }
     res.millis = start.elapsed().as_millis() as u64;
     res
 }
 
-/// Relative error, outputs left non-finite, and the rounding floor of the exact answer in the
-/// output dtype (`data::rounding_floor`).
 fn try_case(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
-    p: Problem,
-    rng: &mut impl rand::Rng,
-) -> Result<(f64, usize, f64)> {
-    let f = gpu.function(inst)?;
-    let mut inputs = reference::Inputs::new();
-    let mut host: Vec<Option<HostTensor>> = Vec::new();
-    for a in &inst.args {
-        if a.kind == ArgKind::In {
-            let (lo, hi) = input_range(inst.op, &a.name);
-            let t = data::uniform(
-                rng,
-                data::dtype_of(&a.ty),
-                problem::buffer_len(inst, &a.name, p) as usize,
-                lo,
-                hi,
-            );
-            inputs.insert(a.name.clone(), t.values.clone());
-            host.push(Some(t));
-        } else {
-            host.push(None);
-        }
-    }
-    let mut bufs = Vec::new();
-    let mut out_index = None;
-    for (i, a) in inst.args.iter().enumerate() {
-        match a.kind {
-            ArgKind::In => bufs.push(Some(gpu.upload(&host[i].as_ref().expect("input").bytes)?)),
+    case: &Case,
+    rng: &mut impl Rng,
+) -> Result<ElementReport, String> {
+    let p = case.problem;
+    let f = gpu.function(inst).map_err(|e| e.to_string())?;
+    let (inputs, hosts) = case_inputs(inst, case, rng);
+    let mut bufs: Vec<Option<Guarded>> = Vec::new();
+    for (a, host) in inst.args.iter().zip(&hosts) {
+        let g = match a.kind {
+            ArgKind::In => {
+                let t = host.as_ref().expect("inputs have host data");
+                Some(Guarded::new(gpu, Some(&t.bytes), t.bytes.len()))
+            }
             ArgKind::Out => {
                 let len = problem::buffer_len(inst, &a.name, p) as usize
                     * data::dtype_of(&a.ty).size() as usize;
-                // 0xFF bytes are NaN in every float type: anything left unwritten fails.
-                bufs.push(Some(gpu.alloc_filled(len, 0xFF)?));
-                out_index = Some(i);
+                Some(Guarded::new(gpu, None, len))
             }
-            ArgKind::Scalar => bufs.push(None),
+            ArgKind::Scalar => None,
+        };
+        bufs.push(g.transpose().map_err(|e| e.to_string())?);
+    }
+    let args = call_args_with(inst, p, |name, kind| {
+        let i = inst
+            .args
+            .iter()
+            .position(|b| b.name == name && b.kind == kind)?;
+        bufs[i].as_ref().map(Guarded::view)
+    })
+    .ok_or("a pointer argument has no buffer")?;
+    let mut dims = problem::dims(inst, p).map_err(|e| e.to_string())?;
+    if let Some(cap) = case.grid_cap {
+        dims.grid.0 = dims.grid.0.min(cap);
+    }
+    launch(gpu, &f, dims, &args).map_err(|e| e.to_string())?;
+    gpu.sync().map_err(|e| e.to_string())?;
+    drop(args);
+    // Every buffer's guard zones (and every input) first: a stray write anywhere fails.
+    let mut out = None;
+    for (a, g) in inst.args.iter().zip(&bufs) {
+        if let Some(g) = g {
+            let bytes = g.check(gpu, &a.name)?;
+            if a.kind == ArgKind::Out {
+                out = Some(data::decode(data::dtype_of(&a.ty), &bytes));
+            }
         }
     }
-    let args = call_args(inst, p, &bufs);
-    let dims = problem::dims(inst, p).map_err(|e| crate::Error::Gpu(e.to_string()))?;
-    launch(gpu, &f, dims, &args)?;
-    gpu.sync()?;
-    let out_i = out_index.expect("every kernel writes an output");
-    let out = data::decode(
-        inst.out_dtype,
-        &gpu.download(bufs[out_i].as_ref().expect("output"))?,
-    );
-    let reference = match p {
-        Problem::Gemm { m, n, k } if problem::too_big_for_cpu(p) => {
-            // cuBLAS computes A·B in f32 (no TF32); the epilogue is applied here in f64.
-            let find = |name: &str| {
-                inst.args
-                    .iter()
-                    .position(|a| a.name == name)
-                    .and_then(|i| bufs[i].as_ref())
-            };
-            let (a, b) = (find("a").expect("a"), find("b").expect("b"));
-            let mut d = gpu.alloc_filled((m * n * 4) as usize, 0xFF)?;
-            let blas = super::cublas::Blas::new(gpu)?;
-            blas.gemm(gpu, inst, (m, n, k), a, b, &mut d, DType::F32, false)?;
-            let acc = data::decode(DType::F32, &gpu.download(&d)?);
-            reference::gemm_epilogue(inst, p, &acc, &inputs)
+    let out = out.ok_or("the kernel has no output argument")?;
+    let expected = match p {
+        Problem::Gemm { .. } if problem::too_big_for_cpu(p) => {
+            cublas_expected(gpu, inst, p, &inputs, &hosts).map_err(|e| e.to_string())?
         }
-        _ => reference::compute(inst, p, &inputs),
+        _ => reference::compute(inst, p, &inputs)?,
     };
-    let (rel, non_finite) = data::compare(&out, &reference);
-    Ok((
-        rel,
-        non_finite,
-        data::rounding_floor(inst.out_dtype, &reference),
-    ))
+    data::check_elements(&out, &expected, inst.out_dtype)
+}
+
+/// A large GEMM's expected values: A·B and |A|·|B| by cuBLAS in f32 (no TF32), the epilogue in
+/// f64 here. cuBLAS's own rounding doubles the accumulation bound.
+fn cublas_expected(
+    gpu: &Gpu,
+    inst: &InstanceEntry,
+    p: Problem,
+    inputs: &reference::Inputs,
+    hosts: &[Option<HostTensor>],
+) -> Result<Expected> {
+    let Problem::Gemm { m, n, k } = p else {
+        return Err(Error::Gpu(format!("{}: not a GEMM problem", inst.name)));
+    };
+    let host = |name: &str| {
+        inst.args
+            .iter()
+            .position(|a| a.name == name && a.kind == ArgKind::In)
+            .and_then(|i| hosts[i].as_ref())
+            .ok_or_else(|| Error::Gpu(format!("{}: no input `{name}`", inst.name)))
+    };
+    let (a, b) = (host("a")?, host("b")?);
+    let blas = super::cublas::Blas::new(gpu)?;
+    let product = |a: &[u8], b: &[u8]| -> Result<Vec<f64>> {
+        let (a, b) = (gpu.upload(a)?, gpu.upload(b)?);
+        let mut d = gpu.alloc_filled((m * n * 4) as usize, POISON)?;
+        blas.gemm(gpu, inst, (m, n, k), &a, &b, &mut d, DType::F32, false)?;
+        Ok(data::decode(DType::F32, &gpu.download(&d)?))
+    };
+    let acc = product(&a.bytes, &b.bytes)?;
+    let mag = product(&data::abs_bytes(a), &data::abs_bytes(b))?;
+    reference::gemm_epilogue(inst, p, &acc, &mag, 2.0, inputs).map_err(Error::Gpu)
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::diagnostics::{Diagnostic, Diagnostics, Mark};
 use crate::error::Error;
 pub use model::*;
+pub use sweep::MAX_INSTANCES_PER_RUN;
 
 /// Spec files are small; a larger file is a mistake (or an attack).
 const MAX_SPEC_BYTES: u64 = 1 << 20;
@@ -29,7 +30,9 @@ pub struct SpecSource {
 }
 
 /// Finds the spec files (`*.yaml`, `*.yml`) under `dir`, sorted so results never depend on
-/// directory order. A file path is accepted too.
+/// directory order. A file path is accepted too. Symbolic links are followed (a spec is
+/// named by its path under `dir`, not its target's); a link that points nowhere, or back at
+/// a folder it is in, is an error rather than skipped.
 pub fn find_spec_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     if dir.is_file() {
         return Ok(vec![dir.to_path_buf()]);
@@ -41,8 +44,11 @@ pub fn find_spec_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         )));
     }
     let mut files = Vec::new();
-    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
-        let entry = entry.map_err(|e| Error::io(dir, e.into()))?;
+    for entry in walkdir::WalkDir::new(dir)
+        .follow_links(true)
+        .sort_by_file_name()
+    {
+        let entry = entry.map_err(|e| walk_error(dir, e))?;
         let p = entry.path();
         if entry.file_type().is_file()
             && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
@@ -58,6 +64,29 @@ pub fn find_spec_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         )));
     }
     Ok(files)
+}
+
+fn walk_error(dir: &Path, e: walkdir::Error) -> Error {
+    let path = e.path().unwrap_or(dir).to_path_buf();
+    if let Some(ancestor) = e.loop_ancestor() {
+        return Error::Usage(format!(
+            "{}: symbolic link loop in the specs folder: it leads back to {}",
+            path.display(),
+            ancestor.display()
+        ));
+    }
+    let dangling = e
+        .io_error()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+        && path.is_symlink();
+    match e.into_io_error() {
+        Some(io) if dangling => Error::Io {
+            path,
+            source: std::io::Error::new(io.kind(), "symbolic link to a file that does not exist"),
+        },
+        Some(io) => Error::Io { path, source: io },
+        None => Error::Usage(format!("{}: cannot read the specs folder", path.display())),
+    }
 }
 
 /// Reads spec files. Unreadable or non-UTF-8 files become diagnostics, not failures, so that
@@ -93,11 +122,18 @@ pub fn read_specs(root: &Path, files: &[PathBuf]) -> Result<(Vec<SpecSource>, Di
             rel
         };
         match String::from_utf8(bytes) {
-            Ok(text) => sources.push(SpecSource {
-                path: path.clone(),
-                rel,
-                text,
-            }),
+            Ok(mut text) => {
+                // Editors on Windows may start a file with a byte order mark. It takes no
+                // column, so positions past it stay right.
+                if text.starts_with('\u{feff}') {
+                    text.drain(..'\u{feff}'.len_utf8());
+                }
+                sources.push(SpecSource {
+                    path: path.clone(),
+                    rel,
+                    text,
+                })
+            }
             Err(e) => {
                 let bytes = e.as_bytes();
                 let valid = &bytes[..e.utf8_error().valid_up_to()];
@@ -124,13 +160,47 @@ pub fn read_specs(root: &Path, files: &[PathBuf]) -> Result<(Vec<SpecSource>, Di
 }
 
 /// Parses, validates and expands every spec. Instances come back sorted by name.
+///
+/// Every file is validated and its sweeps counted before any is expanded: more than
+/// [`MAX_INSTANCES_PER_RUN`] instances in all is an error, so time and memory stay within
+/// what that many instances need.
 pub fn load(sources: &[SpecSource]) -> Result<Vec<Instance>, Diagnostics> {
     let mut diags = Diagnostics::default();
     let mut instances: Vec<Instance> = Vec::new();
     let mut seen: BTreeMap<String, (PathBuf, Mark)> = BTreeMap::new();
-    for src in sources {
-        let mut ctx = sweep::FileContext::new(src);
-        let found = ctx.expand();
+    let mut ctxs: Vec<sweep::FileContext> = sources.iter().map(sweep::FileContext::new).collect();
+    let mut budget = yaml::MAX_NODES_PER_RUN;
+    // Once a file has failed with the run's node budget spent, the files after it are not
+    // parsed (each would only fail the same way).
+    let mut spent = false;
+    let roots: Vec<Option<yaml::Node>> = ctxs
+        .iter_mut()
+        .map(|c| {
+            if spent {
+                return None;
+            }
+            let root = c.parse(&mut budget);
+            spent = budget == 0 && c.errors() > 0;
+            root
+        })
+        .collect();
+    let plans: Vec<Vec<sweep::KernelPlan>> = ctxs
+        .iter_mut()
+        .zip(&roots)
+        .map(|(ctx, root)| root.as_ref().map(|r| ctx.plan(r)).unwrap_or_default())
+        .collect();
+    if let Some(too_many) = over_run_bound(sources, &plans) {
+        for ctx in ctxs {
+            diags.extend(ctx.finish());
+        }
+        diags.push(too_many);
+        return Err(diags.sorted());
+    }
+    for ((src, mut ctx), file_plans) in sources.iter().zip(ctxs).zip(&plans) {
+        let found = file_plans
+            .iter()
+            .flat_map(|p| ctx.expand(p))
+            .collect::<Vec<_>>();
         for (inst, mark) in found {
             if let Some((file, first)) = seen.get(&inst.name) {
                 let message = if *file == src.path && *first == mark {
@@ -150,13 +220,70 @@ pub fn load(sources: &[SpecSource]) -> Result<Vec<Instance>, Diagnostics> {
             seen.insert(inst.name.clone(), (src.path.clone(), mark));
             instances.push(inst);
         }
-        diags.extend(ctx.diags);
+        diags.extend(ctx.finish());
     }
     if !diags.is_empty() {
         return Err(diags.sorted());
     }
     instances.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(instances)
+}
+
+/// The error for specs that sweep to more than [`MAX_INSTANCES_PER_RUN`] instances in all,
+/// at the kernel entry with the largest sweep; it names each file's share.
+fn over_run_bound(sources: &[SpecSource], plans: &[Vec<sweep::KernelPlan>]) -> Option<Diagnostic> {
+    let per_file: Vec<usize> = plans
+        .iter()
+        .map(|p| p.iter().fold(0usize, |acc, k| acc.saturating_add(k.count)))
+        .collect();
+    let total = per_file
+        .iter()
+        .fold(0usize, |acc, &n| acc.saturating_add(n));
+    if total <= MAX_INSTANCES_PER_RUN {
+        return None;
+    }
+    let (file, largest) = plans
+        .iter()
+        .enumerate()
+        .flat_map(|(f, p)| p.iter().map(move |k| (f, k)))
+        .reduce(|best, k| if k.1.count > best.1.count { k } else { best })?;
+    let mut shares: Vec<(usize, &SpecSource)> = per_file
+        .iter()
+        .copied()
+        .zip(sources)
+        .filter(|(n, _)| *n > 0)
+        .collect();
+    shares.sort_by_key(|s| std::cmp::Reverse(s.0));
+    const SHOWN: usize = 5;
+    let mut listed: Vec<String> = shares
+        .iter()
+        .take(SHOWN)
+        .map(|(n, s)| format!("{}: {}", s.path.display(), count_text(*n)))
+        .collect();
+    if shares.len() > SHOWN {
+        listed.push(format!("{} more files", shares.len() - SHOWN));
+    }
+    let kernels: usize = plans.iter().map(Vec::len).sum();
+    let message = format!(
+        "the specs sweep to {} instances in all ({kernels} kernel entries; {}), over the limit of \
+         {MAX_INSTANCES_PER_RUN} per run; the largest sweep is kernel `{}` here, with {}: \
+         narrow the sweeps, or split the specs into several libraries",
+        count_text(total),
+        listed.join(", "),
+        largest.name(),
+        count_text(largest.count)
+    );
+    let src = &sources[file];
+    Some(Diagnostic::new(&src.path, largest.mark(), 1, message).with_source(&src.text))
+}
+
+/// A count that may have saturated.
+fn count_text(n: usize) -> String {
+    if n == usize::MAX {
+        "too many".to_string()
+    } else {
+        n.to_string()
+    }
 }
 
 /// Reads, validates and expands the specs under `dir` in one step.

@@ -10,13 +10,54 @@ use crate::ops::{self, Field};
 
 /// Instances one kernel entry may expand to; more is almost surely a mistake.
 const MAX_INSTANCES_PER_KERNEL: usize = 4096;
-/// Longest accepted kernel name.
-const MAX_NAME_LEN: usize = 64;
+/// Instances all spec files of one run may expand to together, counted before anything is
+/// expanded, so that the time and memory of `check` follow this bound and not the product
+/// of every sweep with every kernel entry.
+pub const MAX_INSTANCES_PER_RUN: usize = 4096;
+/// Diagnostics shown per file; past this the rest are counted. Every error copies its source
+/// line, and a one-line file can hold tens of thousands of errors.
+const MAX_DIAGNOSTICS_PER_FILE: usize = 100;
 const DEFAULT_ARCHS: &[Arch] = &[Arch::Sm80, Arch::Sm90];
 
 pub struct FileContext<'a> {
     src: &'a SpecSource,
-    pub diags: Diagnostics,
+    diags: Diagnostics,
+    /// Errors found, shown or not.
+    errors: usize,
+    /// Where the first error past `MAX_DIAGNOSTICS_PER_FILE` was found.
+    first_hidden: Option<Mark>,
+}
+
+/// One kernel entry, validated, with every value of every swept field: expanding it makes
+/// `count` instances (fewer if some combinations are invalid).
+pub struct KernelPlan<'n> {
+    entry: &'n Node,
+    fields: Fields<'n>,
+    name: String,
+    op: Op,
+    dtypes: Vec<Choice<'n, DType>>,
+    out_dtypes: Vec<Choice<'n, Option<DType>>>,
+    blocks: Vec<Choice<'n, Option<u32>>>,
+    items: Vec<Choice<'n, Option<u32>>>,
+    stages: Vec<Choice<'n, Option<u32>>>,
+    variants: Vec<Choice<'n, Option<RowVariant>>>,
+    layouts: Vec<Choice<'n, Option<Layout>>>,
+    affines: Vec<Choice<'n, Option<bool>>>,
+    tf32s: Vec<Choice<'n, Option<bool>>>,
+    tiles: Vec<Choice<'n, Option<[u32; 3]>>>,
+    warps: Vec<Choice<'n, Option<[u32; 2]>>>,
+    epilogues: Vec<Choice<'n, Vec<Epilogue>>>,
+    arch_nodes: Vec<(Arch, Option<&'n Node>)>,
+    pub count: usize,
+}
+
+impl KernelPlan<'_> {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn mark(&self) -> Mark {
+        self.entry.mark
+    }
 }
 
 /// A value chosen for one field of one instance, with the node it came from.
@@ -34,23 +75,53 @@ impl<'a> FileContext<'a> {
         FileContext {
             src,
             diags: Diagnostics::default(),
+            errors: 0,
+            first_hidden: None,
         }
     }
 
     pub fn error_at(&mut self, mark: Mark, width: usize, message: String) {
+        self.errors += 1;
+        if self.diags.len() >= MAX_DIAGNOSTICS_PER_FILE {
+            self.first_hidden.get_or_insert(mark);
+            return;
+        }
         self.diags.push(
             Diagnostic::new(&self.src.path, mark, width, message).with_source(&self.src.text),
         );
+    }
+
+    /// Errors found so far, shown or not.
+    pub fn errors(&self) -> usize {
+        self.errors
+    }
+
+    /// The file's diagnostics, with a last one counting those not shown.
+    pub fn finish(mut self) -> Diagnostics {
+        if let Some(mark) = self.first_hidden {
+            let hidden = self.errors - self.diags.len();
+            self.diags.push(Diagnostic::new(
+                &self.src.path,
+                mark,
+                1,
+                format!(
+                    "{hidden} more error{} in this file from here on, not shown \
+                     (at most {MAX_DIAGNOSTICS_PER_FILE} are shown per file)",
+                    if hidden == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        self.diags
     }
 
     fn error(&mut self, node: &Node, message: String) {
         self.error_at(node.mark, node.width, message);
     }
 
-    /// Validates the file and returns its instances, each with the position of its name.
-    pub fn expand(&mut self) -> Vec<(Instance, Mark)> {
-        let root = match yaml::parse(&self.src.text) {
-            Ok(Some(root)) => root,
+    /// Parses the file; `budget` is what is left of the run's YAML node budget.
+    pub fn parse(&mut self, budget: &mut usize) -> Option<Node> {
+        match yaml::parse_within(&self.src.text, budget) {
+            Ok(Some(root)) => Some(root),
             Ok(None) => {
                 let what = if self.src.text.trim().is_empty() {
                     "spec file is empty"
@@ -62,16 +133,20 @@ impl<'a> FileContext<'a> {
                     1,
                     format!("{what}: expected a mapping with a `kernels` list"),
                 );
-                return Vec::new();
+                None
             }
             Err(e) => {
-                self.error_at(e.mark, 1, format!("invalid YAML: {}", e.message));
-                return Vec::new();
+                self.error_at(e.mark, e.width, e.message);
+                None
             }
-        };
+        }
+    }
+
+    /// Validates the file's kernel entries without expanding their sweeps.
+    pub fn plan<'n>(&mut self, root: &'n Node) -> Vec<KernelPlan<'n>> {
         let Some(top) = root.as_map() else {
             self.error(
-                &root,
+                root,
                 format!(
                     "expected a mapping with `defaults` and `kernels`, found {}",
                     root.kind()
@@ -143,11 +218,9 @@ impl<'a> FileContext<'a> {
                 "`kernels` is empty: list at least one kernel".into(),
             );
         }
-        let mut out = Vec::new();
-        for entry in list {
-            out.extend(self.expand_kernel(entry, &default_fields));
-        }
-        out
+        list.iter()
+            .filter_map(|entry| self.plan_kernel(entry, &default_fields))
+            .collect()
     }
 
     fn known_key(&mut self, k: &Node) -> bool {
@@ -182,17 +255,17 @@ impl<'a> FileContext<'a> {
         false
     }
 
-    fn expand_kernel<'n>(
+    fn plan_kernel<'n>(
         &mut self,
         entry: &'n Node,
         defaults: &Fields<'n>,
-    ) -> Vec<(Instance, Mark)> {
+    ) -> Option<KernelPlan<'n>> {
         let Some(entries) = entry.as_map() else {
             self.error(
                 entry,
                 format!("a kernel must be a mapping, found {}", entry.kind()),
             );
-            return Vec::new();
+            return None;
         };
         let mut fields = defaults.clone();
         for (k, v) in entries {
@@ -200,7 +273,7 @@ impl<'a> FileContext<'a> {
                 fields.insert(scalar_text(k), (k, v));
             }
         }
-        let errors_before = self.diags.len();
+        let errors_before = self.errors;
 
         // name
         let name = match fields.get("name") {
@@ -225,7 +298,7 @@ impl<'a> FileContext<'a> {
                 None
             }
         };
-        let Some(op) = op else { return Vec::new() };
+        let op = op?;
         let info = ops::info(op);
         // fields the op does not take
         for (key, (k, _)) in &fields {
@@ -279,7 +352,6 @@ impl<'a> FileContext<'a> {
                 .collect(),
             None => DEFAULT_ARCHS.iter().map(|&a| (a, None)).collect(),
         };
-        let archs: Vec<Arch> = arch_nodes.iter().map(|(a, _)| *a).collect();
         // A field the op does not take was reported above; it is not parsed as well.
         let get = |key: &str| {
             let applies = Field::from_key(key).map_or(true, |f| info.fields.contains(&f));
@@ -312,12 +384,11 @@ impl<'a> FileContext<'a> {
                 node: None,
             }],
         };
-        let epilogue_swept = epilogues.len() > 1;
 
-        if self.diags.len() > errors_before {
-            return Vec::new();
+        if self.errors > errors_before {
+            return None;
         }
-        let Some(name) = name else { return Vec::new() };
+        let name = name?;
 
         let counts = [
             dtypes.len(),
@@ -349,9 +420,60 @@ impl<'a> FileContext<'a> {
                     swept.join(" x ")
                 ),
             );
-            return Vec::new();
+            return None;
         }
+        Some(KernelPlan {
+            entry,
+            fields,
+            name,
+            op,
+            dtypes,
+            out_dtypes,
+            blocks,
+            items,
+            stages,
+            variants,
+            layouts,
+            affines,
+            tf32s,
+            tiles,
+            warps,
+            epilogues,
+            arch_nodes,
+            count: total.unwrap_or(usize::MAX),
+        })
+    }
 
+    /// Expands a kernel's sweeps into instances, each with the position of its name; every
+    /// combination the op rejects is reported instead.
+    pub fn expand(&mut self, plan: &KernelPlan<'_>) -> Vec<(Instance, Mark)> {
+        let KernelPlan {
+            entry,
+            ref fields,
+            ref name,
+            op,
+            ref dtypes,
+            ref out_dtypes,
+            ref blocks,
+            ref items,
+            ref stages,
+            ref variants,
+            ref layouts,
+            ref affines,
+            ref tf32s,
+            ref tiles,
+            ref warps,
+            ref epilogues,
+            ref arch_nodes,
+            count: _,
+        } = *plan;
+        let info = ops::info(op);
+        let get = |key: &str| {
+            let applies = Field::from_key(key).map_or(true, |f| info.fields.contains(&f));
+            fields.get(key).filter(|_| applies).map(|(_, v)| *v)
+        };
+        let archs: Vec<Arch> = arch_nodes.iter().map(|(a, _)| *a).collect();
+        let epilogue_swept = epilogues.len() > 1;
         let name_node = get("name").unwrap_or(entry);
         let origin = Origin {
             file: self.src.rel.clone(),
@@ -359,18 +481,18 @@ impl<'a> FileContext<'a> {
         };
         let mut out = Vec::new();
         let mut reported = std::collections::BTreeSet::new();
-        for dt in &dtypes {
-            for od in &out_dtypes {
-                for bl in &blocks {
-                    for it in &items {
-                        for st in &stages {
-                            for va in &variants {
-                                for la in &layouts {
-                                    for af in &affines {
-                                        for tf in &tf32s {
-                                            for ti in &tiles {
-                                                for wa in &warps {
-                                                    for ep in &epilogues {
+        for dt in dtypes {
+            for od in out_dtypes {
+                for bl in blocks {
+                    for it in items {
+                        for st in stages {
+                            for va in variants {
+                                for la in layouts {
+                                    for af in affines {
+                                        for tf in tf32s {
+                                            for ti in tiles {
+                                                for wa in warps {
+                                                    for ep in epilogues {
                                                         let mut params = Params {
                                                             block: bl.value,
                                                             items: it.value,
@@ -394,7 +516,7 @@ impl<'a> FileContext<'a> {
                                                             origin: origin.clone(),
                                                         };
                                                         inst.name = instance_name(
-                                                            &name,
+                                                            name,
                                                             &inst,
                                                             epilogue_swept,
                                                         );
@@ -496,31 +618,15 @@ impl<'a> FileContext<'a> {
             return None;
         }
         // Names become C symbols, Rust identifiers and file names: anything beyond this
-        // alphabet could inject code or paths.
-        let bad_char = s
-            .chars()
-            .find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
-        let problem = if let Some(c) = bad_char {
-            Some(match c {
-                ' ' => "it contains a space".to_string(),
-                c if c.is_uppercase() => format!("it contains the uppercase letter `{c}`"),
-                c => format!("it contains `{}`", shown(&c.to_string())),
-            })
-        } else if !s.starts_with(|c: char| c.is_ascii_lowercase()) {
-            Some("it does not start with a letter".to_string())
-        } else if s.contains("__") {
-            Some("it contains `__`".to_string())
-        } else if s.chars().count() > MAX_NAME_LEN {
-            Some(format!("it is {} characters long", s.chars().count()))
-        } else {
-            None
-        };
+        // alphabet could inject code or paths. The same rule checks names from bundles.
+        let problem = crate::escape::name_problem(s, crate::escape::SPEC_NAME);
         if let Some(problem) = problem {
             self.error(
                 n,
                 format!(
-                    "name `{}` is not a plain identifier ({problem}): use lowercase letters, digits and single underscores, starting with a letter, at most {MAX_NAME_LEN} characters",
-                    shown(s)
+                    "name `{}` is not a plain identifier ({problem}): use lowercase letters, digits and single underscores, starting with a letter, at most {} characters",
+                    shown(s),
+                    crate::escape::SPEC_NAME.max_len
                 ),
             );
             return None;

@@ -3,17 +3,21 @@
 //! this module rebuilds the document as a tree of nodes that remember where they came from,
 //! so every validation error can name file:line:col. The tree builder also enforces what a
 //! spec needs beyond syntax, each at the offending text: one document per file, no duplicate
-//! keys, bounded nesting and bounded alias expansion (alias bombs).
+//! keys, no tags, bounded nesting and bounded alias expansion (alias bombs), per file and
+//! across every file of a run.
 
 use std::collections::HashMap;
 
-use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use crate::diagnostics::Mark;
 
 /// Upper bound on nodes produced while expanding aliases: a defence against alias bombs.
 const MAX_NODES: usize = 100_000;
+/// The same bound for all files of a run together: many small files, each just under
+/// `MAX_NODES`, must not add up to minutes of copying.
+pub const MAX_NODES_PER_RUN: usize = 250_000;
 /// Specs are small; anything deeper than this is not a spec.
 const MAX_DEPTH: usize = 64;
 
@@ -79,12 +83,21 @@ impl Node {
 #[derive(Debug, Clone)]
 pub struct ParseError {
     pub mark: Mark,
+    /// Characters to underline (at least 1).
+    pub width: usize,
+    /// The whole message (`invalid YAML: ...` for what YAML itself forbids).
     pub message: String,
 }
 
 /// Parses one YAML document. An empty document yields `Ok(None)`.
 pub fn parse(source: &str) -> Result<Option<Node>, ParseError> {
-    parse_document(source).map_err(|mut e| {
+    parse_within(source, &mut MAX_NODES_PER_RUN.clone())
+}
+
+/// Like [`parse`], spending nodes from `budget` (what is left of a run's
+/// `MAX_NODES_PER_RUN`).
+pub fn parse_within(source: &str, budget: &mut usize) -> Result<Option<Node>, ParseError> {
+    parse_document(source, budget).map_err(|mut e| {
         // An error past the last line (an unclosed bracket) has no source line to show.
         if e.mark.line > source.lines().count() {
             e.message += " at the end of the file";
@@ -93,7 +106,16 @@ pub fn parse(source: &str) -> Result<Option<Node>, ParseError> {
     })
 }
 
-fn parse_document(source: &str) -> Result<Option<Node>, ParseError> {
+/// A syntax error: one YAML forbids.
+fn invalid(mark: Mark, message: impl std::fmt::Display) -> ParseError {
+    ParseError {
+        mark,
+        width: 1,
+        message: format!("invalid YAML: {message}"),
+    }
+}
+
+fn parse_document(source: &str, budget: &mut usize) -> Result<Option<Node>, ParseError> {
     // The syntax gate. Deserializing into `IgnoredAny` checks the syntax without building
     // values, so numbers too large for any Rust integer reach validation (which says which
     // field is out of range) instead of failing here with serde's internal wording.
@@ -118,21 +140,21 @@ fn parse_document(source: &str) -> Result<Option<Node>, ParseError> {
                     ),
                     _ => message,
                 };
-                return Err(ParseError { mark, message });
+                return Err(invalid(mark, message));
             }
             // An error without a position (a second document) is found again by the builder
             // below, which knows where it is; this is the fallback.
-            None => {
-                gate_error = Some(ParseError {
-                    mark: Mark { line: 1, col: 1 },
-                    message,
-                })
-            }
+            None => gate_error = Some(invalid(Mark { line: 1, col: 1 }, message)),
         }
     }
-    let mut builder = TreeBuilder::default();
+    let mut builder = TreeBuilder {
+        source,
+        budget: *budget,
+        ..TreeBuilder::default()
+    };
     let mut parser = Parser::new_from_str(source);
     let parsed = parser.load(&mut builder, true);
+    *budget = budget.saturating_sub(builder.nodes);
     // The builder stops at its first error; anything the parser said after that is a
     // consequence, so the builder's error wins.
     if let Some(err) = builder.error {
@@ -143,10 +165,7 @@ fn parse_document(source: &str) -> Result<Option<Node>, ParseError> {
         if message.contains("recursion limit") {
             message += &format!("; a spec nests a handful of levels, at most {MAX_DEPTH}");
         }
-        return Err(ParseError {
-            mark: to_mark(e.marker()),
-            message,
-        });
+        return Err(invalid(to_mark(e.marker()), message));
     }
     if let Some(e) = gate_error {
         return Err(e);
@@ -209,10 +228,7 @@ fn reader_error(source: &str, message: &str) -> ParseError {
         .chars()
         .next()
         .map_or(String::new(), |c| format!(" (found U+{:04X})", c as u32));
-    ParseError {
-        mark: Mark { line, col },
-        message: format!("{problem}{found}"),
-    }
+    invalid(Mark { line, col }, format!("{problem}{found}"))
 }
 
 /// The name of the alias (`*name`) that starts at `mark`, if one does.
@@ -225,6 +241,37 @@ fn alias_at(source: &str, mark: Mark) -> Option<String> {
         .take_while(|c| !c.is_whitespace() && !matches!(c, ',' | '[' | ']' | '{' | '}'))
         .collect();
     (!name.is_empty()).then_some(name)
+}
+
+/// The tag (`!!str`, `!foo`) written just before the node at `mark`, with its position.
+fn tag_before(source: &str, mark: Mark) -> Option<(Mark, String)> {
+    // The node's byte offset.
+    let mut offset = 0;
+    for (i, line) in source.split_inclusive('\n').enumerate() {
+        if i + 1 == mark.line {
+            offset += line
+                .char_indices()
+                .nth(mark.col.checked_sub(1)?)
+                .map_or(line.len(), |(b, _)| b);
+            break;
+        }
+        offset += line.len();
+    }
+    let before = source.get(..offset)?.trim_end();
+    let start = before
+        .rfind(|c: char| c.is_whitespace() || matches!(c, '[' | '{' | ','))
+        .map_or(0, |i| i + 1);
+    let tag = &before[start..];
+    if !tag.starts_with('!') {
+        return None;
+    }
+    let line = before[..start].matches('\n').count() + 1;
+    let col = before[..start]
+        .rsplit('\n')
+        .next()
+        .map_or(0, |l| l.chars().count())
+        + 1;
+    Some((Mark { line, col }, tag.to_string()))
 }
 
 fn to_mark(m: &Marker) -> Mark {
@@ -241,24 +288,27 @@ enum Open {
 }
 
 #[derive(Default)]
-struct TreeBuilder {
+struct TreeBuilder<'s> {
+    source: &'s str,
     stack: Vec<Open>,
     anchors: HashMap<usize, Node>,
     root: Option<Node>,
     nodes: usize,
+    /// Nodes left to this run, this file's included.
+    budget: usize,
     documents: usize,
     error: Option<ParseError>,
 }
 
-impl TreeBuilder {
+impl TreeBuilder<'_> {
     fn fail(&mut self, mark: Mark, message: String) {
         if self.error.is_none() {
-            self.error = Some(ParseError { mark, message });
+            self.error = Some(invalid(mark, message));
         }
     }
 
     fn count(&mut self, n: usize, mark: Mark) -> bool {
-        self.nodes += n;
+        self.nodes = self.nodes.saturating_add(n);
         if self.nodes > MAX_NODES {
             self.fail(
                 mark,
@@ -269,7 +319,45 @@ impl TreeBuilder {
             );
             return false;
         }
+        if self.nodes > self.budget {
+            self.fail(
+                mark,
+                format!(
+                    "the spec files expand to more than {MAX_NODES_PER_RUN} nodes in all by here \
+                     (alias bombs?); specs have no use for that many, and files after this one \
+                     are not read"
+                ),
+            );
+            return false;
+        }
         true
+    }
+
+    /// Refuses a tagged node (`!!str 256`): a tag would change what a value means (a quoted
+    /// `"256"` is text, a tagged one would be too), and specs need none. Returns whether
+    /// the node is untagged.
+    fn untagged(&mut self, tag: Option<&Tag>, mark: Mark) -> bool {
+        let Some(tag) = tag else { return true };
+        let resolved = match tag.handle.strip_prefix("tag:yaml.org,2002:") {
+            Some("") => format!("!!{}", tag.suffix),
+            _ => format!("{}{}", tag.handle, tag.suffix),
+        };
+        let (mark, width, written) = match tag_before(self.source, mark) {
+            Some((m, text)) => (m, text.chars().count(), text),
+            None => (mark, 1, resolved),
+        };
+        if self.error.is_none() {
+            self.error = Some(ParseError {
+                mark,
+                width,
+                message: format!(
+                    "YAML tag `{}` is not supported in a spec: write values plainly \
+                     (a number as `256`, a name as `f32`), without tags",
+                    written.escape_debug()
+                ),
+            });
+        }
+        false
     }
 
     fn open(&mut self, open: Open, mark: Mark) {
@@ -348,7 +436,7 @@ fn node_count(n: &Node) -> usize {
     }
 }
 
-impl MarkedEventReceiver for TreeBuilder {
+impl MarkedEventReceiver for TreeBuilder<'_> {
     fn on_event(&mut self, ev: Event, marker: Marker) {
         if self.error.is_some() {
             return;
@@ -366,8 +454,8 @@ impl MarkedEventReceiver for TreeBuilder {
                     );
                 }
             }
-            Event::Scalar(text, style, anchor, _tag) => {
-                if !self.count(1, mark) {
+            Event::Scalar(text, style, anchor, tag) => {
+                if !self.untagged(tag.as_ref(), mark) || !self.count(1, mark) {
                     return;
                 }
                 let quoted = !matches!(style, TScalarStyle::Plain);
@@ -380,7 +468,10 @@ impl MarkedEventReceiver for TreeBuilder {
                     };
                 self.finish(Node { value, mark, width }, anchor);
             }
-            Event::SequenceStart(anchor, _) => {
+            Event::SequenceStart(anchor, tag) => {
+                if !self.untagged(tag.as_ref(), mark) {
+                    return;
+                }
                 let node = Node {
                     value: Value::Seq(Vec::new()),
                     mark,
@@ -388,7 +479,10 @@ impl MarkedEventReceiver for TreeBuilder {
                 };
                 self.open(Open::Seq(node, anchor), mark);
             }
-            Event::MappingStart(anchor, _) => {
+            Event::MappingStart(anchor, tag) => {
+                if !self.untagged(tag.as_ref(), mark) {
+                    return;
+                }
                 let node = Node {
                     value: Value::Null,
                     mark,

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, synccheck) over verify's small cases, one process per
+# tool and op, on the device machine from the repo root with the release binary carried along.
+# Logs land in $OUT/sanitize-TOOL-OP.txt; the last line per run says whether it was clean.
+# Usage: scripts/gpu-sanitize.sh [MAX_ELEMENTS] [TOOL...]   (default 5000; all three tools)
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/tilegen-out}
+mkdir -p "$OUT"
+bin=${TILEGEN_BIN:-./target/release/tilegen}
+lib=${TILEGEN_LIB:-generated}
+max=${1:-5000}
+shift || true
+tools=("$@")
+[ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck synccheck)
+san=/usr/local/cuda/bin/compute-sanitizer
+ops=$(python3 -c "import json,sys; print(' '.join(sorted({i['op'] for i in json.load(open(sys.argv[1]))['instances']})))" "$lib/manifest.json")
+# The tools run side by side (each is CPU-bound instrumentation); the ops of one tool in turn.
+run_tool() {
+  local tool=$1 status=0
+  for op in $ops; do
+    log="$OUT/sanitize-$tool-$op.txt"
+    timeout 280 "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      "$bin" verify --lib "$lib" --op "$op" --max-elements "$max" --seed 5 >"$log" 2>&1
+    rc=$?
+    summary=$(grep -m1 "ERROR SUMMARY\|RACECHECK SUMMARY" "$log" || true)
+    cases=$(grep -m1 "instances:" "$log" || true)
+    echo "$tool $op: rc $rc; $cases; $summary"
+    [ $rc -eq 0 ] || status=1
+  done
+  return $status
+}
+pids=()
+for tool in "${tools[@]}"; do
+  run_tool "$tool" > "$OUT/sanitize-$tool.summary" &
+  pids+=($!)
+done
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+cat "$OUT"/sanitize-*.summary
+exit $status
