@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One batched GPU session (run on the device machine from the repo root, with the release
-# binaries built here and carried along): doctor, verify, bench, the example crate. Logs and
-# JSON land in $OUT. Each op runs in its own process (`--op`, so no instance is counted
-# twice), and a kernel fault (which poisons the CUDA context) costs only that op's results.
+# binaries built here by `cargo build --release --features cli` and carried along): doctor,
+# verify, bench, the example crate. Logs and JSON land in $OUT. Each op runs in its own
+# process (`--op`, so no instance is counted twice), and a kernel fault (which poisons the
+# CUDA context) costs only that op's results.
 # Usage: scripts/gpu-run.sh [OP...]   (default: every op of the library's manifest)
 # TILEGEN_SKIP_VERIFY=1 benches only (e.g. when gpu-bundle-check.sh verified the same kernels).
 set -uo pipefail
@@ -39,7 +40,7 @@ for f in sorted(glob.glob(os.path.join(out, "part-*.json"))):
 if merged:
     json.dump(merged, open(os.path.join(out, "bench.json"), "w"), indent=1)
 PY
-# The example crate's binary (built here by `cargo build --release`): typed bindings end to end.
+# The example crate's binary (built here by `cargo build --release -p tilegen-demo`): typed bindings end to end.
 if [ -x "$demo" ]; then
   timeout 120 "$demo" 2>&1 | tee "$OUT/demo.txt"
   echo "demo exit: ${PIPESTATUS[0]}" | tee -a "$OUT/demo.txt"

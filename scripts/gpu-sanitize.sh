@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer (memcheck, racecheck, synccheck) over verify's small cases, one process per
-# tool and op, on the device machine from the repo root with the release binary carried along.
+# tool and op, on the device machine from the repo root with the release binary carried along
+# (`cargo build --release --features cli`).
 # Logs land in $OUT/sanitize-TOOL-OP.txt; the last line per run says whether it was clean.
 # Usage: scripts/gpu-sanitize.sh [MAX_ELEMENTS] [TOOL...]   (default 5000; all three tools)
 set -uo pipefail

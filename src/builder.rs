@@ -13,11 +13,26 @@
 //!
 //! Compiled kernels are also kept in the shared compile cache (`TILEGEN_CACHE_DIR`, else the
 //! user cache folder), so a clean build recompiles nothing that was compiled before.
+//!
+//! # Cargo conventions
+//!
+//! - What deserves a human's eye is printed as `cargo:warning=`, one line each, each once: a
+//!   corrupt cache entry that was rebuilt, a cache that cannot be used, NVRTC warnings, and
+//!   kernels that spill registers to local memory.
+//! - `TILEGEN_ARCHS` (`sm_80,sm_90`) replaces the archs of the specs and of
+//!   [`Builder::archs`], like `CUDA_COMPUTE_CAP` for other CUDA build crates.
+//! - Parallel compiles take cargo's jobserver tokens: one compile runs on the build script's
+//!   own token, one more for each token free when compiling starts (up to `NUM_JOBS`), so a
+//!   workspace build does not run more jobs than `cargo -j` allows.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
+use crate::cache::{Cache, Lookup};
 use crate::error::{Error, Result};
-use crate::generate::{self, Options, Report};
+use crate::generate::{self, Event, Options, Report};
+use crate::manifest::Manifest;
 use crate::spec::Arch;
 
 /// Generates a kernel library from a build script.
@@ -84,6 +99,7 @@ impl Builder {
     }
 
     /// Compile for these archs (`sm_80`, `sm_90a`, …) instead of each spec's own.
+    /// `TILEGEN_ARCHS` in the environment, when set, takes precedence.
     pub fn archs<I, S>(&mut self, archs: I) -> &mut Self
     where
         I: IntoIterator<Item = S>,
@@ -99,7 +115,8 @@ impl Builder {
         self
     }
 
-    /// Parallel compiles. Default: cargo's `NUM_JOBS`, else one per core.
+    /// Parallel compiles, taken as given. Default: under cargo, the build script's own job plus
+    /// the jobserver tokens free when compiling starts, at most `NUM_JOBS`; else one per core.
     pub fn jobs(&mut self, jobs: usize) -> &mut Self {
         self.jobs = Some(jobs);
         self
@@ -133,7 +150,8 @@ impl Builder {
         self
     }
 
-    /// Whether to print `cargo:` directives (default true; turn off outside build scripts).
+    /// Whether to print `cargo:` directives, warnings included (default true; turn off
+    /// outside build scripts).
     pub fn emit_rerun_if_changed(&mut self, on: bool) -> &mut Self {
         self.emit_rerun = on;
         self
@@ -190,12 +208,16 @@ impl Builder {
         let docs_rs = crate::env::var_os("DOCS_RS").is_some();
         let mut opts = Options::new(specs, &out);
         opts.templates = self.templates.clone();
-        opts.archs = self.archs.as_ref().map(|a| parse_archs(a)).transpose()?;
-        opts.jobs = self.jobs.unwrap_or_else(|| {
-            crate::env::var("NUM_JOBS")
-                .and_then(|j| j.parse().ok())
-                .unwrap_or(0)
-        });
+        opts.archs = match crate::env::var("TILEGEN_ARCHS").filter(|v| !v.trim().is_empty()) {
+            Some(list) => Some(parse_archs_var(&list)?),
+            None => self.archs.as_ref().map(|a| parse_archs(a)).transpose()?,
+        };
+        // Held until the compiles are done; dropping them hands the tokens back to cargo.
+        let (jobs, _tokens) = match self.jobs {
+            Some(j) => (j, Vec::new()),
+            None => cargo_jobs(),
+        };
+        opts.jobs = jobs;
         opts.cache_dir = self.cache_dir.clone();
         opts.filter = self.filter.clone();
         opts.bundle = self
@@ -212,8 +234,59 @@ impl Builder {
             // Nothing is compiled, but keep the cache lookup inside the sandbox.
             opts.cache_dir = out_dir.map(|d| d.join("tilegen-cache"));
         }
-        let report = generate::generate(&opts, &|_| {})?;
+        let warnings = Warnings::new(self.emit_rerun);
+        let report = generate::generate(&opts, &|ev| match ev {
+            Event::CacheCorrupt { message } => {
+                warnings.emit(format!("corrupt cache entry rebuilt: {message}"))
+            }
+            Event::CacheWarning { message } => warnings.emit(message.clone()),
+            _ => {}
+        })?;
+        if opts.compile {
+            self.warn_about_kernels(&opts, &out, &warnings);
+        }
         Ok((report, out.join(crate::bindings::FILE_NAME)))
+    }
+
+    /// NVRTC warnings (from each compile's log in the cache) and spills (from the manifest).
+    fn warn_about_kernels(&self, opts: &Options, out: &Path, warnings: &Warnings) {
+        if !self.emit_rerun {
+            return;
+        }
+        let path = out.join(crate::manifest::FILE_NAME);
+        let Some(manifest) = std::fs::read(&path)
+            .ok()
+            .and_then(|b| Manifest::from_bytes(&b).ok())
+        else {
+            return;
+        };
+        // A library from a bundle was compiled elsewhere: its logs are not in this cache.
+        let cache = match (&opts.bundle, &opts.cache_dir) {
+            (Some(_), _) => None,
+            (None, Some(d)) => Some(Cache::open(d.clone())),
+            (None, None) => Cache::default_location().ok().map(Cache::open),
+        };
+        for inst in &manifest.instances {
+            for t in &inst.targets {
+                let r = &t.resources;
+                if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
+                    warnings.emit(format!(
+                        "{} on {} spills registers to local memory ({} bytes stored, {} loaded)",
+                        inst.name, t.arch, r.spill_store_bytes, r.spill_load_bytes
+                    ));
+                }
+                if let Some(Lookup::Hit(c)) = cache.as_ref().map(|c| c.get(&t.cache_key)) {
+                    for line in c.log.lines().filter(|l| is_compiler_warning(l)) {
+                        warnings.emit(format!(
+                            "NVRTC, {} on {}: {}",
+                            inst.name,
+                            t.arch,
+                            line.trim()
+                        ));
+                    }
+                }
+            }
+        }
     }
 
     fn rerun_if_changed(&self, path: &Path) {
@@ -228,6 +301,77 @@ fn parse_archs(names: &[String]) -> Result<Vec<Arch>> {
         .iter()
         .map(|n| n.parse::<Arch>().map_err(Error::Usage))
         .collect()
+}
+
+/// `TILEGEN_ARCHS`: archs separated by commas or spaces.
+fn parse_archs_var(list: &str) -> Result<Vec<Arch>> {
+    list.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            a.parse::<Arch>()
+                .map_err(|e| Error::Usage(format!("TILEGEN_ARCHS=`{list}`: {e}")))
+        })
+        .collect()
+}
+
+/// A compiler log line that is a warning; ptxas' `-v` resource lines are not.
+fn is_compiler_warning(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    l.contains("warning") && !l.starts_with("ptxas info")
+}
+
+/// `cargo:warning=` lines, each printed once per run.
+struct Warnings {
+    seen: Mutex<BTreeSet<String>>,
+    on: bool,
+}
+
+impl Warnings {
+    fn new(on: bool) -> Warnings {
+        Warnings {
+            seen: Mutex::new(BTreeSet::new()),
+            on,
+        }
+    }
+
+    fn emit(&self, message: String) {
+        // A directive is one line: cargo would read the rest as directives of their own.
+        let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.insert(line.clone()) && self.on {
+            println!("cargo:warning=tilegen: {line}");
+        }
+    }
+}
+
+/// Parallel compiles under cargo: this process's own job, plus the jobserver tokens free now
+/// (held by the caller while it compiles), at most `NUM_JOBS` in all. Without a jobserver,
+/// `NUM_JOBS` (0, one per core, when unset).
+fn cargo_jobs() -> (usize, Vec<jobserver::Acquired>) {
+    let limit: usize = crate::env::var("NUM_JOBS")
+        .and_then(|j| j.parse().ok())
+        .unwrap_or(0);
+    static CLIENT: OnceLock<Option<jobserver::Client>> = OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
+        // SAFETY: the descriptors named by cargo's MAKEFLAGS are checked to be a pipe (or the
+        // named fifo) before use, and nothing else in this process closes them.
+        unsafe { jobserver::Client::from_env_ext(true) }.client.ok()
+    });
+    let Some(client) = client else {
+        return (limit, Vec::new());
+    };
+    let want = match limit {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let mut tokens = Vec::new();
+    while tokens.len() + 1 < want {
+        match client.try_acquire() {
+            Ok(Some(t)) => tokens.push(t),
+            _ => break,
+        }
+    }
+    (tokens.len() + 1, tokens)
 }
 
 /// Generates the library of the specs folder `specs` with default settings, for the common
@@ -254,6 +398,30 @@ mod tests {
         assert!(parse_archs(&["sm_80".into(), "sm_90a".into()]).is_ok());
         let e = parse_archs(&["sm_99".into()]).unwrap_err();
         assert!(e.to_string().contains("unknown arch `sm_99`"), "{e}");
+    }
+
+    #[test]
+    fn archs_from_the_environment() {
+        let a = parse_archs_var("sm_80, sm_90a").unwrap();
+        assert_eq!(
+            a,
+            vec!["sm_80".parse().unwrap(), "sm_90a".parse::<Arch>().unwrap()]
+        );
+        let e = parse_archs_var("sm_80,sm_99").unwrap_err();
+        assert!(e.to_string().contains("TILEGEN_ARCHS=`sm_80,sm_99`"), "{e}");
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn compiler_warnings_and_one_line_each() {
+        assert!(is_compiler_warning(
+            "k.cu(3): warning #177-D: variable declared but never used"
+        ));
+        assert!(!is_compiler_warning("ptxas info    : Used 32 registers"));
+        let w = Warnings::new(false);
+        w.emit("a\nb".into());
+        w.emit("a b".into());
+        assert_eq!(w.seen.lock().unwrap().len(), 1);
     }
 
     #[test]

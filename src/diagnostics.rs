@@ -124,3 +124,36 @@ impl fmt::Display for Diagnostics {
         write!(f, "{n} error{} in the specs", if n == 1 { "" } else { "s" })
     }
 }
+
+/// ` (did you mean `x`?)` when exactly one candidate is a small typo away from `word`: at most
+/// two edits (Levenshtein, in characters), and fewer than the shorter name's length.
+pub fn did_you_mean(word: &str, candidates: &[&str]) -> String {
+    let close: Vec<&&str> = candidates
+        .iter()
+        .filter(|c| {
+            let d = strsim::levenshtein(word, c);
+            d <= 2 && d < c.len().min(word.len().max(1))
+        })
+        .collect();
+    match close.as_slice() {
+        [one] => format!(" (did you mean `{one}`?)"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::did_you_mean;
+
+    #[test]
+    fn one_close_candidate_is_suggested() {
+        let keys = ["block", "items", "stages", "epilogue"];
+        assert_eq!(did_you_mean("blok", &keys), " (did you mean `block`?)");
+        assert_eq!(did_you_mean("epilog", &keys), " (did you mean `epilogue`?)");
+        assert_eq!(did_you_mean("warp_m", &keys), "");
+        // Two equally close candidates: no guess.
+        assert_eq!(did_you_mean("ab", &["aa", "bb"]), "");
+        // A one-letter word is never "close" to a one-letter key.
+        assert_eq!(did_you_mean("x", &["y"]), "");
+    }
+}

@@ -5,18 +5,16 @@ use std::path::{Path, PathBuf};
 
 use crate::diagnostics::Diagnostics;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// Bad command-line use or configuration (missing folder, bad option).
-    #[error("{0}")]
     Usage(String),
 
     /// Problems in the specs, all of them.
-    #[error("{0}")]
     Spec(Diagnostics),
 
     /// A template failed to render (a bug in a template, or a bad override).
-    #[error("template error in {template} for {instance}: {message}")]
     Template {
         template: String,
         instance: String,
@@ -24,7 +22,6 @@ pub enum Error {
     },
 
     /// NVRTC rejected a kernel.
-    #[error("NVRTC failed to compile {instance} for {arch}\n  source: {source_path}\n  options: {options}\n{log}")]
     Compile {
         instance: String,
         arch: String,
@@ -34,28 +31,64 @@ pub enum Error {
     },
 
     /// The compiler (or GPU driver) could not be found or loaded.
-    #[error("{0}")]
     Environment(String),
 
-    #[error("{path}: {source}")]
+    /// Reading or writing `path` failed.
     Io {
         path: PathBuf,
-        #[source]
         source: std::io::Error,
     },
 
     /// `--check` found output that differs from what would be written.
-    #[error("{0}")]
     OutOfDate(String),
 
     /// A GPU run failed (verification mismatch, launch failure).
-    #[error("{0}")]
     Gpu(String),
 
     /// A bundle that is corrupt, hostile or not a tilegen bundle; the message names the
     /// member and what is wrong.
-    #[error("{path}: bad bundle: {message}")]
     Bundle { path: PathBuf, message: String },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Usage(m)
+            | Error::Environment(m)
+            | Error::OutOfDate(m)
+            | Error::Gpu(m) => f.write_str(m),
+            Error::Spec(d) => write!(f, "{d}"),
+            Error::Template {
+                template,
+                instance,
+                message,
+            } => write!(f, "template error in {template} for {instance}: {message}"),
+            Error::Compile {
+                instance,
+                arch,
+                source_path,
+                options,
+                log,
+            } => write!(
+                f,
+                "NVRTC failed to compile {instance} for {arch}\n  source: {}\n  options: {options}\n{log}",
+                source_path.display()
+            ),
+            Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Error::Bundle { path, message } => {
+                write!(f, "{}: bad bundle: {message}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 impl Error {

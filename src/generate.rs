@@ -2,6 +2,7 @@
 //! The CLI and the build.rs `Builder` both call [`generate`]; with a bundle it writes the library
 //! from the bundle instead of compiling.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -204,47 +205,39 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
 
     let hits = AtomicUsize::new(0);
     let corrupt = AtomicUsize::new(0);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs)
-        .build()
-        .map_err(|e| Error::Environment(format!("cannot start worker threads: {e}")))?;
-    let results: Vec<Result<(String, nvrtc::Compiled)>> = pool.install(|| {
-        use rayon::prelude::*;
-        jobs.par_iter()
-            .map(|&(i, arch)| {
-                let inst = &rendered.instances[i];
-                let t = Instant::now();
-                let done = compile_cached(
-                    &cache,
-                    &nvrtc_version,
-                    &inst.name,
-                    &rendered.sources[i],
-                    arch,
-                )?;
-                if let Some(message) = done.corrupt {
-                    corrupt.fetch_add(1, Ordering::Relaxed);
-                    on_event(&Event::CacheCorrupt { message });
-                }
-                if let Some(message) = done.warning {
-                    on_event(&Event::CacheWarning { message });
-                }
-                if done.cached {
-                    hits.fetch_add(1, Ordering::Relaxed);
-                }
-                on_event(&Event::Compiled {
-                    instance: inst.name.clone(),
-                    arch,
-                    cached: done.cached,
-                    millis: if done.cached {
-                        0
-                    } else {
-                        t.elapsed().as_millis() as u64
-                    },
-                });
-                Ok((done.key, done.compiled))
-            })
-            .collect()
-    });
+    let compile_one = |&(i, arch): &(usize, Arch)| -> Result<(String, nvrtc::Compiled)> {
+        let inst = &rendered.instances[i];
+        let t = Instant::now();
+        let done = compile_cached(
+            &cache,
+            &nvrtc_version,
+            &inst.name,
+            &rendered.sources[i],
+            arch,
+        )?;
+        if let Some(message) = done.corrupt {
+            corrupt.fetch_add(1, Ordering::Relaxed);
+            on_event(&Event::CacheCorrupt { message });
+        }
+        if let Some(message) = done.warning {
+            on_event(&Event::CacheWarning { message });
+        }
+        if done.cached {
+            hits.fetch_add(1, Ordering::Relaxed);
+        }
+        on_event(&Event::Compiled {
+            instance: inst.name.clone(),
+            arch,
+            cached: done.cached,
+            millis: if done.cached {
+                0
+            } else {
+                t.elapsed().as_millis() as u64
+            },
+        });
+        Ok((done.key, done.compiled))
+    };
+    let results = in_parallel(&jobs, opts.jobs, compile_one);
     let compiled = first_error_of_all(results)?;
 
     let files = assemble(&rendered, &nvrtc_version, &jobs, &compiled, opts.bindings)?;
@@ -267,10 +260,11 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
 }
 
 /// Writes the library files into `opts.out`, or with `opts.check` compares them with what is
-/// there (`against` says what the folder is out of date with).
-pub(crate) fn write_or_check(
+/// there (`against` says what the folder is out of date with). The files are bytes, or
+/// staged files of a bundle (see [`output::Content`]).
+pub(crate) fn write_or_check<C: output::AsContent>(
     opts: &Options,
-    files: &FileSet,
+    files: &BTreeMap<String, C>,
     against: &str,
     report: &mut Report,
 ) -> Result<()> {
@@ -496,6 +490,37 @@ fn prune_failed_runs(parent: &std::path::Path, keep: usize) {
 
 /// Every job's result, or the first failure with the others named in it, so one run reports
 /// every instance that does not compile.
+/// `f` over every item on `jobs` threads (0: one per core), results in the items' order:
+/// each thread takes the next unclaimed item, so a slow compile never holds up the others.
+fn in_parallel<I: Sync, T: Send>(items: &[I], jobs: usize, f: impl Fn(&I) -> T + Sync) -> Vec<T> {
+    let threads = match jobs {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .clamp(1, items.len().max(1));
+    let next = AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<T>>> =
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let out = f(item);
+                *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("every item is taken by one thread")
+        })
+        .collect()
+}
+
 fn first_error_of_all<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
     let (oks, errs): (Vec<_>, Vec<_>) = results.into_iter().partition(|r| r.is_ok());
     let mut errs = errs.into_iter().filter_map(|r| r.err());

@@ -14,12 +14,27 @@
 //!
 //! ```toml
 //! [dependencies]
-//! cudarc = { version = "0.19", default-features = false, features = ["std", "driver", "nvrtc", "dynamic-loading", "cuda-13000", "f16"] }
-//! half = "2"
+//! tilegen-runtime = "0.1"   # what the generated bindings import
+//! cudarc = { version = "0.19", default-features = false, features = ["std", "driver", "f16", "cuda-13000"] }
+//! half = "2"                # when a kernel takes f16 or bf16
 //!
 //! [build-dependencies]
-//! tilegen = "0.1"
+//! tilegen = "0.1"           # default features: no command line, no GPU code, no signing
 //! ```
+//!
+//! The bindings need only cudarc's driver API (`driver`, and `f16` for 16-bit kernels), a CUDA
+//! version (`cuda-13000`, …, or `cuda-version-from-build-system`) and one way of finding the
+//! driver, which the crate that owns the build chooses, once:
+//!
+//! - `dynamic-loading` (or none: `tilegen-runtime` asks for cudarc's
+//!   `fallback-dynamic-loading`): `libcuda` is opened at run time, so the crate builds on a
+//!   machine without CUDA;
+//! - `dynamic-linking`: `libcuda` is linked at build time, as candle does. Do not add
+//!   `dynamic-loading` beside it: cudarc refuses to build with both.
+//!
+//! tilegen's own cudarc (NVRTC, loaded at run time) is a build dependency, whose features stay
+//! apart from the normal dependencies' under cargo's feature resolver 2 (the default since
+//! edition 2021; a workspace on resolver 1 would merge them).
 //!
 //! `build.rs` generates the library of `specs/` into `$OUT_DIR/tilegen` (NVRTC is needed, a
 //! GPU is not; compiled kernels come from the shared cache when they were compiled before):
@@ -61,20 +76,21 @@
 //! A checked-in library (`tilegen generate` writes `generated/`) is used the same way:
 //! `include!("../generated/bindings.rs")`.
 
+// The examples are build scripts, whose `fn main` is the point.
+#![allow(clippy::needless_doctest_main)]
+
 pub mod bindings;
 pub mod builder;
 pub mod bundle;
 pub mod cache;
-pub mod call_checks;
 pub mod diagnostics;
 pub mod env;
 pub mod error;
 pub mod escape;
 pub mod generate;
+#[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod hashing;
-pub mod launch_rules;
-pub mod loader;
 pub mod manifest;
 pub mod nvrtc;
 pub mod ops;
@@ -84,6 +100,9 @@ pub mod spec;
 
 pub use builder::{compile_specs, Builder};
 pub use error::{Error, Result};
+/// The generated bindings' runtime (the `tilegen-runtime` crate): tilegen chooses binaries and
+/// reads PTX versions with the same code the bindings run.
+pub use tilegen_runtime::{call_checks, launch_rules, loader};
 
 /// tilegen's version, recorded in every generated file and in every cache key.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

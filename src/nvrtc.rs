@@ -413,6 +413,7 @@ pub fn options(arch: Arch) -> Vec<String> {
 
 /// Why a compile failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum CompileError {
     /// NVRTC rejected the source: its log and the options it was given.
     Rejected { log: String, options: String },

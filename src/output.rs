@@ -2,11 +2,13 @@
 //! order that never lets a reader see a file naming one that is not there yet (kernels, then
 //! `bindings.rs`, `manifest.json` last); files an older manifest listed that are no longer
 //! produced are removed, and so are temporary files a killed run left. `check` compares
-//! instead of writing.
+//! instead of writing. A file's bytes come from memory (what `generate` built) or from a
+//! staged file on disk (a verified bundle member), which is moved into place and compared a
+//! buffer at a time, so a large member is never held in memory.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
@@ -22,6 +24,42 @@ pub struct WriteReport {
 
 /// Files of a library: relative path (`/`-separated) → bytes. The manifest is one of them.
 pub type FileSet = BTreeMap<String, Vec<u8>>;
+
+/// Where a library file's bytes are when it is written.
+#[derive(Debug, Clone, Copy)]
+pub enum Content<'a> {
+    Bytes(&'a [u8]),
+    /// A staged file this run owns: renamed into the library when it can be (and so used
+    /// up), else copied.
+    File(&'a Path),
+}
+
+/// What the writer takes as a file's content: bytes ([`FileSet`]) or a [`Content`].
+pub trait AsContent {
+    fn content(&self) -> Content<'_>;
+}
+
+impl AsContent for Vec<u8> {
+    fn content(&self) -> Content<'_> {
+        Content::Bytes(self)
+    }
+}
+
+impl AsContent for Content<'_> {
+    fn content(&self) -> Content<'_> {
+        *self
+    }
+}
+
+impl Content<'_> {
+    /// Whether the file at `path` holds exactly these bytes (an error when it cannot be read).
+    fn is_in(&self, path: &Path) -> std::io::Result<bool> {
+        match *self {
+            Content::Bytes(bytes) => fs::read(path).map(|old| old == bytes),
+            Content::File(staged) => same_file_contents(staged, path),
+        }
+    }
+}
 
 /// Name prefix of the temporary file each write goes through before its atomic rename.
 pub const TEMP_PREFIX: &str = ".tilegen-";
@@ -116,28 +154,75 @@ pub fn temp_files<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> V
 
 /// Writes `bytes` to `path` unless it already holds exactly them. Returns whether it wrote.
 pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
-    if fs::read(path).is_ok_and(|old| old == bytes) {
+    publish(path, Content::Bytes(bytes))
+}
+
+/// Puts `content` at `path` unless it already holds exactly that. Returns whether it wrote.
+fn publish(path: &Path, content: Content<'_>) -> Result<bool> {
+    if content.is_in(path).unwrap_or(false) {
         return Ok(false);
     }
+    replace(path, content)?;
+    Ok(true)
+}
+
+/// Replaces `path` in one rename. A staged file is renamed into place itself when it can
+/// be; bytes, and a staged file that cannot be renamed (another file system), go through a
+/// temporary file beside `path`. Temporary files are private (0600); what we publish keeps
+/// the mode of the file it replaces, else gets the usual 0644.
+fn replace(path: &Path, content: Content<'_>) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).at(dir)?;
+    #[cfg(unix)]
+    let mode = {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(path)
+            .map(|m| m.permissions())
+            .unwrap_or_else(|_| fs::Permissions::from_mode(0o644))
+    };
+    #[cfg(unix)]
+    if let Content::File(staged) = content {
+        if fs::set_permissions(staged, mode.clone()).is_ok() && fs::rename(staged, path).is_ok() {
+            return Ok(());
+        }
+    }
     let mut tmp = tempfile::Builder::new()
         .prefix(TEMP_PREFIX)
         .tempfile_in(dir)
         .at(dir)?;
-    tmp.write_all(bytes).at(tmp.path())?;
-    // Temporary files are private (0600); what we publish keeps the mode of the file it
-    // replaces, else gets the usual 0644.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(path)
-            .map(|m| m.permissions())
-            .unwrap_or_else(|_| fs::Permissions::from_mode(0o644));
-        tmp.as_file().set_permissions(mode).at(tmp.path())?;
+    match content {
+        Content::Bytes(bytes) => tmp.write_all(bytes).at(tmp.path())?,
+        Content::File(staged) => {
+            let mut from = fs::File::open(staged).at(staged)?;
+            std::io::copy(&mut from, tmp.as_file_mut()).at(tmp.path())?;
+        }
     }
+    #[cfg(unix)]
+    tmp.as_file().set_permissions(mode).at(tmp.path())?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
-    Ok(true)
+    Ok(())
+}
+
+/// Whether two files hold the same bytes, compared a buffer at a time.
+fn same_file_contents(a: &Path, b: &Path) -> std::io::Result<bool> {
+    let (fa, fb) = (fs::File::open(a)?, fs::File::open(b)?);
+    if fa.metadata()?.len() != fb.metadata()?.len() {
+        return Ok(false);
+    }
+    let mut ra = std::io::BufReader::with_capacity(64 << 10, fa);
+    let mut rb = std::io::BufReader::with_capacity(64 << 10, fb);
+    loop {
+        let (ba, bb) = (ra.fill_buf()?, rb.fill_buf()?);
+        if ba.is_empty() || bb.is_empty() {
+            return Ok(ba.is_empty() && bb.is_empty());
+        }
+        let n = ba.len().min(bb.len());
+        if ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+        ra.consume(n);
+        rb.consume(n);
+    }
 }
 
 fn previous_files(dir: &Path) -> Vec<String> {
@@ -172,7 +257,10 @@ pub fn publication_order(rel: &str) -> u8 {
     }
 }
 
-pub fn write_library(dir: &Path, files: &FileSet) -> Result<WriteReport> {
+/// Writes a library's files into `dir` (see the module docs): under the folder's lock,
+/// removing temporary files killed runs left, in [`publication_order`], then removing files
+/// an older manifest listed that are no longer produced.
+pub fn write_library<C: AsContent>(dir: &Path, files: &BTreeMap<String, C>) -> Result<WriteReport> {
     let mut report = WriteReport::default();
     fs::create_dir_all(dir).at(dir)?;
     let lock = lock_library(dir, true);
@@ -191,11 +279,11 @@ pub fn write_library(dir: &Path, files: &FileSet) -> Result<WriteReport> {
             report.removed.push(path);
         }
     }
-    let mut ordered: Vec<(&String, &Vec<u8>)> = files.iter().collect();
+    let mut ordered: Vec<(&String, &C)> = files.iter().collect();
     ordered.sort_by_key(|(rel, _)| publication_order(rel));
-    for (rel, bytes) in ordered {
+    for (rel, content) in ordered {
         let path = dir.join(rel);
-        if write_if_changed(&path, bytes)? {
+        if publish(&path, content.content())? {
             report.written.push(path);
         } else {
             report.unchanged += 1;
@@ -220,13 +308,13 @@ pub fn write_library(dir: &Path, files: &FileSet) -> Result<WriteReport> {
 }
 
 /// Differences between the folder and what would be written, one line each.
-pub fn check_library(dir: &Path, files: &FileSet) -> Vec<String> {
+pub fn check_library<C: AsContent>(dir: &Path, files: &BTreeMap<String, C>) -> Vec<String> {
     let _lock = lock_library(dir, false);
     let mut diffs = Vec::new();
-    for (rel, bytes) in files {
-        match fs::read(dir.join(rel)) {
-            Ok(old) if &old == bytes => {}
-            Ok(_) => diffs.push(format!("differs: {rel}")),
+    for (rel, content) in files {
+        match content.content().is_in(&dir.join(rel)) {
+            Ok(true) => {}
+            Ok(false) => diffs.push(format!("differs: {rel}")),
             Err(_) => diffs.push(format!("missing: {rel}")),
         }
     }
@@ -247,12 +335,17 @@ pub fn check_library(dir: &Path, files: &FileSet) -> Vec<String> {
 mod tests {
     use super::*;
 
+    fn file_set(files: &[(&str, &[u8])]) -> FileSet {
+        files
+            .iter()
+            .map(|(rel, bytes)| (rel.to_string(), bytes.to_vec()))
+            .collect()
+    }
+
     #[test]
     fn rewrites_only_changed_files() {
         let dir = tempfile::tempdir().unwrap();
-        let mut files = FileSet::new();
-        files.insert("a.txt".into(), b"one".to_vec());
-        files.insert("sub/b.txt".into(), b"two".to_vec());
+        let mut files = file_set(&[("a.txt", b"one"), ("sub/b.txt", b"two")]);
         let r = write_library(dir.path(), &files).unwrap();
         assert_eq!(r.written.len(), 2);
         let r = write_library(dir.path(), &files).unwrap();
@@ -269,10 +362,11 @@ mod tests {
     #[test]
     fn kernels_are_published_before_bindings_and_manifest() {
         let dir = tempfile::tempdir().unwrap();
-        let mut files = FileSet::new();
-        files.insert("bindings.rs".into(), b"new bindings".to_vec());
-        files.insert("kernels/a.cu".into(), b"a".to_vec());
-        files.insert("manifest.json".into(), b"{}".to_vec());
+        let files = file_set(&[
+            ("bindings.rs", b"new bindings"),
+            ("kernels/a.cu", b"a"),
+            ("manifest.json", b"{}"),
+        ]);
         // A folder where a kernel goes: its write fails.
         fs::create_dir_all(dir.path().join("kernels/a.cu")).unwrap();
         fs::write(dir.path().join("bindings.rs"), b"old bindings").unwrap();
@@ -287,8 +381,7 @@ mod tests {
     #[test]
     fn leftover_temporary_files_are_reported_and_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let mut files = FileSet::new();
-        files.insert("kernels/a.cu".into(), b"a".to_vec());
+        let files = file_set(&[("kernels/a.cu", b"a")]);
         write_library(dir.path(), &files).unwrap();
         fs::write(dir.path().join("kernels/.tilegen-Ab12Cd"), b"half").unwrap();
         fs::write(dir.path().join(".tilegen-Zz99Yy"), b"half").unwrap();
@@ -302,6 +395,35 @@ mod tests {
         let r = write_library(dir.path(), &files).unwrap();
         assert_eq!(r.removed.len(), 2);
         assert!(check_library(dir.path(), &files).is_empty());
+    }
+
+    #[test]
+    fn staged_files_are_moved_into_place_and_compared() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("lib");
+        let staged = dir.path().join("staged-0");
+        fs::write(&staged, b"a kernel").unwrap();
+        let mut files = BTreeMap::new();
+        files.insert("kernels/a.cubin".to_string(), Content::File(&staged));
+        files.insert("manifest.json".to_string(), Content::Bytes(b"{}"));
+        assert_eq!(
+            check_library(&lib, &files),
+            vec!["missing: kernels/a.cubin", "missing: manifest.json"]
+        );
+        let r = write_library(&lib, &files).unwrap();
+        assert_eq!(r.written.len(), 2);
+        assert_eq!(fs::read(lib.join("kernels/a.cubin")).unwrap(), b"a kernel");
+        assert!(!staged.exists(), "moved, not copied");
+        // The same bytes staged again: compared, not written.
+        fs::write(&staged, b"a kernel").unwrap();
+        assert!(check_library(&lib, &files).is_empty());
+        let r = write_library(&lib, &files).unwrap();
+        assert_eq!((r.written.len(), r.unchanged), (0, 2));
+        fs::write(&staged, b"a kernel, changed").unwrap();
+        assert_eq!(
+            check_library(&lib, &files),
+            vec!["differs: kernels/a.cubin"]
+        );
     }
 
     #[test]

@@ -3,17 +3,15 @@
 //! message and nothing written. No GPU and no NVRTC needed: the library is generated from
 //! the golden specs without compiling, then given fake PTX and cubins.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::{file, golden_specs, raw_archive, sha, tilegen, FakeLibrary, Raw};
 use tilegen::bundle::{self, Limits};
-use tilegen::manifest::{FileRef, Manifest, Target};
 use tilegen::output::FileSet;
 use tilegen::Error;
-
-fn golden_specs() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs")
-}
 
 /// Compares two file sets by name and hash (no giant byte dumps on failure).
 fn assert_same(got: &FileSet, want: &FileSet) {
@@ -31,64 +29,20 @@ fn assert_same(got: &FileSet, want: &FileSet) {
     );
 }
 
-fn sha(b: &[u8]) -> String {
-    tilegen::hashing::sha256_hex(b)
-}
-
 /// A small library (golden specs, no NVRTC) with fake binaries for sm_80 and sm_90, written
 /// into `dir`.
 fn fake_library(dir: &Path) {
-    let cache = tempfile::tempdir().unwrap();
-    let mut o = tilegen::generate::Options::new(golden_specs(), dir);
-    o.compile = false;
-    o.cache_dir = Some(cache.path().to_path_buf());
-    o.filter = Some("_f32".into());
-    tilegen::generate::generate(&o, &|_| {}).expect("renders without NVRTC");
-    let mpath = dir.join("manifest.json");
-    let mut m = Manifest::from_bytes(&std::fs::read(&mpath).unwrap()).unwrap();
+    let m = FakeLibrary {
+        specs: golden_specs(),
+        filter: Some("_f32"),
+        targets: &[("sm_80", "8.0"), ("sm_90", "8.7")],
+        big_cubin: None,
+    }
+    .write(dir);
     assert!(
         m.instances.len() >= 2,
         "the golden specs hold several f32 instances"
     );
-    let mut files = Vec::new();
-    for inst in &mut m.instances {
-        for (arch, isa) in [("sm_80", "8.0"), ("sm_90", "8.7")] {
-            let ptx = format!(
-                "//\n// fake PTX\n.version {isa}\n.target {arch}\n.address_size 64\n// {}\n",
-                inst.name
-            );
-            let cubin = format!("\x7fELF fake cubin of {} for {arch}", inst.name).into_bytes();
-            let fref = |ext: &str, b: &[u8]| FileRef {
-                path: format!("kernels/{}.{arch}.{ext}", inst.name),
-                sha256: sha(b),
-                bytes: b.len() as u64,
-            };
-            inst.targets.push(Target {
-                arch: tilegen::spec::Arch::parse(arch).unwrap(),
-                cache_key: sha(arch.as_bytes()),
-                ptx: fref("ptx", ptx.as_bytes()),
-                cubin: fref("cubin", &cubin),
-                resources: Default::default(),
-            });
-            files.push((
-                format!("kernels/{}.{arch}.ptx", inst.name),
-                ptx.into_bytes(),
-            ));
-            files.push((format!("kernels/{}.{arch}.cubin", inst.name), cubin));
-        }
-    }
-    for (rel, bytes) in &files {
-        std::fs::write(dir.join(rel), bytes).unwrap();
-    }
-    m.files.extend(files.into_iter().map(|(p, _)| p));
-    m.files.sort();
-    // Bindings that embed the new binaries, generated as `generate` does (from the file
-    // list without themselves).
-    let mut for_bindings = m.clone();
-    for_bindings.files.retain(|f| f != "bindings.rs");
-    let bindings = tilegen::bindings::generate_in(&for_bindings, dir).unwrap();
-    std::fs::write(dir.join("bindings.rs"), bindings).unwrap();
-    std::fs::write(&mpath, m.to_bytes()).unwrap();
 }
 
 struct Fixture {
@@ -113,66 +67,8 @@ fn fixture() -> Fixture {
     }
 }
 
-/// The members of a good bundle (bundle.json first), to build hostile variants from.
-fn members(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
-    bundle::archive::read(bytes, &Limits::default()).unwrap()
-}
-
-/// Gzip exactly as tilegen writes it, so the hostile part is what gets tested.
-fn gz(tar: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::GzBuilder::new()
-        .mtime(0)
-        .operating_system(0xff)
-        .write(Vec::new(), flate2::Compression::new(6));
-    e.write_all(tar).unwrap();
-    e.finish().unwrap()
-}
-
-/// One raw tar entry: any name bytes, any type, link target.
-struct Raw {
-    name: Vec<u8>,
-    kind: tar::EntryType,
-    data: Vec<u8>,
-    link: Option<&'static str>,
-}
-
-fn file(name: &str, data: &[u8]) -> Raw {
-    Raw {
-        name: name.as_bytes().to_vec(),
-        kind: tar::EntryType::Regular,
-        data: data.to_vec(),
-        link: None,
-    }
-}
-
-/// A tar built with the low-level header API (no path validation), gzipped.
-fn raw_archive(entries: &[Raw]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for e in entries {
-        let mut h = tar::Header::new_gnu();
-        {
-            let name = &mut h.as_old_mut().name;
-            name[..e.name.len()].copy_from_slice(&e.name);
-        }
-        h.set_entry_type(e.kind);
-        h.set_size(e.data.len() as u64);
-        h.set_mode(0o644);
-        h.set_mtime(0);
-        if let Some(l) = e.link {
-            h.as_old_mut().linkname[..l.len()].copy_from_slice(l.as_bytes());
-        }
-        h.set_cksum();
-        b.append(&h, e.data.as_slice()).unwrap();
-    }
-    gz(&b.into_inner().unwrap())
-}
-
 fn good_entries(f: &Fixture) -> Vec<Raw> {
-    members(&f.bytes)
-        .into_iter()
-        .map(|(p, d)| file(&p, &d))
-        .collect()
+    common::files(&common::members(&f.bytes))
 }
 
 /// Unpacking `bytes` fails with an `Error::Bundle` whose message holds `expect`, and
@@ -500,7 +396,7 @@ fn too_many_entries_are_refused() {
     };
     assert_rejected_with(&f.bytes, &limits, "more than 3 entries");
     // And with the default limit.
-    let many: Vec<Raw> = (0..100_001).map(|i| file(&format!("k/{i}"), b"")).collect();
+    let many: Vec<Raw> = (0..100_001).map(|i| file(format!("k/{i}"), b"")).collect();
     assert_rejected(&raw_archive(&many), "more than 100000 entries");
 }
 
@@ -566,10 +462,11 @@ fn generate_from_a_bundle_needs_no_nvrtc_and_checks_the_specs() {
         "nothing written on a mismatch"
     );
 
-    // Same instances, one configuration changed: named.
+    // The specs the fixture was made from, line for line: fine.
     let only_f32 = f32_only_spec(&text);
     std::fs::write(specs.join("golden.yaml"), &only_f32).unwrap();
     tilegen::generate::generate(&o, &|_| {}).expect("specs that match the bundle");
+    // One configuration changed: named, with the field.
     let changed = only_f32.replacen("    archs: [sm_80, sm_90]", "    archs: [sm_90]", 1);
     assert_ne!(changed, only_f32);
     std::fs::write(specs.join("golden.yaml"), &changed).unwrap();
@@ -585,6 +482,12 @@ fn generate_from_a_bundle_needs_no_nvrtc_and_checks_the_specs() {
         msg.contains(r#"archs: specs ["sm_90"] vs bundle ["sm_80","sm_90"]"#),
         "{msg}"
     );
+    // A spec edit that moves its lines: the headers would name other lines, so it differs.
+    std::fs::write(specs.join("golden.yaml"), format!("# moved\n{only_f32}")).unwrap();
+    let msg = tilegen::generate::generate(&o, &|_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("origin line: specs "), "{msg}");
     // A changed tile size renames the instance: both sides are named.
     let renamed = only_f32.replacen("items: 4", "items: 2", 1);
     std::fs::write(specs.join("golden.yaml"), &renamed).unwrap();
@@ -600,26 +503,6 @@ fn generate_from_a_bundle_needs_no_nvrtc_and_checks_the_specs() {
         msg.contains("vector_add_f32_b256_i4: in the bundle but not in the specs"),
         "{msg}"
     );
-}
-
-/// The golden spec file cut down to the kernels whose instances are the fixture's (`_f32`),
-/// with the fixture's archs.
-fn f32_only_spec(text: &str) -> String {
-    let (head, kernels) = text.split_once("kernels:\n").unwrap();
-    // The fixture gives every instance binaries for sm_80 and sm_90.
-    let head = head.replace("archs: [sm_90]", "archs: [sm_80, sm_90]");
-    let mut out = format!("{head}kernels:\n");
-    for block in kernels
-        .split("\n  - ")
-        .map(|b| b.trim_start_matches("  - "))
-    {
-        if block.contains("dtype: f32\n") || block.trim_end().ends_with("dtype: f32") {
-            out += "  - ";
-            out += block.trim_end();
-            out += "\n";
-        }
-    }
-    out
 }
 
 #[test]
@@ -639,42 +522,31 @@ fn builder_takes_a_bundle() {
     );
 }
 
-fn tilegen_cli(args: &[&str], env: &[(&str, &Path)]) -> std::process::Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tilegen"));
-    c.args(args)
-        .env_remove("TILEGEN_BUNDLE")
-        .env_remove("SOURCE_DATE_EPOCH");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
-}
-
 #[test]
 fn cli_create_verify_inspect_unpack_and_generate() {
     let f = fixture();
     let d = f._dir.path();
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let out = d.join("cli.tar.gz");
-    let o = tilegen_cli(
+    let o = tilegen(
         &["bundle", "create", "--lib", &s(&f.lib), "--out", &s(&out)],
         &[],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read(&out).unwrap(), f.bytes);
-    let o = tilegen_cli(&["bundle", "verify", &s(&out)], &[]);
+    let o = tilegen(&["bundle", "verify", &s(&out)], &[]);
     assert!(o.status.success());
-    let o = tilegen_cli(&["bundle", "inspect", &s(&out)], &[]);
+    let o = tilegen(&["bundle", "inspect", &s(&out)], &[]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("PTX ISA: 8.0, 8.7"), "{text}");
-    let o = tilegen_cli(
+    let o = tilegen(
         &["bundle", "unpack", &s(&out), "--to", &s(&d.join("u"))],
         &[],
     );
     assert!(o.status.success());
     // TILEGEN_BUNDLE drives `generate`.
     let lib = d.join("from-env");
-    let o = tilegen_cli(
+    let o = tilegen(
         &[
             "generate",
             "--specs",
@@ -697,7 +569,7 @@ fn cli_create_verify_inspect_unpack_and_generate() {
     e.push(file("../evil", b"x"));
     let bad = d.join("bad.tar.gz");
     std::fs::write(&bad, raw_archive(&e)).unwrap();
-    let o = tilegen_cli(
+    let o = tilegen(
         &["bundle", "unpack", &s(&bad), "--to", &s(&d.join("v"))],
         &[],
     );
@@ -880,12 +752,12 @@ fn cli_keygen_sign_verify_and_require_signed() {
     let d = f._dir.path();
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let keys = d.join("keys");
-    let o = tilegen_cli(&["bundle", "keygen", "--out", &s(&keys)], &[]);
+    let o = tilegen(&["bundle", "keygen", "--out", &s(&keys)], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (pk, sk) = (keys.join("tilegen.pub"), keys.join("tilegen.key"));
     // Unsigned, required: exit 7, nothing unpacked.
     let dest = d.join("dest");
-    let o = tilegen_cli(
+    let o = tilegen(
         &[
             "bundle",
             "unpack",
@@ -903,22 +775,22 @@ fn cli_keygen_sign_verify_and_require_signed() {
     assert!(err.contains("a signature is required"), "{err}");
     assert!(!dest.exists());
     // --require-signed needs a key to check with.
-    let o = tilegen_cli(
+    let o = tilegen(
         &["bundle", "verify", &s(&f.bundle), "--require-signed"],
         &[],
     );
     assert_eq!(o.status.code(), Some(2));
     // Sign, then verify and unpack.
-    let o = tilegen_cli(&["bundle", "sign", &s(&f.bundle), "--key", &s(&sk)], &[]);
+    let o = tilegen(&["bundle", "sign", &s(&f.bundle), "--key", &s(&sk)], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(bundle::sign::signature_path(&f.bundle).is_file());
-    let o = tilegen_cli(
+    let o = tilegen(
         &["bundle", "verify", &s(&f.bundle), "--pubkey", &s(&pk)],
         &[],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("signature: signed by key"));
-    let o = tilegen_cli(
+    let o = tilegen(
         &[
             "bundle",
             "unpack",
@@ -937,7 +809,7 @@ fn cli_keygen_sign_verify_and_require_signed() {
     let mut bytes = f.bytes.clone();
     bytes[20] ^= 0x40;
     std::fs::write(&f.bundle, &bytes).unwrap();
-    let o = tilegen_cli(
+    let o = tilegen(
         &["bundle", "verify", &s(&f.bundle), "--pubkey", &s(&pk)],
         &[],
     );
@@ -1099,4 +971,33 @@ fn generate_from_a_bundle_with_a_key_requires_its_signature() {
         &bundle::load_library(&out.path().join("signed")).unwrap(),
         &bundle::load_library(&f.lib).unwrap(),
     );
+}
+
+/// The golden spec file with only the kernels whose instances are the fixture's (`_f32`) and
+/// the fixture's archs, line for line: every other kernel entry's lines become comments, so
+/// each instance keeps the origin line the fixture recorded.
+fn f32_only_spec(text: &str) -> String {
+    // The fixture gives every instance binaries for sm_80 and sm_90.
+    let text = text.replacen("  archs: [sm_90]", "  archs: [sm_80, sm_90]", 1);
+    let (head, kernels) = text.split_once("kernels:\n").unwrap();
+    let mut out = format!("{head}kernels:\n");
+    let mut entries: Vec<Vec<&str>> = Vec::new();
+    for line in kernels.lines() {
+        if line.starts_with("  - ") || entries.is_empty() {
+            entries.push(Vec::new());
+        }
+        entries.last_mut().unwrap().push(line);
+    }
+    for entry in entries {
+        let keep = entry.iter().any(|l| l.trim() == "dtype: f32");
+        for line in entry {
+            if keep || line.trim().is_empty() || line.trim_start().starts_with('#') {
+                out += line;
+            } else {
+                out += "#";
+            }
+            out += "\n";
+        }
+    }
+    out
 }

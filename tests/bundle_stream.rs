@@ -3,111 +3,28 @@
 //! text is a bad bundle (exit code 7), not an I/O error. No GPU and no NVRTC needed: the
 //! library is generated from the golden specs without compiling, then given fake binaries.
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
+use common::FakeLibrary;
 use tilegen::bundle::{self, Limits};
-use tilegen::manifest::{FileRef, Manifest, Target};
-
-fn sha(b: &[u8]) -> String {
-    tilegen::hashing::sha256_hex(b)
-}
-
-/// Writes a fake cubin of `n` bytes to `path` a block at a time (this process's peak memory
-/// is inherited by the children it spawns, so it must stay small) and returns its sha256.
-/// It deflates about 40:1: each 4 KiB block is 64 pseudo-random bytes, then zeros, well
-/// inside the 100:1 ratio limit, so a big member stays a legal one.
-fn write_compressible(path: &Path, n: usize) -> String {
-    use sha2::Digest;
-    use std::io::Write;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut h = sha2::Sha256::new();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut block = [0u8; 4096];
-    let mut left = n;
-    block[..4].copy_from_slice(b"\x7fELF");
-    while left > 0 {
-        let k = left.min(block.len());
-        for b in block[if left == n { 4 } else { 0 }..64].iter_mut() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *b = x as u8;
-        }
-        f.write_all(&block[..k]).unwrap();
-        h.update(&block[..k]);
-        left -= k;
-    }
-    f.flush().unwrap();
-    hex::encode(h.finalize())
-}
+use tilegen::manifest::Manifest;
 
 /// A small library (golden specs, `_f32` instances, no NVRTC) with fake binaries for sm_80,
 /// written into `dir`; the first instance's cubin is `big` bytes. Returns that cubin's path
 /// inside the library.
 fn fake_library(dir: &Path, big: usize) -> String {
-    let cache = tempfile::tempdir().unwrap();
-    let specs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs");
-    let mut o = tilegen::generate::Options::new(specs, dir);
-    o.compile = false;
-    o.cache_dir = Some(cache.path().to_path_buf());
-    o.filter = Some("_f32".into());
-    tilegen::generate::generate(&o, &|_| {}).expect("renders without NVRTC");
-    let mpath = dir.join("manifest.json");
-    let mut m = Manifest::from_bytes(&std::fs::read(&mpath).unwrap()).unwrap();
-    let mut big_path = None;
-    let mut files = Vec::new();
-    for inst in &mut m.instances {
-        let arch = "sm_80";
-        let ptx = format!(
-            "//\n// fake PTX\n.version 8.0\n.target {arch}\n.address_size 64\n// {}\n",
-            inst.name
-        )
-        .into_bytes();
-        let fref = |ext: &str, b: &[u8]| FileRef {
-            path: format!("kernels/{}.{arch}.{ext}", inst.name),
-            sha256: sha(b),
-            bytes: b.len() as u64,
-        };
-        let cubin = if big_path.is_none() {
-            let rel = format!("kernels/{}.{arch}.cubin", inst.name);
-            let sha256 = write_compressible(&dir.join(&rel), big);
-            big_path = Some(rel.clone());
-            files.push((rel.clone(), None));
-            FileRef {
-                path: rel,
-                sha256,
-                bytes: big as u64,
-            }
-        } else {
-            let c = format!("\x7fELF fake cubin of {}", inst.name).into_bytes();
-            let r = fref("cubin", &c);
-            files.push((r.path.clone(), Some(c)));
-            r
-        };
-        inst.targets.push(Target {
-            arch: tilegen::spec::Arch::parse(arch).unwrap(),
-            cache_key: sha(arch.as_bytes()),
-            ptx: fref("ptx", &ptx),
-            cubin,
-            resources: Default::default(),
-        });
-        files.push((format!("kernels/{}.{arch}.ptx", inst.name), Some(ptx)));
+    let m = FakeLibrary {
+        specs: common::golden_specs(),
+        filter: Some("_f32"),
+        targets: &[("sm_80", "8.0")],
+        big_cubin: Some(big),
     }
-    for (rel, bytes) in &files {
-        if let Some(b) = bytes {
-            std::fs::write(dir.join(rel), b).unwrap();
-        }
-    }
-    m.files.extend(files.into_iter().map(|(p, _)| p));
-    m.files.sort();
-    let mut for_bindings = m.clone();
-    for_bindings.files.retain(|f| f != "bindings.rs");
-    let bindings = tilegen::bindings::generate_in(&for_bindings, dir).unwrap();
-    std::fs::write(dir.join("bindings.rs"), bindings).unwrap();
-    std::fs::write(&mpath, m.to_bytes()).unwrap();
-    big_path.unwrap()
+    .write(dir);
+    m.instances[0].targets[0].cubin.path.clone()
 }
 
 /// Runs tilegen with `args` in `cwd` and returns its exit code, stderr and peak resident set
@@ -121,13 +38,8 @@ fn tilegen_measured(cwd: &Path, args: &[&str], env: &[(&str, &Path)]) -> (i32, S
 fn tilegen_pid(cwd: &Path, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, u64, u32) {
     let err_path = cwd.join(format!("stderr-{}.txt", args.join("-").replace('/', "_")));
     let err = std::fs::File::create(&err_path).unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tilegen"));
-    c.args(args)
-        .current_dir(cwd)
-        .env_remove("TILEGEN_BUNDLE")
-        .env_remove("TILEGEN_BUNDLE_PUBKEY")
-        .stdout(Stdio::null())
-        .stderr(err);
+    let mut c = common::tilegen_command(args);
+    c.current_dir(cwd).stdout(Stdio::null()).stderr(err);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -191,6 +103,15 @@ fn verify_unpack_and_generate_stream_one_member_at_a_time() {
     let a = archive.to_str().unwrap();
     let cache = w.join("cache");
     let env = [("TILEGEN_CACHE_DIR", cache.as_path())];
+    let generate_args = vec![
+        "generate",
+        "--bundle",
+        a,
+        "--specs",
+        "no-specs",
+        "--out",
+        "generated",
+    ];
     let mut report = Vec::new();
     let mut pids = Vec::new();
     for (what, args, out, bound) in [
@@ -203,15 +124,7 @@ fn verify_unpack_and_generate_stream_one_member_at_a_time() {
         ),
         (
             "generate --bundle",
-            vec![
-                "generate",
-                "--bundle",
-                a,
-                "--specs",
-                "no-specs",
-                "--out",
-                "generated",
-            ],
+            generate_args.clone(),
             Some(w.join("generated")),
             bound,
         ),
@@ -236,15 +149,7 @@ fn verify_unpack_and_generate_stream_one_member_at_a_time() {
     }
     // Building from the bundle again rewrites nothing, and --check agrees.
     let gen = |extra: &[&str]| {
-        let mut args = vec![
-            "generate",
-            "--bundle",
-            a,
-            "--specs",
-            "no-specs",
-            "--out",
-            "generated",
-        ];
+        let mut args = generate_args.clone();
         args.extend_from_slice(extra);
         let (code, err, _, pid) = tilegen_pid(w, &args, &env);
         (code, err, pid)

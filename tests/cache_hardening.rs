@@ -78,20 +78,48 @@ fn json_lines(o: &Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A JSON generate of the tiny spec into `out`; returns its output.
-fn generate(spec: &Path, out: &Path, cache: &Path) -> Output {
-    let args = [
-        "--message-format",
-        "json",
+/// `generate` of the tiny spec into `out`, with `extra` arguments before it.
+fn generate_command(extra: &[&str], spec: &Path, out: &Path, cache: &Path) -> Command {
+    let mut args = extra.to_vec();
+    args.extend([
         "generate",
         "--specs",
         spec.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
-        "-j",
-        "2",
-    ];
-    run(command(&args, cache), "generate")
+    ]);
+    command(&args, cache)
+}
+
+/// A JSON generate of the tiny spec into `out`, not yet started.
+fn json_generate(spec: &Path, out: &Path, cache: &Path) -> Command {
+    let mut c = generate_command(&["--message-format", "json"], spec, out, cache);
+    c.args(["-j", "2"]);
+    c
+}
+
+/// A JSON generate of the tiny spec into `out`; returns its output.
+fn generate(spec: &Path, out: &Path, cache: &Path) -> Output {
+    run(json_generate(spec, out, cache), "generate")
+}
+
+/// A cache command (`cache ARGS`) on `cache` with JSON output.
+fn cache_json(args: &[&str], cache: &Path) -> Output {
+    let mut all = vec!["--message-format", "json", "cache"];
+    all.extend_from_slice(args);
+    run(command(&all, cache), args[0])
+}
+
+fn assert_cache_warning(o: &Output) {
+    assert!(
+        json_lines(o).iter().any(|v| v["event"] == "cache_warning"),
+        "{}",
+        text(o)
+    );
+}
+
+fn stderr_has(o: &Output, what: &str) -> bool {
+    String::from_utf8_lossy(&o.stderr).contains(what)
 }
 
 fn report(o: &Output) -> serde_json::Value {
@@ -144,6 +172,13 @@ fn entries(cache: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// `parent/name`, made.
+fn new_dir(parent: &Path, name: &str) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn write_old(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
@@ -182,7 +217,7 @@ fn cache_commands_refuse_a_folder_that_is_not_a_cache_and_remove_only_their_entr
         let o = run(command(&args, &home), "cache command");
         assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", text(&o));
         assert!(
-            String::from_utf8_lossy(&o.stderr).contains("is not a tilegen cache"),
+            stderr_has(&o, "is not a tilegen cache"),
             "{cmd:?}: {}",
             text(&o)
         );
@@ -191,11 +226,7 @@ fn cache_commands_refuse_a_folder_that_is_not_a_cache_and_remove_only_their_entr
     // generate does not take such a folder over either: it warns and compiles without it.
     let o = generate(&spec, &tmp.path().join("out0"), &home);
     assert_eq!(report(&o)["compiled"], INSTANCES);
-    assert!(
-        json_lines(&o).iter().any(|v| v["event"] == "cache_warning"),
-        "{}",
-        text(&o)
-    );
+    assert_cache_warning(&o);
     assert_eq!(tree(&home), before, "generate wrote into a foreign folder");
 
     // A real cache with someone's files in it: gc and clean remove only entries, and say how
@@ -218,16 +249,12 @@ fn cache_commands_refuse_a_folder_that_is_not_a_cache_and_remove_only_their_entr
     for f in &foreign {
         write_old(f, "mine");
     }
-    let gc_args = ["--message-format", "json", "cache", "gc", "--max-size", "0"];
-    let o = run(command(&gc_args, &cache), "gc");
+    let o = cache_json(&["gc", "--max-size", "0"], &cache);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(json_lines(&o)[0]["removed"], INSTANCES, "{}", text(&o));
     assert!(entries(&cache).is_empty());
     report(&generate(&spec, &tmp.path().join("out1"), &cache));
-    let o = run(
-        command(&["--message-format", "json", "cache", "clean"], &cache),
-        "clean",
-    );
+    let o = cache_json(&["clean"], &cache);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(json_lines(&o)[0]["removed"]["entries"], INSTANCES);
     assert!(entries(&cache).is_empty());
@@ -243,7 +270,7 @@ fn cache_commands_refuse_a_folder_that_is_not_a_cache_and_remove_only_their_entr
     std::fs::remove_file(old.join("tilegen-cache.version")).unwrap();
     let o = run(command(&["cache", "clean"], &old), "clean");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("older tilegen"));
+    assert!(stderr_has(&o, "older tilegen"));
     assert_eq!(entries(&old).len(), INSTANCES);
     let r = report(&generate(&spec, &tmp.path().join("out2"), &old));
     assert_eq!(r["cache_hits"], INSTANCES, "adopted, entries used");
@@ -300,16 +327,9 @@ fn wrong_typed_entries_are_misses_and_verify_repairs_them() {
     let r = report(&o);
     assert_eq!(tree(&out), want, "same library as the cold run");
     assert_eq!(r["corrupt_cache_entries"], 4, "{}", text(&o));
-    assert!(
-        json_lines(&o).iter().any(|v| v["event"] == "cache_warning"),
-        "{}",
-        text(&o)
-    );
+    assert_cache_warning(&o);
     let verify = || {
-        let o = run(
-            command(&["--message-format", "json", "cache", "verify"], &cache),
-            "verify",
-        );
+        let o = cache_json(&["verify"], &cache);
         (o.status.code(), json_lines(&o).remove(0))
     };
     let (code, v) = verify();
@@ -360,25 +380,20 @@ fn truncated_or_foreign_nvrtc_is_exit_6_with_its_path() {
         ("truncated", &real[..real.len() / 2]),
         ("not an ELF file", b"not a library at all".as_slice()),
     ] {
-        let dir = tmp.path().join(what.replace(' ', "-"));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = new_dir(tmp.path(), &what.replace(' ', "-"));
         let lib = dir.join("libnvrtc.so.13");
         std::fs::write(&lib, bytes).unwrap();
-        for args in [
-            &[
-                "generate",
-                "--specs",
-                spec.to_str().unwrap(),
-                "--out",
-                tmp.path().join("out").to_str().unwrap(),
-            ][..],
-            &["doctor"],
+        let cache = tmp.path().join("cache");
+        for (mut c, want_code) in [
+            (
+                generate_command(&[], &spec, &tmp.path().join("out"), &cache),
+                6,
+            ),
+            (command(&["doctor"], &cache), 0),
         ] {
-            let mut c = command(args, &tmp.path().join("cache"));
             c.env("TILEGEN_NVRTC", &lib);
             let o = run(c, "tilegen with a bad NVRTC");
             let all = text(&o);
-            let want_code = if args[0] == "doctor" { 0 } else { 6 };
             assert_eq!(o.status.code(), Some(want_code), "{what}: {all}");
             assert!(all.contains(lib.to_str().unwrap()), "{what}: {all}");
             assert!(all.contains(what), "{what}: {all}");
@@ -391,20 +406,10 @@ fn truncated_or_foreign_nvrtc_is_exit_6_with_its_path() {
 fn nvrtc_without_builtins_is_exit_6() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = spec(tmp.path());
-    let dir = tmp.path().join("lonely");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = new_dir(tmp.path(), "lonely");
     std::fs::copy(nvrtc_lib(), dir.join("libnvrtc.so.13")).unwrap();
     let out = tmp.path().join("out");
-    let mut c = command(
-        &[
-            "generate",
-            "--specs",
-            spec.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        &tmp.path().join("cache"),
-    );
+    let mut c = generate_command(&[], &spec, &out, &tmp.path().join("cache"));
     c.env("TILEGEN_NVRTC", &dir).env("TMPDIR", tmp.path());
     let o = run(c, "generate");
     let all = text(&o);
@@ -419,34 +424,23 @@ fn nvrtc_without_builtins_is_exit_6() {
 fn failed_sources_go_to_one_folder_per_run_and_old_ones_are_removed() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = spec(tmp.path());
-    let templates = tmp.path().join("templates");
-    std::fs::create_dir_all(&templates).unwrap();
+    let templates = new_dir(tmp.path(), "templates");
     std::fs::write(
         templates.join("prelude.cuh"),
         "#error tilegen test: this source must not compile\n",
     )
     .unwrap();
-    let sys_tmp = tmp.path().join("systmp");
-    std::fs::create_dir_all(&sys_tmp).unwrap();
+    let sys_tmp = new_dir(tmp.path(), "systmp");
     // What an older tilegen left: one loose file per failed compile.
     let loose = sys_tmp.join("tilegen-failed-tiny_f32_b256_i1-Ab3xZ9.cu");
     std::fs::write(&loose, "old").unwrap();
     let runs = 11;
     let mut kept = Vec::new();
     for _ in 0..runs {
-        let mut c = command(
-            &[
-                "generate",
-                "--specs",
-                spec.to_str().unwrap(),
-                "--templates",
-                templates.to_str().unwrap(),
-                "--out",
-                tmp.path().join("out").to_str().unwrap(),
-            ],
-            &tmp.path().join("cache"),
-        );
-        c.env("TMPDIR", &sys_tmp);
+        let out = tmp.path().join("out");
+        let mut c = generate_command(&[], &spec, &out, &tmp.path().join("cache"));
+        c.args(["--templates", templates.to_str().unwrap()])
+            .env("TMPDIR", &sys_tmp);
         let o = run(c, "generate");
         let all = text(&o);
         assert_eq!(o.status.code(), Some(4), "{all}");
@@ -499,18 +493,7 @@ fn concurrent_cold_generates_compile_each_kernel_about_once() {
     let children: Vec<_> = (0..n)
         .map(|i| {
             let out = tmp.path().join(format!("out{i}"));
-            let args = [
-                "--message-format",
-                "json",
-                "generate",
-                "--specs",
-                spec.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-                "-j",
-                "2",
-            ];
-            let child = command(&args, &cache).spawn().unwrap();
+            let child = json_generate(&spec, &out, &cache).spawn().unwrap();
             (out, child)
         })
         .collect();

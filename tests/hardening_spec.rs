@@ -1,8 +1,9 @@
 //! Hostile and careless spec sets, library folders and filters: sweeps that explode across
 //! entries, symlinked specs, a filter that matches nothing, a write that fails part way,
-//! temporary files a killed run left, a byte order mark, tagged values, and what `check`
-//! reports about templates. Every input is built here; nothing needs NVRTC (libraries are
-//! written with `compile: false`, which renders and writes without compiling).
+//! temporary files a killed run left, a byte order mark, tagged values, YAML syntax errors at
+//! their text, and what `check` reports about templates. Every input is built here; nothing
+//! needs NVRTC (libraries are written with `compile: false`, which renders and writes without
+//! compiling).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -371,4 +372,66 @@ fn template_syntax_error_names_the_file() {
         )),
         "{e}"
     );
+}
+
+/// Specs go through one YAML parser (granit-parser, under serde-saphyr); what it refuses and
+/// what the tree builder refuses on top of it are each reported at the offending text.
+#[test]
+fn one_yaml_parser_reports_each_problem_where_it_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let head = "kernels:\n  - name: aaa\n    op: vector_add\n";
+    let cases: [(String, &str, &str); 8] = [
+        (
+            format!("{head}    dtype: [f32, !custom f16]\n"),
+            "k.yaml:4:18: error: ",
+            "YAML tag `!custom` is not supported",
+        ),
+        (
+            format!("{head}    dtype: *nope\n"),
+            "k.yaml:4:12: error: ",
+            "alias `*nope` refers to no anchor",
+        ),
+        (
+            format!("{head}    dtype: f32\n    dtype: f16\n"),
+            "k.yaml:5:5: error: ",
+            "duplicate key `dtype` (first given at 4:5)",
+        ),
+        (
+            "kernels:\n  - name: a\u{7}b\n".to_string(),
+            "k.yaml:2:12: error: ",
+            "control characters are not allowed (found U+0007)",
+        ),
+        (
+            "kernels:\n  - name: aaa\n\top: vector_add\n".to_string(),
+            "k.yaml:3:1: error: ",
+            "tab character",
+        ),
+        (
+            format!("{head}    dtype: [f32\n"),
+            "k.yaml:4:12: error: ",
+            "unclosed bracket '['",
+        ),
+        (
+            format!("{head}    dtype: [f32, f16\n    block: 256\n"),
+            "k.yaml:5:10: error: ",
+            "did not find expected ',' or ']' (while parsing a flow sequence that starts at 4:12)",
+        ),
+        (
+            format!("{head}    dtype: f32\n---\nkernels: []\n"),
+            "k.yaml:5:1: error: ",
+            "a second YAML document starts here",
+        ),
+    ];
+    for (text, at, what) in cases {
+        let specs = write_specs(&tmp.path().join("specs"), &text);
+        let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{text:?}: {e}");
+        assert!(
+            e.contains(at) && e.contains(what),
+            "{text:?}: want {at}{what}, got {e}"
+        );
+        // The offending line is shown and underlined.
+        assert!(e.contains(" | ") && e.contains('^'), "{text:?}: {e}");
+    }
 }

@@ -4,28 +4,33 @@
 //! emits. Each bundle is built here from a tiny library with fake binaries (no NVRTC, no
 //! GPU), then edited, with `bundle.json`'s hashes fixed up so that only the edit is hostile.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::FakeLibrary;
 use serde_json::Value;
-use tilegen::manifest::{FileRef, Manifest, Target};
 
 const SPEC: &str = "kernels:\n  - name: vadd\n    op: vector_add\n    dtype: f32\n    archs: [sm_80]\n    block: 256\n    items: 4\n";
 const INSTANCE: &str = "vadd_f32_b256_i4";
 const INJECTED: &str = "x\npub fn injected() -> u32 { std::process::exit(42) }\n//";
 
-fn sha(b: &[u8]) -> String {
-    tilegen::hashing::sha256_hex(b)
+fn tilegen(args: &[&str]) -> Output {
+    common::tilegen(args, &[])
 }
 
-fn tilegen(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tilegen"))
-        .args(args)
-        .env_remove("TILEGEN_BUNDLE")
-        .env_remove("TILEGEN_BUNDLE_PUBKEY")
-        .env_remove("SOURCE_DATE_EPOCH")
-        .output()
-        .unwrap()
+/// `generate --bundle BUNDLE --specs SPECS --out OUT`.
+fn generate_from(bundle: &Path, specs: &Path, out: &Path) -> Output {
+    tilegen(&[
+        "generate",
+        "--bundle",
+        s(bundle),
+        "--specs",
+        s(specs),
+        "--out",
+        s(out),
+    ])
 }
 
 fn s(p: &Path) -> &str {
@@ -37,52 +42,15 @@ fn stderr(o: &Output) -> String {
 }
 
 /// The library of `specs` rendered without NVRTC into `dir`, with fake PTX and cubins for
-/// the spec's archs and bindings that embed them (what `generate` would write).
+/// sm_80 and bindings that embed them (what `generate` would write).
 fn fake_library(specs: &Path, dir: &Path) {
-    let cache = tempfile::tempdir().unwrap();
-    let mut o = tilegen::generate::Options::new(specs, dir);
-    o.compile = false;
-    o.cache_dir = Some(cache.path().to_path_buf());
-    tilegen::generate::generate(&o, &|_| {}).expect("renders without NVRTC");
-    let mpath = dir.join("manifest.json");
-    let mut m = Manifest::from_bytes(&std::fs::read(&mpath).unwrap()).unwrap();
-    let mut files = Vec::new();
-    for inst in &mut m.instances {
-        let arch = "sm_80";
-        let ptx = format!(
-            "//\n// fake PTX\n.version 8.0\n.target {arch}\n// {}\n",
-            inst.name
-        );
-        let cubin = format!("\x7fELF fake cubin of {} for {arch}", inst.name).into_bytes();
-        let fref = |ext: &str, b: &[u8]| FileRef {
-            path: format!("kernels/{}.{arch}.{ext}", inst.name),
-            sha256: sha(b),
-            bytes: b.len() as u64,
-        };
-        inst.targets.push(Target {
-            arch: tilegen::spec::Arch::parse(arch).unwrap(),
-            cache_key: sha(arch.as_bytes()),
-            ptx: fref("ptx", ptx.as_bytes()),
-            cubin: fref("cubin", &cubin),
-            resources: Default::default(),
-        });
-        files.push((
-            format!("kernels/{}.{arch}.ptx", inst.name),
-            ptx.into_bytes(),
-        ));
-        files.push((format!("kernels/{}.{arch}.cubin", inst.name), cubin));
+    FakeLibrary {
+        specs: specs.to_path_buf(),
+        filter: None,
+        targets: &[("sm_80", "8.0")],
+        big_cubin: None,
     }
-    for (rel, bytes) in &files {
-        std::fs::write(dir.join(rel), bytes).unwrap();
-    }
-    m.files.extend(files.into_iter().map(|(p, _)| p));
-    m.files.retain(|f| f != "bindings.rs");
-    m.files.sort();
-    let bindings = tilegen::bindings::generate_in(&m, dir).unwrap();
-    std::fs::write(dir.join("bindings.rs"), bindings).unwrap();
-    m.files.push("bindings.rs".into());
-    m.files.sort();
-    std::fs::write(&mpath, m.to_bytes()).unwrap();
+    .write(dir);
 }
 
 struct Fixture {
@@ -102,17 +70,7 @@ fn fixture() -> Fixture {
     let good = dir.path().join("good.tar.gz");
     let o = tilegen(&["bundle", "create", "--lib", s(&lib), "--out", s(&good)]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let bytes = std::fs::read(&good).unwrap();
-    let mut members = Vec::new();
-    let gz = flate2::read::GzDecoder::new(bytes.as_slice());
-    let mut tar = tar::Archive::new(gz);
-    for e in tar.entries().unwrap() {
-        let mut e = e.unwrap();
-        let path = e.path().unwrap().to_str().unwrap().to_string();
-        let mut data = Vec::new();
-        std::io::Read::read_to_end(&mut e, &mut data).unwrap();
-        members.push((path, data));
-    }
+    let members = common::members(&std::fs::read(&good).unwrap());
     assert_eq!(members[0].0, "bundle.json");
     Fixture {
         dir,
@@ -121,79 +79,24 @@ fn fixture() -> Fixture {
     }
 }
 
-/// Gzip as tilegen writes it.
-fn gz(tar: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::GzBuilder::new()
-        .mtime(0)
-        .operating_system(0xff)
-        .write(Vec::new(), flate2::Compression::new(6));
-    e.write_all(tar).unwrap();
-    e.finish().unwrap()
-}
-
-/// A tar of `members` with raw header names (no validation by the tar crate), gzipped.
-fn archive(members: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (name, data) in members {
-        let mut h = tar::Header::new_gnu();
-        if name.len() < 100 && !name.contains(&0) {
-            h.as_old_mut().name[..name.len()].copy_from_slice(name);
-        } else {
-            // A GNU long name (which may hold a NUL): a `././@LongLink` entry holding the
-            // name, then the member.
-            let mut l = tar::Header::new_gnu();
-            l.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
-            l.set_entry_type(tar::EntryType::GNULongName);
-            let mut long = name.clone();
-            long.push(0);
-            l.set_size(long.len() as u64);
-            l.set_mode(0o644);
-            l.set_mtime(0);
-            l.set_cksum();
-            b.append(&l, long.as_slice()).unwrap();
-            h.as_old_mut().name[..9].copy_from_slice(b"long_name");
-        }
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_mtime(0);
-        h.set_cksum();
-        b.append(&h, data.as_slice()).unwrap();
-    }
-    gz(&b.into_inner().unwrap())
-}
-
 impl Fixture {
     /// The good bundle with its `manifest.json` edited by `edit` (as JSON) and `bundle.json`
     /// fixed up to match, written to `name`.
     fn hostile(&self, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
         let mut members = self.members.clone();
-        let i = members
-            .iter()
-            .position(|(p, _)| p == "manifest.json")
-            .unwrap();
-        let mut m: Value = serde_json::from_slice(&members[i].1).unwrap();
+        let (_, json) = members.iter().find(|(p, _)| p == "manifest.json").unwrap();
+        let mut m: Value = serde_json::from_slice(json).unwrap();
         edit(&mut m);
         let mut bytes = serde_json::to_vec_pretty(&m).unwrap();
         bytes.push(b'\n');
-        let mut b: Value = serde_json::from_slice(&members[0].1).unwrap();
-        for member in b["members"].as_array_mut().unwrap() {
-            if member["path"] == "manifest.json" {
-                member["sha256"] = sha(&bytes).into();
-                member["bytes"] = bytes.len().into();
-            }
-        }
-        members[i].1 = bytes;
-        let mut bj = serde_json::to_vec_pretty(&b).unwrap();
-        bj.push(b'\n');
-        members[0].1 = bj;
-        let raw: Vec<_> = members
-            .into_iter()
-            .map(|(p, d)| (p.into_bytes(), d))
-            .collect();
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, archive(&raw)).unwrap();
+        common::replace_member(&mut members, "manifest.json", bytes);
+        self.write(name, &common::files(&members))
+    }
+
+    /// Writes an archive of `entries` to `name`.
+    fn write(&self, name: &str, entries: &[common::Raw]) -> PathBuf {
+        let path = self.out(name);
+        std::fs::write(&path, common::raw_archive(entries)).unwrap();
         path
     }
 
@@ -255,15 +158,7 @@ fn origin_text_cannot_inject_an_item_into_the_bindings() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = f.out("G");
     let nowhere = f.out("no-specs");
-    let o = tilegen(&[
-        "generate",
-        "--bundle",
-        s(&b),
-        "--specs",
-        s(&nowhere),
-        "--out",
-        s(&out),
-    ]);
+    let o = generate_from(&b, &nowhere, &out);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(out.join("bindings.rs")).unwrap();
     let first_line = text.lines().next().unwrap();
@@ -292,40 +187,45 @@ fn origin_text_cannot_inject_an_item_into_the_bindings() {
 #[test]
 fn names_that_are_not_identifiers_are_a_bundle_error() {
     let f = fixture();
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    // (tag, the field edited in the first instance, its new value, the expected message)
+    let name = "/name";
+    let cases = [
         (
             "space",
-            Box::new(|m| first(m)["name"] = "a b".into()),
+            name,
+            "a b",
             "instance 0 `a b`: `name` is not a plain identifier (it contains a space)",
         ),
         (
             "self",
-            Box::new(|m| first(m)["name"] = "self".into()),
+            name,
+            "self",
             "instance 0 `self`: `name` is not a plain identifier (`self` is a Rust keyword)",
         ),
         (
             "empty",
-            Box::new(|m| first(m)["name"] = "".into()),
+            name,
+            "",
             "instance 0 ``: `name` is not a plain identifier (it is empty)",
         ),
         (
             "newline",
-            Box::new(|m| first(m)["name"] = "a\nb".into()),
+            name,
+            "a\nb",
             "instance 0 `a\\nb`: `name` is not a plain identifier",
         ),
         (
             "arg",
-            Box::new(|m| first(m)["args"][0]["name"] = "a b".into()),
+            "/args/0/name",
+            "a b",
             "instance 0 `vadd_f32_b256_i4`: `args` name `a b` is not a plain identifier (it contains a space)",
         ),
-        (
-            "reserved",
-            Box::new(|m| first(m)["name"] = "load".into()),
-            "`name` `load`",
-        ),
+        ("reserved", name, "load", "`name` `load`"),
     ];
-    for (tag, edit, expect) in cases {
-        let b = f.hostile(&format!("{tag}.tar.gz"), edit);
+    for (tag, field, value, expect) in cases {
+        let b = f.hostile(&format!("{tag}.tar.gz"), |m| {
+            *first(m).pointer_mut(field).unwrap() = value.into()
+        });
         let o = tilegen(&["bundle", "verify", s(&b)]);
         assert_not_a_panic(&o);
         assert_eq!(o.status.code(), Some(7), "{tag}: verify: {}", stderr(&o));
@@ -338,15 +238,7 @@ fn names_that_are_not_identifiers_are_a_bundle_error() {
 
         let out = f.out(&format!("out-{tag}"));
         let nowhere = f.out("no-specs");
-        let o = tilegen(&[
-            "generate",
-            "--bundle",
-            s(&b),
-            "--specs",
-            s(&nowhere),
-            "--out",
-            s(&out),
-        ]);
+        let o = generate_from(&b, &nowhere, &out);
         assert_not_a_panic(&o);
         assert_eq!(o.status.code(), Some(7), "{tag}: generate: {}", stderr(&o));
         assert!(stderr(&o).contains(expect), "{tag}: {}", stderr(&o));
@@ -402,15 +294,7 @@ fn a_spec_path_cannot_inject_a_directive() {
 fn generate_with_specs_reports_a_changed_origin() {
     let f = fixture();
     let same = f.hostile("same.tar.gz", |_| {});
-    let o = tilegen(&[
-        "generate",
-        "--bundle",
-        s(&same),
-        "--specs",
-        s(&f.specs),
-        "--out",
-        s(&f.out("ok")),
-    ]);
+    let o = generate_from(&same, &f.specs, &f.out("ok"));
     assert!(o.status.success(), "{}", stderr(&o));
 
     for (tag, file) in [("other", "other.yaml"), ("injected", INJECTED)] {
@@ -418,15 +302,7 @@ fn generate_with_specs_reports_a_changed_origin() {
             first(m)["origin"]["file"] = file.into()
         });
         let out = f.out(&format!("out-{tag}"));
-        let o = tilegen(&[
-            "generate",
-            "--bundle",
-            s(&b),
-            "--specs",
-            s(&f.specs),
-            "--out",
-            s(&out),
-        ]);
+        let o = generate_from(&b, &f.specs, &out);
         assert_not_a_panic(&o);
         assert_eq!(o.status.code(), Some(1), "{tag}: {}", stderr(&o));
         let msg = stderr(&o);
@@ -455,14 +331,9 @@ fn control_characters_in_member_names_are_escaped_in_messages() {
             &[&b"/"[..], &"\u{20ac}".repeat(400).into_bytes()].concat()[..],
         ),
     ] {
-        let mut raw: Vec<_> = f
-            .members
-            .iter()
-            .map(|(p, d)| (p.clone().into_bytes(), d.clone()))
-            .collect();
-        raw.push((name.to_vec(), b"x".to_vec()));
-        let path = f.out(&format!("{tag}.tar.gz"));
-        std::fs::write(&path, archive(&raw)).unwrap();
+        let mut entries = common::files(&f.members);
+        entries.push(common::file(name, b"x"));
+        let path = f.write(&format!("{tag}.tar.gz"), &entries);
         let o = tilegen(&["bundle", "verify", s(&path)]);
         assert_not_a_panic(&o);
         assert_eq!(o.status.code(), Some(7), "{tag}: {}", stderr(&o));

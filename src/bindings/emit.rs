@@ -396,8 +396,8 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
         /// which geometry, or why it is refused. `sm_count` is the device's SM count.
         #[allow(dead_code, unused_imports, clippy::too_many_arguments)]
         pub mod plan {
-            use super::call_checks::{self, Buf, GemmCall, GemmNeeds, Matrix, Plan};
-            use super::launch_rules::{ArgError, LaunchDims};
+            use ::tilegen_runtime::call_checks::{self, Buf, GemmCall, GemmNeeds, Matrix, Plan};
+            use ::tilegen_runtime::launch_rules::{ArgError, LaunchDims};
             #(#fns)*
         }
     })
@@ -429,11 +429,11 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 plan_types.push(quote!(usize));
                 plan_args.push(quote!(#name));
                 to_i64.push(quote!(let #name = #name as i64;));
-                launch_args.push(quote!(.arg(&#name)));
+                launch_args.push(quote!(loader::Arg::of(&#name)));
             }
             Role::Value => {
                 params.push(quote!(#name: f32));
-                launch_args.push(quote!(.arg(&#name)));
+                launch_args.push(quote!(loader::Arg::of(&#name)));
             }
             _ => {
                 let t = elem_type(&a.ty);
@@ -453,7 +453,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 lens.push(quote!(let #len = #name.len();));
                 plan_types.push(quote!(Buf));
                 plan_args.push(quote!(call_checks::Buf::of::<#t>(#arg_name, #len, #ptr)));
-                launch_args.push(quote!(.arg(&#ptr)));
+                launch_args.push(quote!(loader::Arg::of(&#ptr)));
             }
         }
     }
@@ -521,7 +521,6 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 stream: &::cudarc::driver::CudaStream,
                 #(#params),*
             ) -> Result<(), Error> {
-                use ::cudarc::driver::PushKernelArg as _;
                 self.loader.same_context("stream", stream.context())?;
                 #(#checks)*
                 #(#lens)*
@@ -530,9 +529,8 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 let Some(dims) = plan.dims else {
                     return Ok(());
                 };
-                let function = self.loader.function(plan.kernel)?;
                 #(#to_i64)*
-                unsafe { stream.launch_builder(function) #(#launch_args)* .launch(loader::launch_config(dims)) }?;
+                unsafe { self.loader.launch(plan.kernel, stream, dims, &[#(#launch_args),*]) }?;
                 Ok(())
             }
         }

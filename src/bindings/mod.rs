@@ -1,17 +1,20 @@
-//! Rust bindings over a kernel library: one self-contained module text, generated from the
-//! manifest, that embeds the binaries and gives every op a typed, checked launcher.
+//! Rust bindings over a kernel library: one module text, generated from the manifest, that
+//! embeds the binaries and gives every op a typed, checked launcher.
 //!
-//! The text has three parts:
+//! The text has two parts:
 //! - a header (`@generated`, tilegen's version, a hash of the text);
-//! - generated items, formatted by prettyplease: re-exports, `KERNELS` (each kernel's
-//!   binaries through `include_bytes!("kernels/…")`, paths relative to `bindings.rs` at the
-//!   library root), `Kernels` with one method per op and dtype (dispatching by shape) and one
-//!   per instance, and `plan`, the pure checks those methods run before launching;
-//! - the shared runtime, verbatim: [`crate::launch_rules`], [`crate::call_checks`] and
-//!   [`crate::loader`], the same files tilegen compiles, so the tool and the bindings agree.
+//! - generated items, formatted by prettyplease: re-exports of the runtime, a compile-time
+//!   check that the runtime can run these bindings, `KERNELS` (each kernel's binaries through
+//!   `include_bytes!("kernels/…")`, paths relative to `bindings.rs` at the library root),
+//!   `Kernels` with one method per op and dtype (dispatching by shape) and one per instance,
+//!   and `plan`, the pure checks those methods run before launching.
 //!
-//! It depends on `cudarc` (features `driver`, `nvrtc`) and, when a kernel uses f16 or bf16,
-//! `half`. It has no inner attributes, so it can be `include!`d inside a module.
+//! Everything else comes from the `tilegen-runtime` crate ([`crate::launch_rules`],
+//! [`crate::call_checks`], [`crate::loader`] here): the same code tilegen runs, written once,
+//! with no tests or types copied into the user's crate, so two generated libraries can live in
+//! one crate. The bindings depend on `tilegen-runtime`, `cudarc` (its driver API) and, when a
+//! kernel uses f16 or bf16, `half`. They have no inner attributes, so they can be `include!`d
+//! inside a module.
 
 mod docs;
 mod emit;
@@ -27,13 +30,6 @@ use crate::manifest::Manifest;
 pub use group::{is_reserved, method_name};
 
 pub const FILE_NAME: &str = "bindings.rs";
-
-/// The shared runtime modules, in the order they are emitted: (module name, source).
-const RUNTIME: &[(&str, &str)] = &[
-    ("launch_rules", include_str!("../launch_rules.rs")),
-    ("call_checks", include_str!("../call_checks.rs")),
-    ("loader", include_str!("../loader.rs")),
-];
 
 /// Generates `bindings.rs` for a library. `read` gives a library file's bytes by its manifest
 /// path (None when it has no such file); only the PTX files are read, for the PTX ISA version
@@ -64,15 +60,19 @@ pub fn generate(m: &Manifest, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<
         .map(|g| emit::group_methods(m, g))
         .collect::<Result<Vec<_>>>()?;
     let plan = emit::plan_module(m, &groups)?;
+    let version_check = version_check(crate::VERSION);
     let items = quote! {
         #[allow(unused_imports)]
-        pub use self::call_checks::{Buf, Plan};
+        pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
         #[allow(unused_imports)]
-        pub use self::launch_rules::{ArgError, LaunchDims};
+        pub use ::tilegen_runtime::call_checks::{Buf, Plan};
         #[allow(unused_imports)]
-        pub use self::loader::{
+        pub use ::tilegen_runtime::launch_rules::{ArgError, LaunchDims};
+        #[allow(unused_imports)]
+        pub use ::tilegen_runtime::loader::{
             choose_binary, Binary, BinaryKind, Candidate, Device, Error, KernelInfo, NoFit, Sm, Version,
         };
+        #version_check
         #table
         #kernels
         #(#methods)*
@@ -83,11 +83,7 @@ pub fn generate(m: &Manifest, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<
             "bindings: generated code does not parse (a tilegen bug): {e}"
         ))
     })?;
-    let mut body = prettyplease::unparse(&file);
-    for (name, source) in RUNTIME {
-        body.push('\n');
-        body += &runtime_module(name, source);
-    }
+    let body = prettyplease::unparse(&file);
 
     let uses_half = m.instances.iter().any(|i| {
         [i.dtype, i.out_dtype]
@@ -95,9 +91,9 @@ pub fn generate(m: &Manifest, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<
             .any(|d| d.rust_type().starts_with("half::"))
     });
     let crates = if uses_half {
-        "`cudarc` (features driver, nvrtc, f16) and `half`"
+        "`tilegen-runtime`, `cudarc` (its driver API) and `half`"
     } else {
-        "`cudarc` (features driver, nvrtc)"
+        "`tilegen-runtime` and `cudarc` (its driver API)"
     };
     let methods = groups.len();
     // Spec paths and versions are text from the manifest (a bundle's, perhaps): escaped, no
@@ -159,13 +155,30 @@ pub fn generate_in(m: &Manifest, dir: &std::path::Path) -> Result<String> {
     generate(m, &|path| std::fs::read(dir.join(path)).ok())
 }
 
-/// A shared source file as a public module of the bindings, unchanged. `#[cfg(test)]`
-/// modules stay in: they run with the including crate's tests and check this copy.
-fn runtime_module(name: &str, source: &str) -> String {
-    let mut s = format!("#[allow(dead_code, clippy::all)]\npub mod {name} {{\n{source}");
-    if !source.ends_with('\n') {
-        s.push('\n');
+/// The bindings' compile-time check that the `tilegen-runtime` they are built with runs code
+/// generated by tilegen `version`, by the runtime's own rule ([`tilegen_runtime::compatible`]).
+/// A mismatch fails the build with this message, before any confusing type error.
+fn version_check(version: &str) -> proc_macro2::TokenStream {
+    let nums: Vec<&str> = version.split('.').collect();
+    let plain = nums.len() == 3
+        && nums
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    let wanted = match nums.as_slice() {
+        [major, minor, _] if plain && *major == "0" => format!("{version} or a later 0.{minor}.x"),
+        [major, _, _] if plain => format!("{version} or a later {major}.x"),
+        _ => format!("exactly {version}"),
+    };
+    let message = format!(
+        "these bindings were generated by tilegen {version} and need tilegen-runtime {wanted}; \
+         this crate uses another tilegen-runtime: give `tilegen-runtime` in [dependencies] the \
+         version of `tilegen` in [build-dependencies] (`cargo update -p tilegen-runtime`), or \
+         regenerate the bindings"
+    );
+    quote! {
+        const _: () = ::core::assert!(
+            ::tilegen_runtime::compatible(::tilegen_runtime::VERSION, #version),
+            #message
+        );
     }
-    s.push_str("}\n");
-    s
 }

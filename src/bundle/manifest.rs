@@ -43,19 +43,58 @@ pub struct Member {
     pub bytes: u64,
 }
 
+/// What describing a library needs of one file: its size, sha256 and the PTX ISA version
+/// its head declares, if any. A streamed member leaves only this behind.
+#[derive(Debug, Clone)]
+pub(crate) struct Digest {
+    pub sha256: String,
+    pub bytes: u64,
+    pub ptx_isa: Option<String>,
+}
+
+/// Bytes of a file's start that [`ptx_isa_version`] reads (no further; see
+/// [`crate::loader::Version::of_ptx`]).
+pub(crate) const HEAD_BYTES: usize = 4096;
+
+impl Digest {
+    pub fn of(bytes: &[u8]) -> Digest {
+        Digest {
+            sha256: sha256_hex(bytes),
+            bytes: bytes.len() as u64,
+            ptx_isa: ptx_isa_version(&bytes[..bytes.len().min(HEAD_BYTES)]),
+        }
+    }
+}
+
 impl BundleManifest {
     /// Describes a library's files (`manifest.json` among them). Fails, naming the file,
     /// when the files are not exactly the ones the library manifest lists with their hashes.
     pub fn describe(files: &FileSet, source_date_epoch: u64) -> Result<BundleManifest, String> {
-        let lib = library_manifest(files)?;
+        let digests = files
+            .iter()
+            .map(|(path, bytes)| (path.clone(), Digest::of(bytes)))
+            .collect();
+        let library_json = files.get(manifest::FILE_NAME).map(Vec::as_slice);
+        Self::describe_digests(library_json, &digests, source_date_epoch)
+    }
+
+    /// [`BundleManifest::describe`] from each file's [`Digest`] and the bytes of
+    /// `manifest.json` alone, which is all a bundle streamed past (and dropped) leaves.
+    pub(crate) fn describe_digests(
+        library_json: Option<&[u8]>,
+        files: &BTreeMap<String, Digest>,
+        source_date_epoch: u64,
+    ) -> Result<BundleManifest, String> {
+        let lib = library_manifest(library_json)?;
         check_library_files(&lib, files)?;
         let mut archs = BTreeSet::new();
         let mut ptx_isa = BTreeSet::new();
         for inst in &lib.instances {
             for t in &inst.targets {
                 archs.insert(t.arch.as_str().to_string());
-                let ptx = &files[&t.ptx.path];
-                let v = ptx_isa_version(ptx)
+                let v = files[&t.ptx.path]
+                    .ptx_isa
+                    .clone()
                     .ok_or_else(|| format!("`{}` has no `.version X.Y` line", t.ptx.path))?;
                 ptx_isa.insert(v);
             }
@@ -71,10 +110,10 @@ impl BundleManifest {
             source_date_epoch,
             members: files
                 .iter()
-                .map(|(path, bytes)| Member {
+                .map(|(path, d)| Member {
                     path: path.clone(),
-                    sha256: sha256_hex(bytes),
-                    bytes: bytes.len() as u64,
+                    sha256: d.sha256.clone(),
+                    bytes: d.bytes,
                 })
                 .collect(),
         })
@@ -140,10 +179,10 @@ pub fn ptx_isa_version(ptx: &[u8]) -> Option<String> {
     crate::loader::Version::of_ptx(ptx).map(|v| v.to_string())
 }
 
-pub(crate) fn library_manifest(files: &FileSet) -> Result<Manifest, String> {
-    let bytes = files
-        .get(manifest::FILE_NAME)
-        .ok_or_else(|| format!("no `{}` (not a tilegen library)", manifest::FILE_NAME))?;
+/// The library's `manifest.json` (its bytes, when there is one), parsed and validated.
+pub(crate) fn library_manifest(bytes: Option<&[u8]>) -> Result<Manifest, String> {
+    let bytes =
+        bytes.ok_or_else(|| format!("no `{}` (not a tilegen library)", manifest::FILE_NAME))?;
     let m = Manifest::from_bytes(bytes)
         .map_err(|e| format!("`{}` is malformed: {e}", manifest::FILE_NAME))?;
     if m.format != manifest::FORMAT {
@@ -177,7 +216,7 @@ pub(crate) fn library_manifest(files: &FileSet) -> Result<Manifest, String> {
 
 /// The files must be exactly `manifest.json` plus the files it lists, each file the manifest
 /// describes with a hash must have it.
-fn check_library_files(lib: &Manifest, files: &FileSet) -> Result<(), String> {
+fn check_library_files(lib: &Manifest, files: &BTreeMap<String, Digest>) -> Result<(), String> {
     let listed: BTreeSet<&str> = lib
         .files
         .iter()
@@ -197,19 +236,19 @@ fn check_library_files(lib: &Manifest, files: &FileSet) -> Result<(), String> {
         ));
     }
     let check = |r: &FileRef| -> Result<(), String> {
-        let bytes = files.get(&r.path).ok_or_else(|| {
+        let d = files.get(&r.path).ok_or_else(|| {
             format!(
                 "`{}` is described in `{}` but missing",
                 r.path,
                 manifest::FILE_NAME
             )
         })?;
-        if bytes.len() as u64 != r.bytes || sha256_hex(bytes) != r.sha256 {
+        if d.bytes != r.bytes || d.sha256 != r.sha256 {
             return Err(format!(
                 "`{}` does not match `{}` (sha256 {}, expected {})",
                 r.path,
                 manifest::FILE_NAME,
-                sha256_hex(bytes),
+                d.sha256,
                 r.sha256
             ));
         }

@@ -2,20 +2,28 @@
 //! itself): `tilegen bundle sign` writes `FILE.minisig` beside the bundle, and a bundle is
 //! checked against a public key on the archive's raw bytes, before anything in it is read.
 //!
+//! Checking a signature needs no feature (the verify-only `minisign-verify` crate); creating
+//! keys and signatures (`keygen`, `sign`) needs the `sign` feature.
+//!
 //! Keys are minisign key files: `tilegen bundle keygen` writes an unencrypted pair for tests
 //! and CI secrets; keys made by `minisign -G` work too (an encrypted secret key is decrypted
 //! with `TILEGEN_SIGN_PASSWORD`, never by prompting).
 
 use std::fs;
-use std::io::{Read, Seek, Write};
+use std::io::Read;
+#[cfg(feature = "sign")]
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use minisign::{KeyPair, PublicKeyBox, SecretKey, SecretKeyBox, SignatureBox};
+use crate::error::{Error, IoContext, Result};
 
 /// A minisign public key, as [`read_public_key`] gives it.
-pub use minisign::PublicKey;
-
-use crate::error::{Error, IoContext, Result};
+#[derive(Debug, Clone)]
+pub struct PublicKey {
+    key: minisign_verify::PublicKey,
+    /// The key ID, as minisign prints it.
+    id: String,
+}
 
 /// The key file names `keygen` writes.
 pub const PUBLIC_KEY_FILE: &str = "tilegen.pub";
@@ -38,12 +46,41 @@ fn bad(path: &Path, message: impl Into<String>) -> Error {
 fn key_id(keynum: &[u8]) -> String {
     // minisign prints key IDs as the little-endian u64, in upper-case hex.
     let mut b = [0u8; 8];
-    b.copy_from_slice(&keynum[..8.min(keynum.len())]);
+    let n = 8.min(keynum.len());
+    b[..n].copy_from_slice(&keynum[..n]);
     format!("{:016X}", u64::from_le_bytes(b))
+}
+
+/// The key ID inside a minisign key or signature line (base64 of two algorithm bytes, then the
+/// eight ID bytes), which `minisign-verify` does not expose; `None` when the line is too short
+/// or not base64.
+fn key_id_of_line(b64: &str) -> Option<String> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    // 16 characters are 12 bytes: the algorithm and the key ID.
+    let chars = b64.trim().as_bytes().get(..16)?;
+    let mut bytes = Vec::with_capacity(12);
+    for quad in chars.chunks(4) {
+        let mut v = 0u32;
+        for &c in quad {
+            v = (v << 6) | sextet(c)?;
+        }
+        bytes.extend_from_slice(&v.to_be_bytes()[1..]);
+    }
+    Some(key_id(&bytes[2..10]))
 }
 
 /// Writes a new unencrypted key pair into `dir` (created if absent) as `tilegen.pub` and
 /// `tilegen.key`; refuses to overwrite either. Returns (public, secret) key paths.
+#[cfg(feature = "sign")]
 pub fn keygen(dir: &Path) -> Result<(PathBuf, PathBuf)> {
     fs::create_dir_all(dir).at(dir)?;
     let (pk_path, sk_path) = (dir.join(PUBLIC_KEY_FILE), dir.join(SECRET_KEY_FILE));
@@ -55,7 +92,7 @@ pub fn keygen(dir: &Path) -> Result<(PathBuf, PathBuf)> {
             )));
         }
     }
-    let KeyPair { pk, sk } = KeyPair::generate_unencrypted_keypair()
+    let minisign::KeyPair { pk, sk } = minisign::KeyPair::generate_unencrypted_keypair()
         .map_err(|e| Error::Environment(format!("generating a key pair: {e}")))?;
     let id = key_id(pk.keynum());
     let pk_text = pk
@@ -73,6 +110,7 @@ pub fn keygen(dir: &Path) -> Result<(PathBuf, PathBuf)> {
 
 /// Creates `path` (which must not exist) with `bytes`; private files are readable by the owner
 /// only.
+#[cfg(feature = "sign")]
 fn write_new(path: &Path, bytes: &[u8], private: bool) -> Result<()> {
     let mut opts = fs::OpenOptions::new();
     opts.write(true).create_new(true);
@@ -88,9 +126,10 @@ fn write_new(path: &Path, bytes: &[u8], private: bool) -> Result<()> {
     f.sync_all().at(path)
 }
 
-fn read_secret_key(path: &Path) -> Result<SecretKey> {
+#[cfg(feature = "sign")]
+fn read_secret_key(path: &Path) -> Result<minisign::SecretKey> {
     let text = fs::read_to_string(path).at(path)?;
-    let sk_box = SecretKeyBox::from_string(&text).map_err(|e| {
+    let sk_box = minisign::SecretKeyBox::from_string(&text).map_err(|e| {
         Error::Usage(format!(
             "{}: not a minisign secret key: {e}",
             path.display()
@@ -113,21 +152,28 @@ fn read_secret_key(path: &Path) -> Result<SecretKey> {
 /// that starts with `RW`, as `minisign -P` takes it).
 pub fn read_public_key(key: &str) -> Result<PublicKey> {
     let path = Path::new(key);
-    let parsed = if path.is_file() {
+    let line = if path.is_file() {
         let text = fs::read_to_string(path).at(path)?;
-        PublicKeyBox::from_string(&text).and_then(PublicKey::from_box)
+        // A key file: an untrusted comment, then the key's base64 line.
+        text.lines().nth(1).unwrap_or_default().trim().to_string()
     } else if key.trim().starts_with("RW") {
-        PublicKey::from_base64(key.trim())
+        key.trim().to_string()
     } else {
         return Err(Error::Usage(format!(
             "--pubkey `{key}` is neither a public key file nor a minisign public key (RW…)"
         )));
     };
-    parsed.map_err(|e| Error::Usage(format!("--pubkey `{key}`: not a minisign public key: {e}")))
+    let not_a_key = |e: &dyn std::fmt::Display| {
+        Error::Usage(format!("--pubkey `{key}`: not a minisign public key: {e}"))
+    };
+    let parsed = minisign_verify::PublicKey::from_base64(&line).map_err(|e| not_a_key(&e))?;
+    let id = key_id_of_line(&line).ok_or_else(|| not_a_key(&"no key ID"))?;
+    Ok(PublicKey { key: parsed, id })
 }
 
 /// Signs the file at `file` with the secret key at `secret_key`, writing `FILE.minisig`
 /// (replacing an older one). Returns the signature's path.
+#[cfg(feature = "sign")]
 pub fn sign(file: &Path, secret_key: &Path) -> Result<PathBuf> {
     let sk = read_secret_key(secret_key)?;
     // Read as a stream: minisign prehashes (BLAKE2b) what it signs.
@@ -163,6 +209,7 @@ pub fn sign(file: &Path, secret_key: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
+#[cfg(feature = "sign")]
 fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -190,7 +237,7 @@ pub enum Signed {
 /// Checks `data`, the contents of the bundle at `file` (read to its end, as a stream), against
 /// `FILE.minisig`. Only prehashed signatures (what minisign and `tilegen bundle sign` write)
 /// are accepted, so the archive is never held in memory for this.
-pub fn check<R: Read + Seek>(file: &Path, data: R, policy: SignaturePolicy) -> Result<Signed> {
+pub fn check<R: Read>(file: &Path, mut data: R, policy: SignaturePolicy) -> Result<Signed> {
     let sig_path = signature_path(file);
     let raw = match fs::read(&sig_path) {
         Ok(t) => t,
@@ -219,10 +266,15 @@ pub fn check<R: Read + Seek>(file: &Path, data: R, policy: SignaturePolicy) -> R
             ),
         )
     })?;
-    let sig = SignatureBox::from_string(&text)
+    let sig = minisign_verify::Signature::decode(&text)
         .map_err(|e| bad(&sig_path, format!("not a minisign signature: {e}")))?;
-    let want = key_id(policy.pubkey.keynum());
-    let got = key_id(sig.keynum());
+    let want = policy.pubkey.id.clone();
+    // Decoded above, so the second line is there and is base64.
+    let got = text
+        .lines()
+        .nth(1)
+        .and_then(key_id_of_line)
+        .unwrap_or_default();
     if want != got {
         return Err(bad(
             file,
@@ -240,15 +292,68 @@ pub fn check<R: Read + Seek>(file: &Path, data: R, policy: SignaturePolicy) -> R
             ),
         )
     };
-    // Legacy (not prehashed) signatures are refused, before minisign would read the whole
-    // file into memory to check one.
-    if !sig.is_prehashed() {
-        return Err(failed(&"Legacy signatures are not accepted"));
+    // Only prehashed signatures are streamed; a legacy one would need the whole file in memory.
+    let mut verifier = policy.pubkey.key.verify_stream(&sig).map_err(|e| match e {
+        minisign_verify::Error::UnsupportedLegacyMode => {
+            failed(&"Legacy signatures are not accepted")
+        }
+        e => failed(&e),
+    })?;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = match data.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).at(file),
+        };
+        verifier.update(&buf[..n]);
     }
-    minisign::verify(policy.pubkey, &sig, data, true, false, false).map_err(|e| failed(&e))?;
-    let comment = sig.trusted_comment().unwrap_or_default();
+    verifier.finalize().map_err(|e| failed(&e))?;
     Ok(Signed::Yes {
         key_id: want,
-        comment,
+        comment: sig.trusted_comment().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_ids_read_from_base64_lines() {
+        // `RW` + base64 of [0x45, 0x64, 1, 2, .., 8, ...]: the ID is bytes 2..10, little-endian.
+        let mut raw = vec![0x45u8, 0x64, 1, 2, 3, 4, 5, 6, 7, 8];
+        raw.extend([0u8; 2]);
+        let b64: String = raw
+            .chunks(3)
+            .flat_map(|c| {
+                let v = (c[0] as u32) << 16 | (c[1] as u32) << 8 | c[2] as u32;
+                (0..4).map(move |i| {
+                    let s = ((v >> (18 - 6 * i)) & 63) as u8;
+                    (match s {
+                        0..=25 => b'A' + s,
+                        26..=51 => b'a' + s - 26,
+                        52..=61 => b'0' + s - 52,
+                        62 => b'+',
+                        _ => b'/',
+                    }) as char
+                })
+            })
+            .collect();
+        assert!(b64.starts_with("RW"));
+        assert_eq!(key_id_of_line(&b64).as_deref(), Some("0807060504030201"));
+        assert_eq!(key_id_of_line("RWQ"), None);
+        assert_eq!(key_id_of_line("RW!!!!!!!!!!!!!!!!!!"), None);
+    }
+
+    #[cfg(feature = "sign")]
+    #[test]
+    fn key_ids_agree_with_minisign() {
+        let pair = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
+        assert_eq!(
+            key_id_of_line(&pair.pk.to_base64()),
+            Some(key_id(pair.pk.keynum()))
+        );
+    }
 }

@@ -11,7 +11,45 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
 
-use super::Staged;
+use super::manifest::BundleManifest;
+use super::sign::{SignaturePolicy, Signed};
+use super::stage::{Disk, Held, Staged};
+use super::{verify, Limits};
+
+/// Verifies the bundle at `path`, then installs it into `dest` (absent or an empty folder)
+/// atomically: nothing is written when any check fails.
+pub fn unpack(path: &Path, dest: &Path, limits: &Limits) -> Result<BundleManifest> {
+    unpack_signed(path, dest, limits, None).map(|(b, _)| b)
+}
+
+/// [`unpack`] with the signature check of [`super::open_signed`] first. Members are written into the
+/// temporary folder beside `dest` as they stream (each under a number until every check has
+/// passed), then moved to their names and the folder renamed into place.
+pub fn unpack_signed(
+    path: &Path,
+    dest: &Path,
+    limits: &Limits,
+    policy: Option<SignaturePolicy>,
+) -> Result<(BundleManifest, Option<Signed>)> {
+    let (parent, prefix) = prepare(dest)?;
+    let created = missing_ancestors(&parent);
+    let mut disk = Disk::new(&parent, &prefix);
+    let (c, signed) = match verify::stream(path, limits, policy, &mut disk) {
+        Ok(r) => r,
+        Err(e) => {
+            // Nothing may be left behind: the staging folder goes with `disk`, and folders
+            // made to hold it go too (only if empty).
+            drop(disk);
+            for d in &created {
+                let _ = fs::remove_dir(d);
+            }
+            return Err(e);
+        }
+    };
+    let staged = disk.into_staged(c)?;
+    install(&staged, dest)?;
+    Ok((staged.manifest, signed))
+}
 
 fn temp_prefix(dest: &Path) -> Result<String> {
     let name = dest.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
@@ -69,7 +107,7 @@ fn parent_of(dest: &Path) -> PathBuf {
 
 /// Checks that `dest` is absent or an empty folder (before anything is read), and returns
 /// the folder and the name prefix for this unpack's temporary folder.
-pub(super) fn prepare(dest: &Path) -> Result<(PathBuf, String)> {
+fn prepare(dest: &Path) -> Result<(PathBuf, String)> {
     let prefix = own_prefix(dest)?;
     if dest.exists() {
         let empty = dest.is_dir() && fs::read_dir(dest).at(dest)?.next().is_none();
@@ -84,7 +122,7 @@ pub(super) fn prepare(dest: &Path) -> Result<(PathBuf, String)> {
 }
 
 /// The folders of `dir` and its ancestors that do not exist yet, deepest first.
-pub(super) fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
+fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
     dir.ancestors()
         .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
         .map(Path::to_path_buf)
@@ -94,7 +132,7 @@ pub(super) fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
 /// Installs a verified bundle staged beside `dest` (by `prepare`'s prefix): moves each
 /// member to its name in a fresh tree in the staging folder, adds `bundle.json`, and renames
 /// the tree to `dest`, which must not exist or be an empty folder.
-pub(super) fn install(staged: &Staged, dest: &Path) -> Result<()> {
+fn install(staged: &Staged, dest: &Path) -> Result<()> {
     let parent = parent_of(dest);
     for old in leftovers(dest)? {
         fs::remove_dir_all(&old).at(&old)?;
@@ -112,11 +150,11 @@ pub(super) fn install(staged: &Staged, dest: &Path) -> Result<()> {
         // Synced once the whole bundle has passed (not while it streamed: a hostile one
         // must not cost a sync per member).
         match held {
-            super::Held::File(file) => {
+            Held::File(file) => {
                 fs::File::open(file).and_then(|f| f.sync_all()).at(file)?;
                 fs::rename(file, &path).at(&path)?;
             }
-            super::Held::Memory(bytes) => {
+            Held::Memory(bytes) => {
                 let mut f = fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)

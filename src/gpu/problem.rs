@@ -143,7 +143,7 @@ pub fn too_big_for_cpu(p: Problem) -> bool {
 pub enum Numerics {
     Typical,
     /// Every row offset by +1000: softmax must subtract the row maximum (exp(1000) overflows
-    /// f32), layernorm must not take its variance as E[x²] − E[x]² unshifted.
+    /// f32), layernorm must not take its variance as E\[x²\] − E\[x\]² unshifted.
     Offset,
     /// One large value per row (softmax: 40 above the rest, so it holds nearly all the
     /// mass; norms: ±1000; GEMM: 64 in each row of A).

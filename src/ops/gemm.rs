@@ -3,7 +3,7 @@
 //! a register-tiled SIMT path, or TF32 tensor cores (mma.sync.m16n8k8) when `tf32: true`.
 //!
 //! Every number the template needs about shared memory (row pitches, stage sizes, how the
-//! threads split the tile copies) is derived here once, in [`Plan`], so that the launch's
+//! threads split the tile copies) is derived here once, in `Plan`, so that the launch's
 //! dynamic shared memory and the kernel's own layout cannot disagree.
 
 use super::{is_pow2_in, Arg, Field, GridRule, Launch, OpInfo};
@@ -363,8 +363,8 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     for (o, name) in [(&plan.a, "A"), (&plan.b, "B")] {
         let chunks = o.outer * o.inner * inst.dtype.size() / 16;
         let ok = o.chunks_per_row <= plan.threads
-            && plan.threads % o.chunks_per_row == 0
-            && chunks % plan.threads == 0
+            && plan.threads.is_multiple_of(o.chunks_per_row)
+            && chunks.is_multiple_of(plan.threads)
             && chunks >= plan.threads;
         if !ok {
             out.push((

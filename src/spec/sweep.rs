@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::model::*;
 use super::yaml::{self, Node, Value};
 use super::SpecSource;
-use crate::diagnostics::{Diagnostic, Diagnostics, Mark};
+use crate::diagnostics::{did_you_mean, Diagnostic, Diagnostics, Mark};
 use crate::ops::{self, Field};
 
 /// Instances one kernel entry may expand to; more is almost surely a mistake.
@@ -354,7 +354,7 @@ impl<'a> FileContext<'a> {
         };
         // A field the op does not take was reported above; it is not parsed as well.
         let get = |key: &str| {
-            let applies = Field::from_key(key).map_or(true, |f| info.fields.contains(&f));
+            let applies = Field::from_key(key).is_none_or(|f| info.fields.contains(&f));
             fields.get(key).filter(|_| applies).map(|(_, v)| *v)
         };
         let out_dtypes = self.optional_sweep(get("out_dtype"), "out_dtype", |c, n| {
@@ -405,7 +405,7 @@ impl<'a> FileContext<'a> {
             epilogues.len(),
         ];
         let total = counts.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n));
-        if total.map_or(true, |t| t > MAX_INSTANCES_PER_KERNEL) {
+        if total.is_none_or(|t| t > MAX_INSTANCES_PER_KERNEL) {
             let swept: Vec<String> = counts
                 .iter()
                 .filter(|&&n| n > 1)
@@ -469,7 +469,7 @@ impl<'a> FileContext<'a> {
         } = *plan;
         let info = ops::info(op);
         let get = |key: &str| {
-            let applies = Field::from_key(key).map_or(true, |f| info.fields.contains(&f));
+            let applies = Field::from_key(key).is_none_or(|f| info.fields.contains(&f));
             fields.get(key).filter(|_| applies).map(|(_, v)| *v)
         };
         let archs: Vec<Arch> = arch_nodes.iter().map(|(a, _)| *a).collect();
@@ -937,37 +937,6 @@ fn shown(s: &str) -> String {
             }
         })
         .collect()
-}
-
-/// ` (did you mean `x`?)` when exactly one candidate is a small typo away from `word`.
-fn did_you_mean(word: &str, candidates: &[&str]) -> String {
-    let close: Vec<&&str> = candidates
-        .iter()
-        .filter(|c| {
-            let d = edit_distance(word, c);
-            d <= 2 && d < c.len().min(word.len().max(1))
-        })
-        .collect();
-    match close.as_slice() {
-        [one] => format!(" (did you mean `{one}`?)"),
-        _ => String::new(),
-    }
-}
-
-/// Levenshtein distance, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 fn scalar_text(n: &Node) -> String {

@@ -1,15 +1,15 @@
-//! YAML with positions. serde_yaml is the gate for syntax (libyaml's messages name what it
-//! expected and where the enclosing collection began), but its values carry no positions;
-//! this module rebuilds the document as a tree of nodes that remember where they came from,
-//! so every validation error can name file:line:col. The tree builder also enforces what a
-//! spec needs beyond syntax, each at the offending text: one document per file, no duplicate
-//! keys, no tags, bounded nesting and bounded alias expansion (alias bombs), per file and
-//! across every file of a run.
+//! YAML with positions. Specs are parsed by granit-parser, the event parser of serde-saphyr
+//! (depended on directly: serde-saphyr's deserializer layer is not used), into a tree of nodes
+//! that remember where they came from, so every validation error can name file:line:col.
+//! The tree builder also enforces what a spec needs beyond syntax, each at the offending
+//! text: one document per file, no duplicate keys, no tags, bounded nesting and bounded
+//! alias expansion (alias bombs), per file and across every file of a run.
 
 use std::collections::HashMap;
 
-use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
-use yaml_rust2::scanner::{Marker, TScalarStyle};
+use granit_parser::{
+    ErrorKind, Event, Marker, Options, Parser, ScalarStyle, ScanError, Span, StructureStyle, Tag,
+};
 
 use crate::diagnostics::Mark;
 
@@ -116,166 +116,81 @@ fn invalid(mark: Mark, message: impl std::fmt::Display) -> ParseError {
 }
 
 fn parse_document(source: &str, budget: &mut usize) -> Result<Option<Node>, ParseError> {
-    // The syntax gate. Deserializing into `IgnoredAny` checks the syntax without building
-    // values, so numbers too large for any Rust integer reach validation (which says which
-    // field is out of range) instead of failing here with serde's internal wording.
-    let gate: Result<serde::de::IgnoredAny, _> =
-        serde::Deserialize::deserialize(serde_yaml::Deserializer::from_str(source));
-    let mut gate_error = None;
-    if let Err(e) = gate {
-        let message = libyaml_message(&e.to_string());
-        match e.location() {
-            // libyaml's reader (bad characters) gives a byte offset in its message, and a
-            // location of 1:1 that means nothing.
-            _ if byte_offset(&message).is_some() => return Err(reader_error(source, &message)),
-            // A positioned error is a syntax error, best told in libyaml's words.
-            Some(l) => {
-                let mark = Mark {
-                    line: l.line(),
-                    col: l.column(),
-                };
-                let message = match alias_at(source, mark) {
-                    Some(name) if message.starts_with("unknown anchor") => format!(
-                        "alias `*{name}` refers to no anchor; define `&{name}` on a value before it"
-                    ),
-                    _ => message,
-                };
-                return Err(invalid(mark, message));
-            }
-            // An error without a position (a second document) is found again by the builder
-            // below, which knows where it is; this is the fallback.
-            None => gate_error = Some(invalid(Mark { line: 1, col: 1 }, message)),
-        }
+    if let Some(e) = bad_character(source) {
+        return Err(e);
     }
+    let mut options = Options::default();
+    // A node for every unknown alias, so the message can name it and point at it.
+    options.emit_unresolved_aliases = true;
+    options.set_emit_comments(false);
     let mut builder = TreeBuilder {
         source,
         budget: *budget,
         ..TreeBuilder::default()
     };
-    let mut parser = Parser::new_from_str(source);
-    let parsed = parser.load(&mut builder, true);
+    let mut parser = Parser::new_from_str_with_options(source, options);
+    let mut parse_error = None;
+    // The builder stops at its first error: the parser is not asked for more events, so a
+    // second document or an alias bomb costs nothing past the point it is found.
+    while builder.error.is_none() {
+        match parser.next_event() {
+            None => break,
+            Some(Ok((event, span))) => builder.on_event(event, &span),
+            Some(Err(e)) => {
+                parse_error = Some(e);
+                break;
+            }
+        }
+    }
     *budget = budget.saturating_sub(builder.nodes);
-    // The builder stops at its first error; anything the parser said after that is a
-    // consequence, so the builder's error wins.
     if let Some(err) = builder.error {
         return Err(err);
     }
-    if let Err(e) = parsed {
-        let mut message = e.info().to_string();
-        if message.contains("recursion limit") {
-            message += &format!("; a spec nests a handful of levels, at most {MAX_DEPTH}");
-        }
-        return Err(invalid(to_mark(e.marker()), message));
-    }
-    if let Some(e) = gate_error {
-        return Err(e);
+    if let Some(e) = parse_error {
+        return Err(builder.syntax_error(&e));
     }
     Ok(builder.root)
 }
 
-/// Rewrites a serde_yaml (libyaml) message for a diagnostic that already shows the
-/// position: `did not find expected ',' or ']' at line 5 column 10, while parsing a flow
-/// sequence at line 4 column 12` becomes `did not find expected ',' or ']' (while parsing a
-/// flow sequence that starts at 4:12)`.
-fn libyaml_message(msg: &str) -> String {
-    let (problem, context) = match msg.split_once(", while ") {
-        Some((p, c)) => (p, Some(c)),
-        None => (msg, None),
-    };
-    let problem = match problem.find(" at line ") {
-        Some(i) => &problem[..i],
-        None => problem,
-    };
-    let mut out = problem.to_string();
-    if let Some(context) = context {
-        let context = match context.split_once(" at line ") {
-            Some((what, pos)) => match pos.split_once(" column ") {
-                Some((line, col)) => format!("{what} that starts at {line}:{col}"),
-                None => what.to_string(),
-            },
-            None => context.to_string(),
-        };
-        out += &format!(" (while {context})");
-    }
-    if problem.contains("tab character") {
-        out += "; YAML indents with spaces only";
-    } else if context.is_some_and(|c| c.contains("block")) {
-        out += "; check the indentation";
-    }
-    out
-}
-
-/// The byte offset in a libyaml reader message (`... at position 41`).
-fn byte_offset(message: &str) -> Option<usize> {
-    message.rsplit_once(" at position ")?.1.parse().ok()
-}
-
-/// A reader error (a character YAML does not allow) at its line and column, naming the
-/// character, which may well be invisible.
-fn reader_error(source: &str, message: &str) -> ParseError {
-    let offset = byte_offset(message).unwrap_or(0).min(source.len());
-    let problem = message
-        .rsplit_once(" at position ")
-        .map_or(message, |(p, _)| p);
-    let mut offset_ok = offset;
-    while !source.is_char_boundary(offset_ok) {
-        offset_ok -= 1;
-    }
-    let before = &source[..offset_ok];
+/// The first character YAML does not allow in a stream (C0 and C1 controls other than tab
+/// and line breaks, DEL, surrogates, U+FFFE/U+FFFF), at its line and column and named, since
+/// it may well be invisible. Such a character inside a name would reach generated code.
+fn bad_character(source: &str) -> Option<ParseError> {
+    let (offset, c) = source.char_indices().find(|&(_, c)| {
+        !matches!(c,
+            '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}'
+            | '\u{e000}'..='\u{fffd}' | '\u{10000}'..='\u{10ffff}')
+    })?;
+    let before = &source[..offset];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    let found = source[offset_ok..]
-        .chars()
-        .next()
-        .map_or(String::new(), |c| format!(" (found U+{:04X})", c as u32));
-    invalid(Mark { line, col }, format!("{problem}{found}"))
+    Some(invalid(
+        Mark { line, col },
+        format!(
+            "control characters are not allowed (found U+{:04X})",
+            c as u32
+        ),
+    ))
 }
 
-/// The name of the alias (`*name`) that starts at `mark`, if one does.
-fn alias_at(source: &str, mark: Mark) -> Option<String> {
-    let line = source.lines().nth(mark.line.checked_sub(1)?)?;
-    let rest: String = line.chars().skip(mark.col.checked_sub(1)?).collect();
-    let name: String = rest
-        .strip_prefix('*')?
-        .chars()
-        .take_while(|c| !c.is_whitespace() && !matches!(c, ',' | '[' | ']' | '{' | '}'))
-        .collect();
-    (!name.is_empty()).then_some(name)
-}
-
-/// The tag (`!!str`, `!foo`) written just before the node at `mark`, with its position.
-fn tag_before(source: &str, mark: Mark) -> Option<(Mark, String)> {
-    // The node's byte offset.
-    let mut offset = 0;
-    for (i, line) in source.split_inclusive('\n').enumerate() {
-        if i + 1 == mark.line {
-            offset += line
-                .char_indices()
-                .nth(mark.col.checked_sub(1)?)
-                .map_or(line.len(), |(b, _)| b);
-            break;
-        }
-        offset += line.len();
-    }
-    let before = source.get(..offset)?.trim_end();
-    let start = before
-        .rfind(|c: char| c.is_whitespace() || matches!(c, '[' | '{' | ','))
-        .map_or(0, |i| i + 1);
-    let tag = &before[start..];
-    if !tag.starts_with('!') {
-        return None;
-    }
-    let line = before[..start].matches('\n').count() + 1;
-    let col = before[..start]
-        .rsplit('\n')
-        .next()
-        .map_or(0, |l| l.chars().count())
-        + 1;
-    Some((Mark { line, col }, tag.to_string()))
+/// The first tab from `m` to the end of the next line: the parser may report a tab
+/// where the scalar before it started.
+fn tab_after(source: &str, m: &Marker) -> Option<Mark> {
+    let start = m
+        .byte_offset()
+        .or_else(|| source.char_indices().nth(m.index()).map(|(b, _)| b))?;
+    let rest = source.get(start..)?;
+    let at = start + rest.find('\t')?;
+    let before = &source[..at];
+    let line = before.matches('\n').count() + 1;
+    (line <= m.line() + 1).then(|| Mark {
+        line,
+        col: before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1,
+    })
 }
 
 fn to_mark(m: &Marker) -> Mark {
-    // yaml-rust2 lines are 1-based and columns 0-based.
+    // granit-parser lines are 1-based and columns 0-based.
     Mark {
         line: m.line(),
         col: m.col() + 1,
@@ -283,8 +198,8 @@ fn to_mark(m: &Marker) -> Mark {
 }
 
 enum Open {
-    Seq(Node, usize),
-    Map(Node, Vec<(Node, Node)>, Option<Node>, usize),
+    Seq(Node, usize, StructureStyle),
+    Map(Node, Vec<(Node, Node)>, Option<Node>, usize, StructureStyle),
 }
 
 #[derive(Default)]
@@ -305,6 +220,94 @@ impl TreeBuilder<'_> {
         if self.error.is_none() {
             self.error = Some(invalid(mark, message));
         }
+    }
+
+    /// The parser's error, told with the collection it was in and where that began
+    /// (`did not find expected ',' or ']' (while parsing a flow sequence that starts at
+    /// 4:12)`), and a hint for the two usual causes: tabs and indentation.
+    fn syntax_error(&self, e: &ScanError) -> ParseError {
+        let info = e.info();
+        let mut mark = to_mark(e.marker());
+        let open = self.stack.last().map(|o| match o {
+            Open::Seq(n, _, StructureStyle::Flow) => ("a flow sequence", n.mark, Some(']')),
+            Open::Seq(n, _, StructureStyle::Block) => ("a block sequence", n.mark, None),
+            Open::Map(n, entries, _, _, style) => {
+                // Like a finished mapping, an open one starts at its first key.
+                let at = entries.first().map_or(n.mark, |(k, _)| n.mark.min(k.mark));
+                match style {
+                    StructureStyle::Flow => ("a flow mapping", at, Some('}')),
+                    StructureStyle::Block => ("a block mapping", at, None),
+                }
+            }
+        });
+        let mut message = match info.split_once(", ") {
+            Some((context, rest)) if context.starts_with("while parsing a") => {
+                match rest.strip_prefix("expected ") {
+                    Some(what) => format!("did not find expected {what}"),
+                    None => rest.to_string(),
+                }
+            }
+            _ => info.clone(),
+        };
+        if let Some((_, at, Some(close))) = open {
+            // A `key:` on a later line inside `[...]`: the bracket was left open.
+            if at.line < mark.line
+                && matches!(
+                    e.kind(),
+                    ErrorKind::InvalidColonPlacement | ErrorKind::MappingValueNotAllowed
+                )
+            {
+                message = format!("did not find expected ',' or '{close}'");
+            }
+        }
+        let tab = info.contains("tab");
+        if tab {
+            // The parser may stop where the scalar before the tab ends; point at the tab.
+            if let Some(m) = tab_after(self.source, e.marker()) {
+                mark = m;
+            }
+            message = "found a tab character where YAML expects indentation or a value".into();
+        }
+        let recursion = info.contains("recursion limit");
+        if matches!(e.kind(), ErrorKind::UnclosedFlowCollection { .. }) {
+            message += ": nothing closes it before the end of the file";
+        }
+        // Past the recursion limit the parser is ahead of the tree, whose innermost
+        // collection would be the wrong one to name.
+        if let Some((what, at, _)) = open.filter(|o| o.1 != mark && !recursion) {
+            message += &format!(
+                " (while parsing {what} that starts at {}:{})",
+                at.line, at.col
+            );
+        }
+        if recursion {
+            message += &format!("; a spec nests a handful of levels, at most {MAX_DEPTH}");
+        } else if tab {
+            message += "; YAML indents with spaces only";
+        } else if matches!(
+            e.kind(),
+            ErrorKind::InvalidIndentation
+                | ErrorKind::InvalidFlowScalarIndent
+                | ErrorKind::InvalidQuotedScalarIndent
+                | ErrorKind::InvalidBlockScalarIndent
+        ) || (open.is_some_and(|(what, ..)| what.contains("block"))
+            && matches!(
+                e.kind(),
+                ErrorKind::ExpectedBlockMappingKey
+                    | ErrorKind::ExpectedBlockSequenceEntry
+                    | ErrorKind::SimpleKeyExpected
+                    | ErrorKind::InvalidSimpleKey
+                    | ErrorKind::MappingValueNotAllowed
+                    | ErrorKind::MappingKeyNotAllowed
+                    | ErrorKind::BlockSequenceEntryNotAllowed
+                    | ErrorKind::UnexpectedEofBlockMapping
+                    | ErrorKind::UnexpectedEofBlockSequence
+            ))
+        {
+            // What the parser says when a line is indented too far or not far enough.
+            message += "; check the indentation";
+        }
+        invalid(mark, message)
     }
 
     fn count(&mut self, n: usize, mark: Mark) -> bool {
@@ -336,15 +339,26 @@ impl TreeBuilder<'_> {
     /// Refuses a tagged node (`!!str 256`): a tag would change what a value means (a quoted
     /// `"256"` is text, a tagged one would be too), and specs need none. Returns whether
     /// the node is untagged.
-    fn untagged(&mut self, tag: Option<&Tag>, mark: Mark) -> bool {
+    fn untagged(&mut self, tag: Option<&Tag>, span: &Span) -> bool {
         let Some(tag) = tag else { return true };
-        let resolved = match tag.handle.strip_prefix("tag:yaml.org,2002:") {
-            Some("") => format!("!!{}", tag.suffix),
-            _ => format!("{}{}", tag.handle, tag.suffix),
-        };
-        let (mark, width, written) = match tag_before(self.source, mark) {
-            Some((m, text)) => (m, text.chars().count(), text),
-            None => (mark, 1, resolved),
+        // The tag as written, underlined where it is written.
+        let (mark, width, written) = match span.tag_span() {
+            Some(t) => {
+                let text = t
+                    .start
+                    .byte_offset()
+                    .zip(t.end.byte_offset())
+                    .and_then(|(a, b)| self.source.get(a..b))
+                    .filter(|s| s.starts_with('!'))
+                    .map_or_else(|| tag.original(), str::to_string);
+                (to_mark(&t.start), text.chars().count().max(1), text)
+            }
+            None => (
+                span.tag_start()
+                    .map_or_else(|| to_mark(&span.start), |m| to_mark(&m)),
+                1,
+                tag.original(),
+            ),
         };
         if self.error.is_none() {
             self.error = Some(ParseError {
@@ -377,12 +391,12 @@ impl TreeBuilder<'_> {
         let mut duplicate = None;
         match self.stack.last_mut() {
             None => self.root = Some(node),
-            Some(Open::Seq(seq, _)) => {
+            Some(Open::Seq(seq, ..)) => {
                 if let Value::Seq(items) = &mut seq.value {
                     items.push(node);
                 }
             }
-            Some(Open::Map(_, entries, pending, _)) => match pending.take() {
+            Some(Open::Map(_, entries, pending, ..)) => match pending.take() {
                 None => {
                     // A key. Two equal keys in one mapping are an error (YAML says so, and
                     // silently keeping either would hide a mistake).
@@ -421,29 +435,11 @@ impl TreeBuilder<'_> {
             );
         }
     }
-}
 
-fn node_count(n: &Node) -> usize {
-    match &n.value {
-        Value::Seq(items) => 1 + items.iter().map(node_count).sum::<usize>(),
-        Value::Map(entries) => {
-            1 + entries
-                .iter()
-                .map(|(k, v)| node_count(k) + node_count(v))
-                .sum::<usize>()
-        }
-        _ => 1,
-    }
-}
-
-impl MarkedEventReceiver for TreeBuilder<'_> {
-    fn on_event(&mut self, ev: Event, marker: Marker) {
-        if self.error.is_some() {
-            return;
-        }
-        let mark = to_mark(&marker);
+    fn on_event(&mut self, ev: Event<'_>, span: &Span) {
+        let mark = to_mark(&span.start);
         match ev {
-            Event::DocumentStart => {
+            Event::DocumentStart(..) => {
                 self.documents += 1;
                 if self.documents > 1 {
                     self.fail(
@@ -455,21 +451,21 @@ impl MarkedEventReceiver for TreeBuilder<'_> {
                 }
             }
             Event::Scalar(text, style, anchor, tag) => {
-                if !self.untagged(tag.as_ref(), mark) || !self.count(1, mark) {
+                if !self.untagged(tag.as_deref(), span) || !self.count(1, mark) {
                     return;
                 }
-                let quoted = !matches!(style, TScalarStyle::Plain);
+                let quoted = !matches!(style, ScalarStyle::Plain);
                 let width = text.chars().count() + if quoted { 2 } else { 0 };
                 let value =
-                    if !quoted && matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL") {
+                    if !quoted && matches!(text.as_ref(), "" | "~" | "null" | "Null" | "NULL") {
                         Value::Null
                     } else {
-                        Value::Scalar(text, quoted)
+                        Value::Scalar(text.into_owned(), quoted)
                     };
                 self.finish(Node { value, mark, width }, anchor);
             }
-            Event::SequenceStart(anchor, tag) => {
-                if !self.untagged(tag.as_ref(), mark) {
+            Event::SequenceStart(style, anchor, tag) => {
+                if !self.untagged(tag.as_deref(), span) {
                     return;
                 }
                 let node = Node {
@@ -477,10 +473,10 @@ impl MarkedEventReceiver for TreeBuilder<'_> {
                     mark,
                     width: 1,
                 };
-                self.open(Open::Seq(node, anchor), mark);
+                self.open(Open::Seq(node, anchor, style), mark);
             }
-            Event::MappingStart(anchor, tag) => {
-                if !self.untagged(tag.as_ref(), mark) {
+            Event::MappingStart(style, anchor, tag) => {
+                if !self.untagged(tag.as_deref(), span) {
                     return;
                 }
                 let node = Node {
@@ -488,17 +484,17 @@ impl MarkedEventReceiver for TreeBuilder<'_> {
                     mark,
                     width: 1,
                 };
-                self.open(Open::Map(node, Vec::new(), None, anchor), mark);
+                self.open(Open::Map(node, Vec::new(), None, anchor, style), mark);
             }
             Event::SequenceEnd => {
-                if let Some(Open::Seq(node, anchor)) = self.stack.pop() {
+                if let Some(Open::Seq(node, anchor, _)) = self.stack.pop() {
                     self.finish(node, anchor);
                 }
             }
             Event::MappingEnd => {
-                if let Some(Open::Map(mut node, entries, _, anchor)) = self.stack.pop() {
-                    // The parser marks a block mapping at its first `:`; the mapping starts at
-                    // its first key (a flow mapping's `{` comes before its first key and stays).
+                if let Some(Open::Map(mut node, entries, _, anchor, _)) = self.stack.pop() {
+                    // The parser may mark a block mapping after its first key; the mapping
+                    // starts at its first key (a flow mapping's `{` comes first and stays).
                     if let Some((first_key, _)) = entries.first() {
                         node.mark = node.mark.min(first_key.mark);
                     }
@@ -517,8 +513,27 @@ impl MarkedEventReceiver for TreeBuilder<'_> {
                     self.finish(node, 0);
                 }
             }
+            Event::UnresolvedAlias(name) => self.fail(
+                mark,
+                format!(
+                    "alias `*{name}` refers to no anchor; define `&{name}` on a value before it"
+                ),
+            ),
             _ => {}
         }
+    }
+}
+
+fn node_count(n: &Node) -> usize {
+    match &n.value {
+        Value::Seq(items) => 1 + items.iter().map(node_count).sum::<usize>(),
+        Value::Map(entries) => {
+            1 + entries
+                .iter()
+                .map(|(k, v)| node_count(k) + node_count(v))
+                .sum::<usize>()
+        }
+        _ => 1,
     }
 }
 
@@ -578,7 +593,7 @@ mod tests {
     }
 
     #[test]
-    fn huge_numbers_pass_the_syntax_gate() {
+    fn huge_numbers_stay_text_for_validation() {
         let root = parse("a: 99999999999999999999999999999\n")
             .unwrap()
             .unwrap();
@@ -602,6 +617,21 @@ mod tests {
         }
         let e = parse(&doc).unwrap_err();
         assert!(e.message.contains("alias bomb"), "{e:?}");
+    }
+
+    #[test]
+    fn tags_are_refused_where_written() {
+        let e = parse("é: x\nb: [1, !foo 2]\n").unwrap_err();
+        assert_eq!(e.mark, Mark { line: 2, col: 8 });
+        assert_eq!(e.width, 4);
+        assert!(e.message.contains("`!foo`"), "{e:?}");
+    }
+
+    #[test]
+    fn unknown_alias_is_named_at_the_alias() {
+        let e = parse("a: 1\nb: *nope\n").unwrap_err();
+        assert_eq!(e.mark, Mark { line: 2, col: 4 });
+        assert!(e.message.contains("`*nope`"), "{e:?}");
     }
 
     #[test]

@@ -1,10 +1,9 @@
 //! The checks one kernel call must pass before it launches, and the choice among an op's
-//! instances. Shared like `launch_rules`: compiled into tilegen as a module and emitted
-//! verbatim into every generated `bindings.rs` (beside `launch_rules`, which it uses), so
-//! the tool and the bindings agree. Pure functions over lengths, device addresses and sizes:
-//! tests call them with no GPU. Standard library only.
+//! instances: what every generated method runs first, and what its `plan` functions expose.
+//! Pure functions over lengths, device addresses and sizes: tests call them with no GPU.
+//! Standard library only.
 
-use super::launch_rules::{self, ArgError, LaunchDims};
+use crate::launch_rules::{self, ArgError, LaunchDims};
 
 /// Bytes of one vector access in every tilegen kernel.
 pub const VECTOR_BYTES: u64 = 16;
@@ -110,7 +109,7 @@ pub fn rows(
     });
     launch_rules::check_range("cols", cols, 0, limit)?;
     let area = launch_rules::checked_area("rows * cols", rows, cols)?;
-    let vectors = vec > 1 && cols % vec as u64 == 0;
+    let vectors = vec > 1 && cols.is_multiple_of(vec as u64);
     for b in full {
         launch_rules::check_len(b.arg, b.len, area)?;
         aligned(b, vectors)?;
@@ -157,7 +156,7 @@ pub fn pick_elements(n: usize, sm_count: u32, elems_per_block: &[u32]) -> usize 
     let enough = |e: u32| (n as u64) >= 2 * (sm_count.max(1) as u64) * e as u64;
     let mut best: Option<usize> = None;
     for (i, &e) in elems_per_block.iter().enumerate() {
-        if enough(e) && best.map_or(true, |b| e > elems_per_block[b]) {
+        if enough(e) && best.is_none_or(|b| e > elems_per_block[b]) {
             best = Some(i);
         }
     }

@@ -18,45 +18,34 @@
 //! Cleaning commands remove only names of this layout and never recurse into folders they do
 //! not know.
 
+mod entry;
+mod layout;
+mod lock;
+
 use std::fs;
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{Error, IoContext, Result};
-use crate::hashing::sha256_hex;
-use crate::nvrtc::{Compiled, Resources};
+use crate::nvrtc::Compiled;
 
-const MAGIC: &[u8] = b"TILEGEN-CACHE v1\n";
+use entry::*;
+use layout::*;
+pub use layout::{TAG_FILE, VERSION_FILE};
+pub use lock::KeyLock;
+use lock::*;
+
 /// Temporary files and lock files older than this are leftovers of a crash, removed by `gc`.
 const STALE_TMP: Duration = Duration::from_secs(3600);
 /// The longest a compile waits for another process compiling the same key before it
 /// compiles the key itself.
 const LOCK_WAIT: Duration = Duration::from_secs(120);
-
-/// The Cache Directory Tagging spec's file and the line it must start with.
-pub const TAG_FILE: &str = "CACHEDIR.TAG";
-const TAG_SIGNATURE: &str = "Signature: 8a477f597d28d172789f06886806bc55";
-const TAG_TEXT: &str = "Signature: 8a477f597d28d172789f06886806bc55\n\
-# This file is a cache directory tag created by tilegen (its compile cache).\n\
-# For information about cache directory tags, see https://bford.info/cachedir/\n";
-/// tilegen's own mark; its first line names the layout.
-pub const VERSION_FILE: &str = "tilegen-cache.version";
-const VERSION_LINE: &str = "tilegen-cache 1";
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Meta {
-    key: String,
-    ptx_len: usize,
-    cubin_len: usize,
-    resources: Resources,
-    log: String,
-}
 
 /// The outcome of a lookup.
 pub enum Lookup {
@@ -115,13 +104,31 @@ pub struct RemoveReport {
     pub foreign: Vec<String>,
 }
 
+/// The user's cache folder: `$XDG_CACHE_HOME` when it is an absolute path (the XDG Base
+/// Directory spec), else `~/Library/Caches` on macOS and `~/.cache` elsewhere.
+fn user_cache_dir() -> Option<PathBuf> {
+    let xdg = crate::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
+    if let Some(dir) = xdg.filter(|d| d.is_absolute()) {
+        return Some(dir);
+    }
+    let home = PathBuf::from(crate::env::var_os("HOME")?);
+    if !home.is_absolute() {
+        return None;
+    }
+    Some(if cfg!(target_os = "macos") {
+        home.join("Library/Caches")
+    } else {
+        home.join(".cache")
+    })
+}
+
 impl Cache {
     /// The cache at `TILEGEN_CACHE_DIR`, else the user's cache folder.
     pub fn default_location() -> Result<PathBuf> {
         if let Some(p) = crate::env::var_os("TILEGEN_CACHE_DIR") {
             return Ok(PathBuf::from(p));
         }
-        dirs::cache_dir().map(|d| d.join("tilegen")).ok_or_else(|| {
+        user_cache_dir().map(|d| d.join("tilegen")).ok_or_else(|| {
             Error::Usage("no user cache folder is known here; set TILEGEN_CACHE_DIR".into())
         })
     }
@@ -546,326 +553,10 @@ impl Cache {
     }
 }
 
-/// Held while compiling one key; released (and its file removed once the entry is published)
-/// when dropped or by [`KeyLock::published`].
-pub struct KeyLock {
-    file: fs::File,
-    path: PathBuf,
-}
-
-impl KeyLock {
-    /// The entry is in the cache: later arrivals find it there, so the lock file can go.
-    /// Removed only while it is still this lock's file.
-    pub fn published(self) {
-        let same = match (fs::symlink_metadata(&self.path), self.file.metadata()) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
-        };
-        if same {
-            let _ = fs::remove_file(&self.path);
-        }
-        // Dropping the file releases the lock.
-    }
-}
-
-/// Ok(true) when the exclusive lock was taken, Ok(false) when another holds it.
-fn try_flock(f: &fs::File) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    loop {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(true);
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EWOULDBLOCK) => return Ok(false),
-            Some(libc::EINTR) => continue,
-            _ => return Err(e),
-        }
-    }
-}
-
-fn prepare(root: &Path) -> std::result::Result<(), String> {
-    let shown = root.display();
-    let not_used =
-        |why: String| format!("cache folder {shown} not used ({why}); compiling without a cache");
-    if marked(root) {
-        if !fs::symlink_metadata(root.join(TAG_FILE)).is_ok_and(|m| m.is_file()) {
-            let _ = write_mark(&root.join(TAG_FILE), TAG_TEXT);
-        }
-        return Ok(());
-    }
-    match fs::metadata(root) {
-        Ok(m) if !m.is_dir() => return Err(not_used("it is not a folder".into())),
-        Ok(_) => {
-            if !adoptable(root) {
-                return Err(not_used(format!(
-                    "it is not a tilegen cache: it has no {VERSION_FILE} and holds files \
-                     tilegen did not write; give an empty or new folder"
-                )));
-            }
-        }
-        Err(_) => fs::create_dir_all(root).map_err(|e| not_used(e.to_string()))?,
-    }
-    write_mark(&root.join(TAG_FILE), TAG_TEXT).map_err(not_used)?;
-    write_mark(
-        &root.join(VERSION_FILE),
-        &format!("{VERSION_LINE}\nwritten by tilegen {}\n", crate::VERSION),
-    )
-    .map_err(not_used)?;
-    Ok(())
-}
-
-/// Writes a mark file unless one is there (concurrent runs may race to write it).
-fn write_mark(path: &Path, text: &str) -> std::result::Result<(), String> {
-    if marked_file(path, text.lines().next().unwrap_or_default()) {
-        return Ok(());
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tilegen-mark-")
-        .tempfile_in(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    tmp.write_all(text.as_bytes())
-        .map_err(|e| format!("{}: {e}", tmp.path().display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = tmp
-            .as_file()
-            .set_permissions(fs::Permissions::from_mode(0o644));
-    }
-    tmp.persist(path)
-        .map_err(|e| format!("{}: {}", path.display(), e.error))?;
-    Ok(())
-}
-
-/// Whether `path` is a small regular file whose first line is `first_line`.
-fn marked_file(path: &Path, first_line: &str) -> bool {
-    let Ok(f) = fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    else {
-        return false;
-    };
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return false;
-    }
-    let mut head = Vec::new();
-    if f.take(4096).read_to_end(&mut head).is_err() {
-        return false;
-    }
-    head.split(|&b| b == b'\n').next() == Some(first_line.as_bytes())
-}
-
-fn marked(root: &Path) -> bool {
-    marked_file(&root.join(VERSION_FILE), VERSION_LINE)
-        && marked_file(&root.join(TAG_FILE), TAG_SIGNATURE)
-}
-
-/// Whether an unmarked folder holds nothing but this layout's files (an empty folder, or a
-/// cache of a tilegen from before the marks), so marking and using it harms nothing.
-fn adoptable(root: &Path) -> bool {
-    let Ok(rd) = fs::read_dir(root) else {
-        return false;
-    };
-    let is_dir = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
-    let is_file = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
-    let all_files = |dir: &Path, ok: &dyn Fn(&str) -> bool| {
-        fs::read_dir(dir).is_ok_and(|rd| {
-            rd.filter_map(|e| e.ok())
-                .all(|e| ok(&e.file_name().to_string_lossy()) && is_file(&e.path()))
-        })
-    };
-    for e in rd {
-        let Ok(e) = e else { return false };
-        let p = e.path();
-        let name = file_name(&p);
-        let ok = match name.as_str() {
-            TAG_FILE | VERSION_FILE => is_file(&p),
-            // A mark being written by a run that was killed.
-            _ if name.starts_with(".tilegen-mark-") => is_file(&p),
-            "v1" => {
-                is_dir(&p)
-                    && fs::read_dir(&p).is_ok_and(|rd| {
-                        rd.filter_map(|e| e.ok()).all(|s| {
-                            let shard = file_name(&s.path());
-                            is_shard_name(&shard)
-                                && is_dir(&s.path())
-                                && all_files(&s.path(), &|n| {
-                                    entry_key(n).is_some_and(|k| k[..2] == shard)
-                                })
-                        })
-                    })
-            }
-            "tmp" => is_dir(&p) && all_files(&p, &is_temp_name),
-            "locks" => is_dir(&p) && all_files(&p, &is_lock_name),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
-}
-
-/// A folder at `dir`, replacing a file or dangling link of that name (only ever called with
-/// this layout's folder names inside a cache in use).
-fn ensure_dir(dir: &Path) -> Result<()> {
-    if fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
-        return Ok(());
-    }
-    if fs::symlink_metadata(dir).is_ok() {
-        fs::remove_file(dir).at(dir)?;
-    }
-    fs::create_dir_all(dir).at(dir)
-}
-
-/// The bytes of the entry at `path`: Ok(None) when there is none, Err(why) when something
-/// unusable is there. Never blocks on a fifo and never follows a link.
-fn read_entry(path: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
-    let f = fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path);
-    let mut f = match f {
-        Ok(f) => f,
-        Err(e) => {
-            return match e.raw_os_error() {
-                Some(libc::ENOENT) => Ok(None),
-                Some(libc::ELOOP) => Err("a symbolic link, not an entry".into()),
-                Some(libc::ENOTDIR) => Err("its folder is not a folder".into()),
-                _ => Err(format!("cannot be read: {e}")),
-            }
-        }
-    };
-    let m = f.metadata().map_err(|e| format!("cannot be read: {e}"))?;
-    if m.is_dir() {
-        return Err("a folder, not an entry".into());
-    }
-    if !m.is_file() {
-        return Err("not a regular file".into());
-    }
-    let mut bytes = Vec::with_capacity(m.len() as usize);
-    f.read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    Ok(Some(bytes))
-}
-
-/// Removes what is at an entry's path: a file or link, or an empty folder. A folder with
-/// something in it is not tilegen's to empty.
-fn discard(path: &Path) -> std::result::Result<(), String> {
-    match fs::symlink_metadata(path) {
-        Err(_) => Ok(()),
-        Ok(m) if m.is_dir() => fs::remove_dir(path)
-            .map_err(|_| "a folder with files in it; remove it yourself".to_string()),
-        Ok(_) => fs::remove_file(path).map_err(|e| format!("cannot be removed: {e}")),
-    }
-}
-
-fn remove_non_dir(p: &Path) -> bool {
-    fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()) && fs::remove_file(p).is_ok()
-}
-
-fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-fn is_hex(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-fn is_key(s: &str) -> bool {
-    is_hex(s, 64)
-}
-
-fn is_shard_name(s: &str) -> bool {
-    is_hex(s, 2)
-}
-
-/// The key of an entry file name `KEY.entry`.
-fn entry_key(name: &str) -> Option<String> {
-    let key = name.strip_suffix(".entry")?;
-    is_key(key).then(|| key.to_string())
-}
-
-/// `put`'s temporary names: the key's first 16 hex digits, a dot, 6 letters or digits.
-fn is_temp_name(name: &str) -> bool {
-    name.split_once('.').is_some_and(|(k, r)| {
-        is_hex(k, 16) && r.len() == 6 && r.bytes().all(|b| b.is_ascii_alphanumeric())
-    })
-}
-
-fn is_lock_name(name: &str) -> bool {
-    name.strip_suffix(".lock").is_some_and(is_key)
-}
-
-fn encode(key: &str, c: &Compiled) -> Vec<u8> {
-    let meta = Meta {
-        key: key.to_string(),
-        ptx_len: c.ptx.len(),
-        cubin_len: c.cubin.len(),
-        resources: c.resources.clone(),
-        log: c.log.clone(),
-    };
-    let json = serde_json::to_vec(&meta).expect("meta serializes");
-    let mut out = Vec::with_capacity(MAGIC.len() + json.len() + c.ptx.len() + c.cubin.len() + 96);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(format!("{}\n", json.len()).as_bytes());
-    out.extend_from_slice(&json);
-    out.extend_from_slice(&c.ptx);
-    out.extend_from_slice(&c.cubin);
-    let sum = sha256_hex(&out);
-    out.extend_from_slice(sum.as_bytes());
-    out.push(b'\n');
-    out
-}
-
-fn decode(key: &str, bytes: &[u8]) -> std::result::Result<Compiled, String> {
-    if bytes.len() < MAGIC.len() + 65 || !bytes.starts_with(MAGIC) {
-        return Err("not a cache entry (truncated or foreign)".into());
-    }
-    let (body, tail) = bytes.split_at(bytes.len() - 65);
-    if tail[64] != b'\n' || &tail[..64] != sha256_hex(body).as_bytes() {
-        return Err("checksum mismatch (truncated or corrupted)".into());
-    }
-    let rest = &body[MAGIC.len()..];
-    let nl = rest
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or("no header length")?;
-    let json_len: usize = std::str::from_utf8(&rest[..nl])
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or("bad header length")?;
-    let rest = &rest[nl + 1..];
-    if rest.len() < json_len {
-        return Err("header runs past the end".into());
-    }
-    let meta: Meta =
-        serde_json::from_slice(&rest[..json_len]).map_err(|e| format!("bad header: {e}"))?;
-    if meta.key != key {
-        return Err(format!("entry is for key {}, not {key}", meta.key));
-    }
-    let payload = &rest[json_len..];
-    if payload.len() != meta.ptx_len + meta.cubin_len {
-        return Err("payload length does not match the header".into());
-    }
-    let (ptx, cubin) = payload.split_at(meta.ptx_len);
-    Ok(Compiled {
-        ptx: ptx.to_vec(),
-        cubin: cubin.to_vec(),
-        log: meta.log,
-        resources: meta.resources,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nvrtc::Resources;
 
     fn sample() -> Compiled {
         Compiled {

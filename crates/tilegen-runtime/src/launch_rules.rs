@@ -1,6 +1,5 @@
 //! Launch geometry and argument checks, shared by `tilegen verify`/`bench` and the generated
-//! bindings: this file is compiled into tilegen as a module and also emitted verbatim into
-//! every `bindings.rs`, so the two can never disagree. It uses only the standard library.
+//! bindings, so the two can never disagree. Standard library only.
 
 /// Largest grid.x a launch may use.
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
@@ -90,7 +89,7 @@ pub fn check_len(arg: &'static str, len: usize, needed: u64) -> Result<(), ArgEr
 
 /// Checks a device address for the alignment of the kernel's vector accesses.
 pub fn check_aligned(arg: &'static str, address: u64, align: u64) -> Result<(), ArgError> {
-    if align > 1 && address % align != 0 {
+    if align > 1 && !address.is_multiple_of(align) {
         return Err(ArgError::Misaligned {
             arg,
             address,
@@ -113,7 +112,7 @@ pub fn check_range(what: &'static str, value: u64, min: u64, max: u64) -> Result
 }
 
 pub fn check_multiple(what: &'static str, value: u64, of: u64) -> Result<(), ArgError> {
-    if of > 1 && value % of != 0 {
+    if of > 1 && !value.is_multiple_of(of) {
         return Err(ArgError::NotMultiple { what, value, of });
     }
     Ok(())

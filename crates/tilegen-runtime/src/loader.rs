@@ -1,15 +1,12 @@
-//! Loading a kernel library's embedded binaries into a CUDA context: which binary runs on the
-//! device (a pure choice, testable without a GPU), one module per kernel loaded on first use,
-//! and the error type of the generated bindings. Compiled into tilegen as a module (so it is
-//! type-checked and tested here) and emitted verbatim into every generated `bindings.rs`,
-//! beside `launch_rules`. Depends only on `std` and `cudarc`.
+//! Which of a kernel's embedded binaries runs on a device (a pure choice, testable without a
+//! GPU), the tables the generated bindings fill in, and, with the `cuda` feature, loading them
+//! into a CUDA context ([`Loader`]) and the error type of the generated bindings ([`Error`]).
+//! tilegen's `verify` and `bench` choose binaries with the same [`choose_binary`].
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::{sys, CudaContext, CudaFunction, DriverError, LaunchConfig};
-
-use super::launch_rules::{ArgError, LaunchDims};
+#[cfg(feature = "cuda")]
+pub use crate::cuda::{launch_config, Arg, Error, Function, Loader};
 
 /// How a kernel binary is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -114,7 +111,7 @@ impl fmt::Display for Version {
 /// JIT-compiles PTX of that ISA version; an older one fails with
 /// CUDA_ERROR_UNSUPPORTED_PTX_VERSION. From the PTX ISA release history table, "Release
 /// Notes" of the PTX ISA manual:
-/// https://docs.nvidia.com/cuda/parallel-thread-execution/#release-notes-ptx-release-history
+/// <https://docs.nvidia.com/cuda/parallel-thread-execution/#release-notes-ptx-release-history>
 /// (note the step at 8.6, which came with CUDA 12.7); cuda-python's
 /// `cuda.bindings.utils.get_minimal_required_cuda_ver_from_ptx_ver` has the same table.
 /// This is the only copy of the mapping in tilegen and the bindings: add rows as CUDA
@@ -348,90 +345,6 @@ impl KernelInfo {
     }
 }
 
-/// Why a call failed.
-#[derive(Debug)]
-pub enum Error {
-    /// The arguments would read or write out of bounds, or break a kernel's assumptions;
-    /// nothing was launched.
-    Arg(ArgError),
-    /// The CUDA driver failed (loading a module, setting an attribute, launching).
-    Driver(DriverError),
-    /// No binary of this kernel runs on the device with its driver.
-    NoBinary {
-        kernel: &'static str,
-        /// The device's architecture, e.g. `sm_86`.
-        device: String,
-        /// The CUDA version the driver supports, when known.
-        driver: Option<Version>,
-        /// What the library holds for this kernel, e.g. `sm_80 cubin`, `sm_90 PTX (ISA 9.0)`.
-        available: Vec<String>,
-        /// What would make one run.
-        needs: NoFit,
-    },
-    /// A buffer or stream belongs to another CUDA context than the kernels were loaded into.
-    WrongContext { arg: &'static str },
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Arg(e) => write!(f, "{e}"),
-            Error::Driver(e) => write!(f, "CUDA driver error: {e}"),
-            Error::NoBinary { kernel, device, available, .. } if available.is_empty() => write!(
-                f,
-                "kernel `{kernel}` has no binaries: the library was generated without compiling kernels \
-                 (as under DOCS_RS), so it cannot run on this {device} device"
-            ),
-            Error::NoBinary { kernel, device, driver, available, needs: NoFit::Driver { needs } } => {
-                let driver = match driver {
-                    Some(v) => format!("supports CUDA {v}"),
-                    None => "version is unknown".to_string(),
-                };
-                write!(
-                    f,
-                    "no binary of kernel `{kernel}` runs on this {device} device: the library holds {} \
-                     and no cubin for it; the PTX that could be JIT-compiled for it needs a driver for \
-                     CUDA {needs} or newer, but this driver {driver}. Update the NVIDIA driver, or \
-                     regenerate the library with an NVRTC no newer than the driver's CUDA version",
-                    available.join(", ")
-                )
-            }
-            Error::NoBinary { kernel, device, available, .. } => write!(
-                f,
-                "no binary of kernel `{kernel}` runs on this {device} device; the library holds {}. \
-                 Add {device} to the spec's archs and regenerate",
-                available.join(", ")
-            ),
-            Error::WrongContext { arg } => write!(
-                f,
-                "`{arg}` belongs to another CUDA context than the one the kernels were loaded into"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Arg(e) => Some(e),
-            Error::Driver(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<ArgError> for Error {
-    fn from(e: ArgError) -> Self {
-        Error::Arg(e)
-    }
-}
-
-impl From<DriverError> for Error {
-    fn from(e: DriverError) -> Self {
-        Error::Driver(e)
-    }
-}
-
 /// What the loader read off the device once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Device {
@@ -450,128 +363,10 @@ impl Device {
     }
 }
 
-/// A library's kernels in one CUDA context, each module loaded on first use and kept.
-#[derive(Debug)]
-pub struct Loader {
-    ctx: Arc<CudaContext>,
-    device: Device,
-    table: &'static [KernelInfo],
-    loaded: Vec<OnceLock<CudaFunction>>,
-}
-
-impl Loader {
-    /// Reads the device's architecture and the driver's CUDA version; loads nothing yet.
-    pub fn new(ctx: &Arc<CudaContext>, table: &'static [KernelInfo]) -> Result<Loader, Error> {
-        let (major, minor) = ctx.compute_capability()?;
-        let sm_count =
-            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let mut version = 0;
-        // SAFETY: a plain out-parameter; the driver is loaded, since `ctx` exists.
-        let driver = match unsafe { sys::cuDriverGetVersion(&mut version) } {
-            sys::CUresult::CUDA_SUCCESS => Version::from_driver(version),
-            _ => None,
-        };
-        Ok(Loader {
-            ctx: ctx.clone(),
-            device: Device {
-                major: major as u32,
-                minor: minor as u32,
-                sm_count: sm_count.max(1) as u32,
-                driver,
-            },
-            table,
-            loaded: (0..table.len()).map(|_| OnceLock::new()).collect(),
-        })
-    }
-
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    pub fn table(&self) -> &'static [KernelInfo] {
-        self.table
-    }
-
-    /// The binary kernel `index` loads on this device with this driver, or why none fits.
-    pub fn binary(&self, index: usize) -> Result<&'static Binary, Error> {
-        let info = &self.table[index];
-        let d = self.device;
-        info.binary_for(d.major, d.minor, d.driver)
-            .map_err(|needs| Error::NoBinary {
-                kernel: info.name,
-                device: d.arch(),
-                driver: d.driver,
-                available: info.binaries.iter().map(Binary::describe).collect(),
-                needs,
-            })
-    }
-
-    /// Kernel `index`'s function, loading its module on first use.
-    pub fn function(&self, index: usize) -> Result<&CudaFunction, Error> {
-        if let Some(f) = self.loaded[index].get() {
-            return Ok(f);
-        }
-        let info = &self.table[index];
-        let binary = self.binary(index)?;
-        let mut image = binary.bytes.to_vec();
-        if binary.kind == BinaryKind::Ptx && image.last() != Some(&0) {
-            // The driver reads PTX as a NUL-terminated string.
-            image.push(0);
-        }
-        let module = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(image))?;
-        let function = module.load_function(info.entry_point)?;
-        // Above 48 KiB a kernel must opt in to its dynamic shared memory; opting in whenever
-        // it uses any also covers static + dynamic crossing 48 KiB together.
-        if info.shared_bytes > 0 {
-            function.set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                info.shared_bytes as i32,
-            )?;
-            // Ask for the largest shared-memory carveout, so that as many blocks fit per SM
-            // as the kernel was sized for (persistent row grids count on it); the default
-            // lets the driver keep more L1 instead.
-            function.set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                100,
-            )?;
-        }
-        // Two threads may race to load; both modules work and one is kept.
-        Ok(self.loaded[index].get_or_init(|| function))
-    }
-
-    /// Loads every kernel now, so that a missing binary shows at start-up.
-    pub fn load_all(&self) -> Result<(), Error> {
-        (0..self.table.len()).try_for_each(|i| self.function(i).map(|_| ()))
-    }
-
-    /// Checks that a buffer or stream (named `arg`) lives in this loader's context.
-    pub fn same_context(&self, arg: &'static str, ctx: &CudaContext) -> Result<(), Error> {
-        if *ctx != *self.ctx {
-            return Err(Error::WrongContext { arg });
-        }
-        Ok(())
-    }
-}
-
 fn kind_name(kind: BinaryKind) -> &'static str {
     match kind {
         BinaryKind::Cubin => "cubin",
         BinaryKind::Ptx => "PTX",
-    }
-}
-
-/// cudarc's launch configuration for launch geometry.
-pub fn launch_config(dims: LaunchDims) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: dims.grid,
-        block_dim: dims.block,
-        shared_mem_bytes: dims.shared_bytes,
     }
 }
 
@@ -734,6 +529,7 @@ mod tests {
         assert_eq!(Version::of_ptx(b"\xff\xfe"), None);
     }
 
+    #[cfg(feature = "cuda")]
     #[test]
     fn no_binary_says_what_the_device_needs() {
         let e = Error::NoBinary {
