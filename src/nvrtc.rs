@@ -166,7 +166,11 @@ pub fn check_elf(path: &Path) -> std::result::Result<(), String> {
         .map_err(|e| format!("cannot be read: {e}"))?
         .len();
     let mut h = [0u8; 64];
-    let got = f.read(&mut h).map_err(|e| format!("cannot be read: {e}"))?;
+    let got = match f.read_exact(&mut h) {
+        Ok(()) => 64,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+        Err(e) => return Err(format!("cannot be read: {e}")),
+    };
     if got < 64 || h[..4] != *b"\x7fELF" {
         return Err(format!("not an ELF file ({len} bytes)"));
     }

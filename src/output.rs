@@ -122,8 +122,15 @@ pub fn lock_library(dir: &Path, exclusive: bool) -> LibraryLock {
 pub fn temp_files<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut folders = std::collections::BTreeSet::from([String::new()]);
     for rel in files {
-        if is_safe_relative(rel) {
-            if let Some((parent, _)) = rel.rsplit_once('/') {
+        if let Some((parent, _)) = rel.rsplit_once('/') {
+            // Only real folders inside the library (no link leads outside it).
+            let real = is_safe_relative(parent)
+                && fs::symlink_metadata(dir.join(parent)).is_ok_and(|m| m.is_dir())
+                && !Path::new(parent).ancestors().skip(1).any(|a| {
+                    !a.as_os_str().is_empty()
+                        && fs::symlink_metadata(dir.join(a)).is_ok_and(|m| !m.is_dir())
+                });
+            if real {
                 folders.insert(parent.to_string());
             }
         }
@@ -244,6 +251,28 @@ fn is_safe_relative(p: &str) -> bool {
             .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
+/// Whether `rel` names a regular file inside `dir` that is safe to remove: a plain relative
+/// path none of whose components is a symbolic link (a link planted in the library folder
+/// must not lead a removal, or the removal of emptied folders, outside it).
+fn removable(dir: &Path, rel: &str) -> bool {
+    if !is_safe_relative(rel) {
+        return false;
+    }
+    let parts: Vec<_> = Path::new(rel).components().collect();
+    let mut path = dir.to_path_buf();
+    for (i, c) in parts.iter().enumerate() {
+        path.push(c);
+        let Ok(m) = fs::symlink_metadata(&path) else {
+            return false;
+        };
+        let last = i + 1 == parts.len();
+        if (last && !m.is_file()) || (!last && !m.is_dir()) {
+            return false;
+        }
+    }
+    true
+}
+
 /// The order files are published in: everything else first, then `bindings.rs` (which
 /// embeds them), then `manifest.json` (which lists them all), so a failure or a kill part way
 /// leaves no bindings or manifest of the new run that names a file not yet written.
@@ -267,7 +296,7 @@ pub fn write_library<C: AsContent>(dir: &Path, files: &BTreeMap<String, C>) -> R
     let previous = previous_files(dir);
     let stale: Vec<String> = previous
         .iter()
-        .filter(|f| !files.contains_key(*f) && is_safe_relative(f))
+        .filter(|f| !files.contains_key(*f) && removable(dir, f))
         .cloned()
         .collect();
     // Without the lock another writer's temporary files could be live: leave them.
@@ -291,7 +320,7 @@ pub fn write_library<C: AsContent>(dir: &Path, files: &BTreeMap<String, C>) -> R
     }
     for rel in stale {
         let path = dir.join(&rel);
-        if path.is_file() {
+        if removable(dir, &rel) {
             fs::remove_file(&path).at(&path)?;
             report.removed.push(path.clone());
             // Drop folders left empty, up to the library root.
@@ -320,7 +349,7 @@ pub fn check_library<C: AsContent>(dir: &Path, files: &BTreeMap<String, C>) -> V
     }
     let previous = previous_files(dir);
     for rel in &previous {
-        if !files.contains_key(rel) && dir.join(rel).is_file() {
+        if !files.contains_key(rel) && removable(dir, rel) {
             diffs.push(format!("stale: {rel}"));
         }
     }
@@ -432,5 +461,20 @@ mod tests {
             assert!(!is_safe_relative(p), "{p}");
         }
         assert!(is_safe_relative("kernels/a.cu"));
+    }
+
+    #[test]
+    fn nothing_is_removed_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("main.rs"), b"keep").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("main.rs"), dir.path().join("f")).unwrap();
+        assert!(!removable(dir.path(), "sub/main.rs"));
+        assert!(!removable(dir.path(), "f"));
+        fs::create_dir(dir.path().join("kernels")).unwrap();
+        fs::write(dir.path().join("kernels/a.cu"), b"x").unwrap();
+        assert!(removable(dir.path(), "kernels/a.cu"));
+        assert!(!removable(dir.path(), "kernels"));
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Held while compiling one key; released (and its file removed once the entry is published)
 /// when dropped or by [`KeyLock::published`].
@@ -15,14 +15,19 @@ impl KeyLock {
     /// The entry is in the cache: later arrivals find it there, so the lock file can go.
     /// Removed only while it is still this lock's file.
     pub fn published(self) {
-        let same = match (fs::symlink_metadata(&self.path), self.file.metadata()) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
-        };
-        if same {
+        if is_file_at(&self.file, &self.path) {
             let _ = fs::remove_file(&self.path);
         }
         // Dropping the file releases the lock.
+    }
+}
+
+/// Whether `path` still names the open `file` (not unlinked, not replaced): a lock taken on a
+/// file that was unlinked meanwhile locks nothing another process can see.
+pub(super) fn is_file_at(file: &fs::File, path: &Path) -> bool {
+    match (fs::symlink_metadata(path), file.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 

@@ -306,21 +306,25 @@ impl Cache {
         let dir = self.locks_dir();
         ensure_dir(&dir).ok()?;
         let path = dir.join(format!("{key}.lock"));
-        let file = fs::File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path)
-            .ok()?;
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
-            return None;
-        }
+        let open = || {
+            fs::File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&path)
+                .ok()
+                .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+        };
+        let mut file = open()?;
         let start = Instant::now();
         let mut pause = Duration::from_millis(2);
         loop {
             match try_flock(&file) {
+                // The holder before us may have unlinked the file on publishing: a lock on
+                // it would exclude nobody, so take the file the path names now.
+                Ok(true) if !is_file_at(&file, &path) => file = open()?,
                 Ok(true) => return Some(KeyLock { file, path }),
                 Ok(false) if start.elapsed() < LOCK_WAIT => {
                     std::thread::sleep(pause);
@@ -516,15 +520,18 @@ impl Cache {
             }
         }
         for l in Self::scan_flat(&self.locks_dir(), is_lock_name, &mut r.foreign) {
-            // Only a lock nobody holds: the holder of a live one is compiling.
-            let free = fs::File::options()
+            // Only a lock nobody holds, removed while we hold it (the holder of a live one
+            // is compiling, and one taken after a check would be unlinked under it).
+            let held = fs::File::options()
                 .read(true)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(&l)
-                .is_ok_and(|f| try_flock(&f).unwrap_or(false));
-            if stale(&l) && free && remove_non_dir(&l) {
+                .ok()
+                .filter(|f| try_flock(f).unwrap_or(false) && is_file_at(f, &l));
+            if stale(&l) && held.is_some() && remove_non_dir(&l) {
                 r.lock_files += 1;
             }
+            drop(held);
         }
         let mut unreadable = Vec::new();
         let mut entries: Vec<(SystemTime, u64, PathBuf)> = self

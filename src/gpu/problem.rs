@@ -323,26 +323,29 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Case> {
             let v = vec.max(inst.out_dtype.per_16_bytes() as u64);
             for (m, n, k) in [
                 (1, v, v),
-                (tm - 1, tn + v, 2 * v),
-                (tm + 1, tn - v, 64 + v),
+                (tm.saturating_sub(1), tn + v, 2 * v),
+                (tm + 1, tn.saturating_sub(v), 64 + v),
                 (97, 5 * v, 131u64.div_ceil(v) * v),
                 (2 * tm + 3, 3 * tn, 256),
                 (509, 512 + v, 520),
                 // Off the tile by a vector in M, N and K: every layout is aligned.
                 (v, v, v),
-                (tm - v, tn + v, 64 + v),
-                (tm + v, tn - v, 2 * v),
-                (2 * tm + v, 3 * tn - v, 256 + v),
+                (tm.saturating_sub(v), tn + v, 64 + v),
+                (tm + v, tn.saturating_sub(v), 2 * v),
+                (2 * tm + v, 3 * tn - v.min(tn), 256 + v),
                 (1024, 1024, 1024),
                 (2056, 3072 + v, 2048), // against cuBLAS
             ] {
+                if m == 0 || n == 0 {
+                    continue; // a manifest tile narrower than a vector
+                }
                 out.push(Case::typical(Problem::Gemm { m, n, k }));
             }
             hostile(
                 &mut out,
                 Problem::Gemm {
                     m: tm + v,
-                    n: tn - v,
+                    n: tn.saturating_sub(v).max(v),
                     k: 64 + v,
                 },
                 &[Numerics::Outliers, Numerics::Subnormal],
