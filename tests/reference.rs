@@ -283,3 +283,24 @@ fn references_are_complete_and_fast_for_every_verify_case() {
         start.elapsed()
     );
 }
+
+/// A wrong `--lib` is named (exit 5) before the GPU is looked for, on any machine, and a bad
+/// `--op` is a usage error (exit 2).
+#[test]
+fn verify_checks_its_arguments_before_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-library");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tilegen"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["verify", "--lib", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(5));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no-library/manifest.json"), "{err}");
+    let out = run(&["verify", "--op", "transpose"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--op transpose"));
+}

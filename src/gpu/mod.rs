@@ -62,16 +62,17 @@ pub fn driver_version() -> Option<crate::loader::Version> {
 impl Gpu {
     /// Opens device 0 and reads the library at `lib_dir`.
     pub fn open(lib_dir: &Path) -> Result<Gpu> {
-        if !driver_present() {
-            return Err(Error::Environment(
-                "no CUDA driver (libcuda.so) found: verify and bench need an NVIDIA GPU".into(),
-            ));
-        }
+        // The library first: a wrong --lib is the user's to fix on any machine.
         let path = lib_dir.join(crate::manifest::FILE_NAME);
         let bytes = std::fs::read(&path).at(&path)?;
         let manifest = Manifest::from_bytes(&bytes).map_err(|e| {
             Error::Usage(format!("{}: not a tilegen manifest: {e}", path.display()))
         })?;
+        if !driver_present() {
+            return Err(Error::Environment(
+                "no CUDA driver (libcuda.so) found: verify and bench need an NVIDIA GPU".into(),
+            ));
+        }
         let ctx = CudaContext::new(0).map_err(|e| gpu_err("opening GPU 0", e))?;
         let (major, minor) = ctx
             .compute_capability()
