@@ -167,30 +167,25 @@ fn push_escaped(out: &mut String, c: char) {
 /// it can end the line, so the comment ends where the generator ends it. Unchanged (and
 /// borrowed) when nothing needs escaping.
 pub fn comment(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(needs_escape) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if needs_escape(c) {
-            push_escaped(&mut out, c);
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
+    escape_where(s, needs_escape)
 }
 
 /// `s` for a message: [`comment`]'s escaping except for backslashes (a message is read, not
 /// parsed), so that hostile names print as what they are instead of moving the cursor or
 /// splitting the line.
 pub fn shown(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(shows_badly) {
+    escape_where(s, shows_badly)
+}
+
+/// `s` with every character for which `escape` holds written as an escape; borrowed when
+/// there is none.
+fn escape_where(s: &str, escape: fn(char) -> bool) -> Cow<'_, str> {
+    if !s.chars().any(escape) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        if shows_badly(c) {
+        if escape(c) {
             push_escaped(&mut out, c);
         } else {
             out.push(c);
@@ -206,23 +201,6 @@ pub fn shown_prefix(s: &str, max: usize) -> String {
         Some((i, _)) => format!("{}…", shown(&s[..i])),
         None => shown(s).into_owned(),
     }
-}
-
-/// `s` as a Rust string literal, quotes included: [`comment`]'s escaping plus `"`.
-pub fn rust_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        if c == '"' {
-            out.push_str("\\\"");
-        } else if needs_escape(c) {
-            push_escaped(&mut out, c);
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -257,15 +235,6 @@ mod tests {
 
     fn needs_escape_except_backslash(c: char) -> bool {
         c != '\\' && needs_escape(c)
-    }
-
-    #[test]
-    fn rust_string_is_a_literal_with_the_same_value_shape() {
-        let s = "a\"b\\c\nd\u{2028}";
-        let lit = rust_string(s);
-        assert_eq!(lit, r#""a\"b\\c\nd\u{2028}""#);
-        let parsed: syn::LitStr = syn::parse_str(&lit).unwrap();
-        assert_eq!(parsed.value(), s);
     }
 
     #[test]

@@ -51,16 +51,8 @@ pub fn rng(seed: u64) -> rand::rngs::StdRng {
 
 /// `len` values uniform in [lo, hi), rounded to the dtype.
 pub fn uniform(rng: &mut impl Rng, dtype: DType, len: usize, lo: f32, hi: f32) -> HostTensor {
-    let mut bytes = Vec::with_capacity(len * dtype.size() as usize);
-    for _ in 0..len {
-        encode(dtype, rng.random_range(lo..hi), &mut bytes);
-    }
-    let values = decode(dtype, &bytes);
-    HostTensor {
-        dtype,
-        bytes,
-        values,
-    }
+    let values: Vec<f32> = (0..len).map(|_| rng.random_range(lo..hi)).collect();
+    from_values(dtype, &values)
 }
 
 /// A host tensor of `values` rounded to the dtype (±inf stay infinite).

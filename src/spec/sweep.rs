@@ -6,6 +6,7 @@ use super::model::*;
 use super::yaml::{self, Node, Value};
 use super::SpecSource;
 use crate::diagnostics::{did_you_mean, Diagnostic, Diagnostics, Mark};
+use crate::escape::shown;
 use crate::ops::{self, Field};
 
 /// Instances one kernel entry may expand to; more is almost surely a mistake.
@@ -926,22 +927,9 @@ fn integer_ceiling(what: &str) -> u32 {
     }
 }
 
-/// User text for a message: control characters escaped, everything else as written.
-fn shown(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 fn scalar_text(n: &Node) -> String {
     match &n.value {
-        Value::Scalar(s, _) => shown(s),
+        Value::Scalar(s, _) => shown(s).into_owned(),
         Value::Null => "null".into(),
         _ => n.kind().to_string(),
     }
