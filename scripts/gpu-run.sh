@@ -36,10 +36,16 @@ for f in sorted(glob.glob(os.path.join(out, "part-*.json"))):
         merged = d
     else:
         merged["results"] += d["results"]
+        if d.get("attention"):
+            merged.setdefault("attention", []).extend(d["attention"])
     os.remove(f)
 if merged:
     json.dump(merged, open(os.path.join(out, "bench.json"), "w"), indent=1)
 PY
+# Attention's peers (torch SDPA, flash and cuDNN backends) beside tilegen's figures of this run.
+if grep -q '"attention"' "$OUT/bench.json" 2>/dev/null; then
+  timeout 200 python3 bench/peers/attention.py --tilegen-json "$OUT/bench.json" 2>&1 | tee "$OUT/peers-attention.txt"
+fi
 # The example crate's binary (built here by `cargo build --release -p tilegen-demo`): typed bindings end to end.
 if [ -x "$demo" ]; then
   timeout 120 "$demo" 2>&1 | tee "$OUT/demo.txt"

@@ -60,6 +60,7 @@ pub struct Builder {
     bundle: Option<PathBuf>,
     bundle_pubkey: Option<String>,
     emit_rerun: bool,
+    install_nvrtc: bool,
 }
 
 impl Default for Builder {
@@ -73,6 +74,7 @@ impl Builder {
     pub fn new() -> Builder {
         Builder {
             emit_rerun: true,
+            install_nvrtc: false,
             specs: None,
             templates: None,
             archs: None,
@@ -147,6 +149,14 @@ impl Builder {
     /// `TILEGEN_BUNDLE_PUBKEY` when set.
     pub fn bundle_pubkey(&mut self, key: impl Into<String>) -> &mut Self {
         self.bundle_pubkey = Some(key.into());
+        self
+    }
+
+    /// When no NVRTC is found, install the pinned one first, as `tilegen nvrtc install` does
+    /// (pip, the wheel's sha256 checked, into the user cache folder), saying so in a
+    /// `cargo:warning`. Off by default: a build fetches from the network only when asked.
+    pub fn install_nvrtc(&mut self, on: bool) -> &mut Self {
+        self.install_nvrtc = on;
         self
     }
 
@@ -235,6 +245,21 @@ impl Builder {
             opts.cache_dir = out_dir.map(|d| d.join("tilegen-cache"));
         }
         let warnings = Warnings::new(self.emit_rerun);
+        if self.install_nvrtc && opts.compile && opts.bundle.is_none() && !crate::nvrtc::findable()
+        {
+            let dir = crate::provision::default_dir().ok_or_else(|| {
+                Error::Environment(
+                    "Builder::install_nvrtc: no user cache folder is known here (HOME unset)"
+                        .into(),
+                )
+            })?;
+            warnings.emit(format!(
+                "no NVRTC found: installing the pinned {} into {}",
+                crate::nvrtc::PINNED_WHEEL,
+                dir.display()
+            ));
+            crate::provision::install(&dir)?;
+        }
         let report = generate::generate(&opts, &|ev| match ev {
             Event::CacheCorrupt { message } => {
                 warnings.emit(format!("corrupt cache entry rebuilt: {message}"))

@@ -120,6 +120,20 @@ pub struct Rendered {
 
 pub fn render_all(opts: &Options) -> Result<Rendered> {
     let (spec_files, mut instances) = spec::load_dir(&opts.specs)?;
+    if let Some(f) = &opts.filter {
+        let all = instances.len();
+        instances.retain(|i| i.name.contains(f.as_str()));
+        // Most likely a typo; generating nothing would also empty the library.
+        if instances.is_empty() {
+            return Err(Error::Usage(format!(
+                "filter `{}` matches none of the {all} instances the specs produce \
+                 (`tilegen list` shows them)",
+                f.escape_debug()
+            )));
+        }
+    }
+    // After the filter: `--filter X --arch sm_90` must not fail on an sm_90a-only instance
+    // that the filter leaves out.
     if let Some(archs) = &opts.archs {
         for inst in &mut instances {
             inst.archs = archs.clone();
@@ -142,18 +156,6 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
             return Err(Error::Usage(format!(
                 "--arch does not fit every instance:\n  {}",
                 problems.join("\n  ")
-            )));
-        }
-    }
-    if let Some(f) = &opts.filter {
-        let all = instances.len();
-        instances.retain(|i| i.name.contains(f.as_str()));
-        // Most likely a typo; generating nothing would also empty the library.
-        if instances.is_empty() {
-            return Err(Error::Usage(format!(
-                "filter `{}` matches none of the {all} instances the specs produce \
-                 (`tilegen list` shows them)",
-                f.escape_debug()
             )));
         }
     }
@@ -278,6 +280,7 @@ pub(crate) fn write_or_check<C: output::AsContent>(
                 diffs.join("\n  ")
             )));
         }
+        report.unchanged = files.len();
     } else {
         let WriteReport {
             written,
@@ -594,6 +597,7 @@ fn assemble(
             origin: inst.origin.clone(),
             entry_point: inst.entry_point(),
             args: ops::signature(inst),
+            tensor_maps: ops::tensor_maps(inst),
             launch: ops::launch(inst),
             config_sha256: config_hash(inst),
             source,

@@ -95,6 +95,7 @@ pub mod manifest;
 pub mod nvrtc;
 pub mod ops;
 pub mod output;
+pub mod provision;
 pub mod render;
 pub mod spec;
 
@@ -102,7 +103,7 @@ pub use builder::{compile_specs, Builder};
 pub use error::{Error, Result};
 /// The generated bindings' runtime (the `tilegen-runtime` crate): tilegen chooses binaries and
 /// reads PTX versions with the same code the bindings run.
-pub use tilegen_runtime::{call_checks, launch_rules, loader};
+pub use tilegen_runtime::{call_checks, launch_rules, loader, tensor_map};
 
 /// tilegen's version, recorded in every generated file and in every cache key.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -107,8 +107,18 @@ enum Command {
         #[arg(long, global = true)]
         cache_dir: Option<PathBuf>,
     },
-    /// Report what NVRTC, driver and GPU tilegen finds.
-    Doctor,
+    /// Report what NVRTC, driver and GPU tilegen finds; exit 6 when NVRTC is not usable
+    /// (or, with --gpu, when no GPU opens).
+    Doctor {
+        /// Also require a GPU that opens.
+        #[arg(long)]
+        gpu: bool,
+    },
+    /// Install the pinned NVRTC (no CUDA toolkit needed), or show which one tilegen uses.
+    Nvrtc {
+        #[command(subcommand)]
+        action: NvrtcAction,
+    },
     /// Create, verify, inspect or unpack a prebuilt kernel bundle (one reproducible .tar.gz).
     Bundle {
         #[command(subcommand)]
@@ -122,7 +132,7 @@ enum Command {
         /// Only instances whose name contains this text.
         #[arg(long)]
         filter: Option<String>,
-        /// Only instances of this op (vector_add, fma, softmax, layernorm, rmsnorm, gemm).
+        /// Only instances of this op (vector_add, fma, softmax, layernorm, rmsnorm, gemm, add_rmsnorm, attention).
         #[arg(long)]
         op: Option<String>,
         /// Seed for the random inputs (default: from the clock; printed for replay).
@@ -135,8 +145,10 @@ enum Command {
     },
     /// Time every instance at the goal sizes beside its ceiling measured in the same run.
     Bench {
+        /// Library folder (written by `tilegen generate`).
         #[arg(long, default_value = "generated")]
         lib: PathBuf,
+        /// Only instances whose name contains this text.
         #[arg(long)]
         filter: Option<String>,
         /// Only instances of this op.
@@ -205,6 +217,22 @@ struct SigArgs {
     /// Refuse a bundle without a signature (needs --pubkey).
     #[arg(long, requires = "pubkey")]
     require_signed: bool,
+}
+
+#[derive(Subcommand)]
+enum NvrtcAction {
+    /// Fetch the pinned nvidia-cuda-nvrtc wheel with pip (sha256-checked) into a versioned
+    /// folder that every later tilegen run and build script searches.
+    Install {
+        /// Install folder (default: <user cache folder>/tilegen-nvrtc/<release>).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Do nothing when tilegen already finds a working NVRTC anywhere.
+        #[arg(long)]
+        if_missing: bool,
+    },
+    /// Print the NVRTC tilegen finds and loads, or why none.
+    Path,
 }
 
 #[derive(Subcommand)]
@@ -432,13 +460,32 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Show { name, inputs, ptx } => {
             let r = generate::render_all(&options(&inputs, PathBuf::new()))?;
             let Some(i) = r.instances.iter().position(|i| i.name == name) else {
+                let near = r
+                    .instances
+                    .iter()
+                    .map(|i| (strsim::jaro_winkler(&i.name, &name), &i.name))
+                    .filter(|(score, _)| *score > 0.8)
+                    .max_by(|a, b| a.0.total_cmp(&b.0));
+                let hint = match near {
+                    Some((_, n)) => format!("did you mean `{n}`? "),
+                    None => String::new(),
+                };
                 return Err(Error::Usage(format!(
-                    "no instance named `{name}`; `tilegen list` shows them"
+                    "no instance named `{}`; {hint}`tilegen list` shows them",
+                    tilegen::escape::shown(&name)
                 )));
             };
             match ptx {
                 None => print!("{}", r.sources[i]),
                 Some(arch) => {
+                    // The checks `generate` applies to the instance's own archs, for this one.
+                    let mut one = r.instances[i].clone();
+                    one.archs = vec![arch];
+                    if let Some((_, why)) = tilegen::ops::arch_problems(&one).into_iter().next() {
+                        return Err(Error::Usage(format!(
+                            "cannot show {name}'s PTX for {arch}: {why}"
+                        )));
+                    }
                     let nvrtc = tilegen::nvrtc::load()?.version();
                     let cache = Cache::open(Cache::default_location()?);
                     let c = generate::compile_cached(&cache, &nvrtc, &name, &r.sources[i], arch)?
@@ -561,28 +608,43 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             let select = cli::gpu::Select::new(filter, op)?;
             cli::gpu::gpu_bench(&lib, &select, json_out.as_deref(), json)
         }
-        Command::Doctor => {
-            let mut lines = Vec::new();
-            let nvrtc = match tilegen::nvrtc::load() {
-                Ok(nv) => format!("NVRTC {} at {}", nv.version(), nv.location),
-                Err(e) => format!("NVRTC: not usable\n{e}"),
-            };
-            lines.push(nvrtc);
-            lines.push(format!(
-                "cache: {}",
-                Cache::default_location()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|e| e.to_string())
-            ));
-            lines.push(cli::gpu::tilegen_gpu_line());
+        Command::Nvrtc { action } => cli::nvrtc::nvrtc_command(action, json),
+        Command::Doctor { gpu } => {
+            let nvrtc = tilegen::nvrtc::load();
+            let cache = Cache::default_location();
+            let (gpu_line, gpu_fields, gpu_ok) = cli::gpu::gpu_status();
+            // NVRTC is what every generate needs; a GPU only what --gpu asks for.
+            let ok = nvrtc.is_ok() && (gpu_ok || !gpu);
             if json {
-                emit_json(serde_json::json!({"doctor": lines}));
+                let nvrtc = match &nvrtc {
+                    Ok(nv) => {
+                        serde_json::json!({"found": true, "version": nv.version(), "location": nv.location})
+                    }
+                    Err(e) => serde_json::json!({"found": false, "error": e.to_string()}),
+                };
+                let cache = match &cache {
+                    Ok(p) => serde_json::json!({"path": p}),
+                    Err(e) => serde_json::json!({"path": null, "error": e.to_string()}),
+                };
+                emit_json(
+                    serde_json::json!({"event": "doctor", "ok": ok, "nvrtc": nvrtc, "cache": cache, "gpu": gpu_fields}),
+                );
             } else {
-                for l in lines {
-                    println!("{l}");
+                match &nvrtc {
+                    Ok(nv) => println!("NVRTC {} at {}", nv.version(), nv.location),
+                    Err(e) => println!("NVRTC: not usable\n{e}"),
                 }
+                match &cache {
+                    Ok(p) => println!("cache: {}", p.display()),
+                    Err(e) => println!("cache: {e}"),
+                }
+                println!("{gpu_line}");
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(6)
+            })
         }
     }
 }

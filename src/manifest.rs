@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::nvrtc::Resources;
-use crate::ops::{Arg, Launch};
+use crate::ops::{Arg, Launch, TensorMap};
 use crate::spec::model::{Arch, DType, Epilogue, Op, Origin, Params};
 
 /// Bumped when the manifest's shape changes incompatibly.
@@ -33,6 +33,9 @@ pub struct InstanceEntry {
     pub origin: Origin,
     pub entry_point: String,
     pub args: Vec<Arg>,
+    /// TMA descriptors the kernel takes before `args`, in parameter order (none: omitted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tensor_maps: Vec<TensorMap>,
     pub launch: Launch,
     pub config_sha256: String,
     /// Rendered CUDA C, relative to the library folder.
@@ -297,6 +300,10 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
         (Field::Stages, p.stages.is_some()),
         (Field::Layout, p.layout.is_some()),
         (Field::Tf32, p.tf32.is_some()),
+        (Field::HeadDim, p.head_dim.is_some()),
+        (Field::Causal, p.causal.is_some()),
+        (Field::TileQ, p.tile_q.is_some()),
+        (Field::TileKv, p.tile_kv.is_some()),
     ];
     for (f, is_set) in set {
         if is_set && !info.fields.contains(&f) {

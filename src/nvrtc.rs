@@ -17,13 +17,17 @@ use crate::spec::model::Arch;
 /// The NVRTC release tilegen pins for output that must load on the test machine's driver.
 pub const PINNED_WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
 
+/// The oldest arch the pinned NVRTC compiles for (CUDA 13 has no Volta).
+pub const OLDEST_TARGET_SM: u32 = 75;
+
 /// Options every compile gets. Part of the cache key.
 pub const BASE_OPTIONS: &[&str] = &["-std=c++17", "--ptxas-options=-v", "-default-device"];
 
 /// How to get NVRTC, for error messages.
-pub const INSTALL_HINT: &str = "install it with `scripts/setup-nvrtc` (pip-installs the pinned \
-     nvidia-cuda-nvrtc wheel into ./.nvrtc), or point TILEGEN_NVRTC at libnvrtc.so.13 or its folder, \
-     or set CUDA_PATH to a CUDA toolkit";
+pub const INSTALL_HINT: &str = "run `tilegen nvrtc install` (pip-installs the pinned \
+     nvidia-cuda-nvrtc 13.0.88 wheel where every build finds it; the command comes with \
+     `cargo install tilegen --features cli`), or point TILEGEN_NVRTC at libnvrtc.so.13 or its \
+     folder, or set CUDA_PATH to a CUDA 13 toolkit";
 
 /// A loaded NVRTC.
 #[derive(Debug, Clone)]
@@ -79,6 +83,12 @@ pub fn candidate_dirs() -> Vec<(String, PathBuf)> {
         "/usr/local/cuda".into(),
         PathBuf::from("/usr/local/cuda/lib64"),
     ));
+    if let Some(dir) = crate::provision::default_dir() {
+        out.push((
+            "tilegen nvrtc install".into(),
+            crate::provision::lib_dir(&dir),
+        ));
+    }
     // The project-local wheel install made by scripts/setup-nvrtc, from here upwards.
     let mut starts = vec![];
     if let Ok(cwd) = std::env::current_dir() {
@@ -96,6 +106,16 @@ pub fn candidate_dirs() -> Vec<(String, PathBuf)> {
         }
     }
     out
+}
+
+/// Whether the search would find an NVRTC library file (without loading or checking it).
+pub fn findable() -> bool {
+    let on_loader_path =
+        std::env::split_paths(&crate::env::var_os("LD_LIBRARY_PATH").unwrap_or_default())
+            .any(|d| d.join("libnvrtc.so.13").is_file() || d.join("libnvrtc.so").is_file());
+    candidate_dirs().iter().any(|(_, d)| lib_in(d).is_some())
+        || on_loader_path
+        || python_wheel_dir().is_some_and(|d| lib_in(&d).is_some())
 }
 
 fn lib_in(dir: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
@@ -399,6 +419,55 @@ impl Resources {
     }
 }
 
+/// ptxas messages that leave an sm_90a kernel correct but far slower than it was written to
+/// be: each fails the compile (with `--ptxas-options=-v` ptxas prints them as infos).
+pub const SM90A_PTXAS_ERRORS: &[(&str, &str)] = &[
+    ("C7504", "setmaxnreg ignored"),
+    ("C7508", "wgmma serialized"),
+    ("C7511", "wgmma serialized: insufficient register resources"),
+    (
+        "C7515",
+        "wgmma serialized: non-wgmma instructions define accumulator registers",
+    ),
+];
+
+/// What is wrong, by ptxas' report, with a compiled sm_90a kernel: the messages above, spills,
+/// a stack frame or local memory (the accumulators of a wgmma kernel must stay in registers),
+/// or no report at all (nothing could be checked). Empty when the kernel is sound.
+pub fn sm90a_ptxas_problems(log: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (code, what) in SM90A_PTXAS_ERRORS {
+        if let Some(line) = log.lines().find(|l| l.contains(code)) {
+            out.push(format!("{code} ({what}): {}", line.trim()));
+        }
+    }
+    if !log
+        .lines()
+        .any(|l| l.contains("Used") && l.contains("registers"))
+    {
+        out.push("ptxas printed no resource report, so nothing could be checked".into());
+        return out;
+    }
+    let r = Resources::from_log(log);
+    if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
+        out.push(format!(
+            "registers spill ({} bytes of spill stores, {} of spill loads)",
+            r.spill_store_bytes, r.spill_load_bytes
+        ));
+    }
+    if r.stack_bytes > 0 {
+        out.push(format!("{} bytes of stack frame", r.stack_bytes));
+    }
+    let lmem = log.lines().find_map(|l| {
+        let i = l.find(" bytes lmem")?;
+        l[..i].split_whitespace().last()?.parse::<u64>().ok()
+    });
+    if let Some(b) = lmem.filter(|&b| b > 0) {
+        out.push(format!("{b} bytes of local memory"));
+    }
+    out
+}
+
 /// What one compile produced.
 #[derive(Debug, Clone)]
 pub struct Compiled {
@@ -481,6 +550,15 @@ pub fn compile(
         sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut _)
             .result()
             .map_err(|e| fail(format!("nvrtcGetCUBIN: {e:?}")))?;
+        if arch == Arch::Sm90a {
+            let problems = sm90a_ptxas_problems(&log);
+            if !problems.is_empty() {
+                return Err(fail(format!(
+                    "ptxas compiled it, but an sm_90a kernel must have none of these: {}\n{log}",
+                    problems.join("; ")
+                )));
+            }
+        }
         let resources = Resources::from_log(&log);
         Ok(Compiled {
             ptx,
@@ -580,6 +658,33 @@ mod tests {
         let mut exe = elf(200, 200, 328);
         exe[16] = 2; // ET_EXEC
         assert!(check(exe).is_err());
+    }
+
+    #[test]
+    fn sm90a_guard_reads_the_ptxas_report() {
+        let clean = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
+                     ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+                     ptxas info    : Used 168 registers, used 16 barriers\n";
+        assert_eq!(sm90a_ptxas_problems(clean), Vec::<String>::new());
+        let spills = clean.replace(
+            "0 bytes stack frame, 0 bytes spill stores",
+            "8 bytes stack frame, 4 bytes spill stores",
+        );
+        let p = sm90a_ptxas_problems(&spills).join("\n");
+        assert!(
+            p.contains("spill") && p.contains("8 bytes of stack frame"),
+            "{p}"
+        );
+        let serial = format!(
+            "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized \
+             due to non wgmma instructions defining accumulator registers of a wgmma\n{clean}"
+        );
+        assert!(sm90a_ptxas_problems(&serial)[0].starts_with("C7515"));
+        let ignored = format!("ptxas warning : (C7504) 'setmaxnreg' ignored\n{clean}");
+        assert!(sm90a_ptxas_problems(&ignored)[0].starts_with("C7504"));
+        let lmem = clean.replace("16 barriers", "16 barriers, 64 bytes lmem");
+        assert!(sm90a_ptxas_problems(&lmem)[0].contains("64 bytes of local memory"));
+        assert!(sm90a_ptxas_problems("")[0].contains("no resource report"));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::spec::model::Instance;
 pub const EMBEDDED: &[(&str, &str)] = &[
     ("prelude.cuh", include_str!("../templates/prelude.cuh")),
     ("rows.cuh", include_str!("../templates/rows.cuh")),
+    ("epilogue.cuh", include_str!("../templates/epilogue.cuh")),
     (
         "elementwise.cu",
         include_str!("../templates/elementwise.cu"),
@@ -20,6 +21,8 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("softmax.cu", include_str!("../templates/softmax.cu")),
     ("norm.cu", include_str!("../templates/norm.cu")),
     ("gemm.cu", include_str!("../templates/gemm.cu")),
+    ("gemm_sm90.cu", include_str!("../templates/gemm_sm90.cu")),
+    ("attention.cu", include_str!("../templates/attention.cu")),
 ];
 
 /// A set of templates ready to render, with the files it was built from (for
@@ -83,15 +86,15 @@ impl Renderer {
 
     /// Renders one instance's CUDA C.
     pub fn render(&self, inst: &Instance) -> Result<String> {
-        let info = ops::info(inst.op);
+        let template = ops::template(inst);
         let ctx = context(inst);
         let text = self
             .tera
-            .render(info.template, &ctx)
+            .render(template, &ctx)
             .map_err(|e| Error::Template {
-                template: match self.files_read.iter().find(|p| p.ends_with(info.template)) {
+                template: match self.files_read.iter().find(|p| p.ends_with(template)) {
                     Some(path) => path.display().to_string(),
-                    None => info.template.into(),
+                    None => template.into(),
                 },
                 instance: inst.name.clone(),
                 message: error_chain(&e),
@@ -155,7 +158,12 @@ fn context(inst: &Instance) -> tera::Context {
     c.insert("affine", &inst.params.affine.unwrap_or(false));
     let epilogue: Vec<&str> = inst.epilogue.iter().map(|e| e.as_str()).collect();
     c.insert("epilogue", &epilogue);
-    let decls: Vec<String> = args.iter().map(|a| a.c_decl()).collect();
+    // Tensor maps (TMA kernels) come first, then the arguments.
+    let decls: Vec<String> = ops::tensor_maps(inst)
+        .iter()
+        .map(|m| m.c_decl())
+        .chain(args.iter().map(|a| a.c_decl()))
+        .collect();
     c.insert("params", &decls.join(", "));
     for (k, v) in ops::template_values(inst) {
         c.insert(k, &v);

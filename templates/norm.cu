@@ -1,8 +1,12 @@
+{%- set residual = op == "add_rmsnorm" -%}
 {{ header }}
 //
 // {{ op }} over the last dimension of a rows x cols {{ dtype }} tensor, fp32 arithmetic{% if affine %}, with weight{% if op == "layernorm" %} and bias{% endif %}{% endif %}.
 {%- if op == "layernorm" %}
 // out = (x - mean) / sqrt(var + eps){% if affine %} * weight + bias{% endif %}; one pass over memory.
+{%- elif residual %}
+// h = x + r, rounded to {{ dtype }} and written; y = h / sqrt(mean(h^2) + eps){% if affine %} * weight{% endif %}, from the
+// rounded h (as the next layer reads it back).
 {%- else %}
 // out = x / sqrt(mean(x^2) + eps){% if affine %} * weight{% endif %}.
 {%- endif %}
@@ -16,6 +20,72 @@
 
 // This thread's columns of a row: vector j covers columns (j * THREADS + tid) * VEC onwards.
 __device__ __forceinline__ int tg_col(int j) { return tg_row_col<TG_THREADS, T>(j); }
+{%- if residual %}
+
+// ---- the residual add: h = x + r in f32, rounded to T as it is written ----
+// Vectors of r in flight per thread (ops/rows.rs): the first asked for with x's row, then each
+// one used asks for the one this many further on.
+#define TG_R_AHEAD {{ residual_ahead }}
+// Vector j of this thread's columns of r as floats, from the vectors in flight (`ahead`); then
+// vector j + TG_R_AHEAD is asked for in its place.
+__device__ __forceinline__ void tg_residual_vec(const T* __restrict__ rr, int j, int cols, bool vec_ok,
+                                                uint4 (&ahead)[TG_R_AHEAD], float (&rv)[TG_VEC]) {
+    tg_vec_from_raw(rr, tg_col(j), cols, vec_ok, 0.0f, ahead[j % TG_R_AHEAD], rv);
+    if (j + TG_R_AHEAD < TG_ITEMS) ahead[j % TG_R_AHEAD] = tg_load_raw16(rr, tg_col(j + TG_R_AHEAD), cols, vec_ok);
+}
+__device__ __forceinline__ uint4 tg_pack16(const float*, const float (&v)[4]) {
+    return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+}
+__device__ __forceinline__ uint4 tg_pack16(const tg_f16*, const float (&v)[8]) { return tg_pack_half<tg_f16>(v); }
+__device__ __forceinline__ uint4 tg_pack16(const tg_bf16*, const float (&v)[8]) { return tg_pack_half<tg_bf16>(v); }
+// Vector j of this thread's columns: v (x's values) plus rv (r's), rounded to T and written to
+// the row of h and, when staged, over x's copy in shared memory (this thread's own columns, so
+// the second pass reads h there without a barrier); v then holds the rounded h. Columns past
+// the row stay as they are (0).
+__device__ __forceinline__ void tg_add_residual(int j, int cols, bool vec_ok, float (&v)[TG_VEC], const float (&rv)[TG_VEC],
+                                                T* __restrict__ hrow, T* srow) {
+    const int c = tg_col(j);
+    if (vec_ok) {
+        if (c >= cols) return;
+#pragma unroll
+        for (int e = 0; e < TG_VEC; ++e) v[e] += rv[e];
+        const uint4 p = tg_pack16(hrow, v);
+        __stcs(reinterpret_cast<uint4*>(hrow + c), p);
+        if (srow) *reinterpret_cast<uint4*>(srow + c) = p;
+        tg_unpack16(hrow, p, v);
+    } else {
+#pragma unroll
+        for (int e = 0; e < TG_VEC; ++e) {
+            if (c + e >= cols) continue;
+            const T hv = tg_from_float<T>(v[e] + rv[e]);
+            hrow[c + e] = hv;
+            if (srow) srow[c + e] = hv;
+            v[e] = tg_to_float(hv);
+        }
+    }
+}
+{%- if variant != "staged" %}
+// This thread's share of the row h = x + r, in registers (see tg_add_residual): every 16-byte
+// load of x, and the first TG_R_AHEAD of r, issued before any is used, as tg_load_row does.
+__device__ __forceinline__ void tg_load_row_residual(const T* __restrict__ xr, const T* __restrict__ rr,
+                                                     T* __restrict__ hrow, int cols, bool vec_ok,
+                                                     float (&v)[TG_ITEMS][TG_VEC]) {
+    uint4 xa[TG_ITEMS], ra[TG_R_AHEAD];
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j) {
+        xa[j] = tg_load_raw16(xr, tg_col(j), cols, vec_ok);
+        if (j < TG_R_AHEAD) ra[j] = tg_load_raw16(rr, tg_col(j), cols, vec_ok);
+    }
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j) {
+        float rv[TG_VEC];
+        tg_vec_from_raw(xr, tg_col(j), cols, vec_ok, 0.0f, xa[j], v[j]);
+        tg_residual_vec(rr, j, cols, vec_ok, ra, rv);
+        tg_add_residual(j, cols, vec_ok, v[j], rv, hrow, nullptr);
+    }
+}
+{%- endif %}
+{%- endif %}
 
 {#- weights (ops/rows.rs): "preload" loads all of a thread's weight (and bias) with its row;
     "hoist" holds them, as loaded, across a ring's rows; "prefetch" loads TG_PREFETCH vectors
@@ -36,6 +106,9 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
     const float inv_cols = 1.0f / (float)cols;
+{%- if residual %}
+    const T* __restrict__ res = r; // the residual (`r` names the row below)
+{%- endif %}
 {%- set ln = op == "layernorm" %}
 {%- if hoist or prefetch %}
     // Vector j of this thread's columns of weight{% if ln %} and bias{% endif %}, as loaded.
@@ -64,9 +137,16 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
     const int ahead = tg_l2_ahead_rows(cols * (long long)sizeof(T), TG_L2_AHEAD_BYTES);
 {%- endif %}
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        T* __restrict__ yr = out + r * cols;
+        T* __restrict__ yr = {% if residual %}y{% else %}out{% endif %} + r * cols;
+{%- if residual %}
+        T* __restrict__ hr = h + r * cols;
+        const T* __restrict__ rr = res + r * cols;
+{%- endif %}
 {%- if l2_ahead_bytes > 0 %}
         tg_prefetch_row_l2<TG_THREADS>(x, r + ahead, rows, cols);
+{%- if residual %}
+        tg_prefetch_row_l2<TG_THREADS>(res, r + ahead, rows, cols);
+{%- endif %}
 {%- endif %}
 {%- if variant != "staged" %}
         const T* __restrict__ xr = x + r * cols;
@@ -121,7 +201,13 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         const float shift = tg_to_float(x[r * cols]);
         const T* srow = ring.take(r);
 {%- else %}
-        const T* srow = ring.take(r);
+{%- if residual %}
+        // This thread's first vectors of r, asked for before waiting on x's staged row: both in flight.
+        uint4 r_ahead[TG_R_AHEAD];
+#pragma unroll
+        for (int d = 0; d < TG_R_AHEAD; ++d) r_ahead[d] = tg_load_raw16(rr, tg_col(d), ncols, vec_ok);
+{%- endif %}
+        {% if not residual %}const {% endif %}T* srow = ring.take(r);
 {%- endif %}
 {%- if op == "layernorm" %}
         float s1 = 0.0f, s2 = 0.0f;
@@ -146,6 +232,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         for (int j = 0; j < TG_ITEMS; ++j) {
             float t[TG_VEC];
             tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, 0.0f, t);
+{%- if residual %}
+            float rv[TG_VEC];
+            tg_residual_vec(rr, j, ncols, vec_ok, r_ahead, rv);
+            tg_add_residual(j, ncols, vec_ok, t, rv, hr, srow);
+{%- endif %}
 #pragma unroll
             for (int e = 0; e < TG_VEC; ++e) q = fmaf(t[e], t[e], q);
         }
@@ -221,7 +312,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         }
 {%- else %}
         float v[TG_ITEMS][TG_VEC];
+{%- if residual %}
+        tg_load_row_residual(xr, rr, hr, ncols, vec_ok, v);
+{%- else %}
         tg_load_row<TG_THREADS, TG_ITEMS>(xr, 0, ncols, vec_ok, 0.0f, v);
+{%- endif %}
 {%- if preload %}
         // Small rows: the weight is fetched with the row (as for layernorm).
         float wv[TG_ITEMS][TG_VEC];

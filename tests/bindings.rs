@@ -9,12 +9,22 @@ mod lib {
 use lib::launch_rules::MAX_COLS;
 use lib::loader::min_cuda_for_ptx;
 use lib::{
-    choose_binary, plan, ArgError, BinaryKind, Buf, Candidate, Error, NoFit, Plan, Sm, Version,
-    KERNELS,
+    choose_binary, plan, ArgError, BinaryKind, Buf, Candidate, Device, Error, NoFit, Plan, Sm,
+    Version, KERNELS,
 };
 
-/// An H200's SM count; the choice among elementwise instances depends on it.
-const SMS: u32 = 132;
+/// An H200 as the loader reads it: the choice among elementwise instances depends on its SM
+/// count, the GEMM's on its compute capability too.
+const SMS: &Device = &device(9, 0, 132);
+
+const fn device(major: u32, minor: u32, sm_count: u32) -> Device {
+    Device {
+        major,
+        minor,
+        sm_count,
+        driver: Some(Version::new(13, 0)),
+    }
+}
 const BASE: u64 = 0x7f00_0000_0000;
 
 fn f32s(arg: &'static str, len: usize) -> Buf {
@@ -88,7 +98,7 @@ fn vector_add_refuses_a_misaligned_view() {
         }
     );
     // Each instance refuses it too, not only the dispatching method.
-    type ElementsPlan = fn(u32, Buf, Buf, Buf, usize) -> Result<Plan, ArgError>;
+    type ElementsPlan = fn(&Device, Buf, Buf, Buf, usize) -> Result<Plan, ArgError>;
     for f in [
         plan::vector_add_bf16_b256_i4 as ElementsPlan,
         plan::vector_add_bf16_b512_i4,
@@ -455,5 +465,201 @@ fn arch_names_parse() {
     assert_eq!(sm("sm_100").to_string(), "sm_100");
     for bad in ["sm_", "sm_9", "compute_90", "sm_9x"] {
         assert!(Sm::parse(bad).is_none(), "{bad}");
+    }
+}
+
+type Gemm =
+    fn(&Device, Buf, Buf, Buf, usize, usize, usize, usize, usize, usize) -> Result<Plan, ArgError>;
+type GemmBias = fn(
+    &Device,
+    Buf,
+    Buf,
+    Buf,
+    Buf,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+) -> Result<Plan, ArgError>;
+type GemmResidual = fn(
+    &Device,
+    Buf,
+    Buf,
+    Buf,
+    Buf,
+    Buf,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+) -> Result<Plan, ArgError>;
+
+/// Every 16-bit GEMM method of the library called on a made-up device, each with its
+/// layout's leading dimensions (packed) and buffers 16-byte but not 128-byte aligned: the
+/// instance each picks, or why none.
+fn gemm_plans(
+    d: &Device,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<(&'static str, Result<Plan, ArgError>)> {
+    let at = 0x7f00_0000_0010;
+    let b = |arg, len| Buf::of::<half::bf16>(arg, len, at);
+    let f32s = |arg, len| Buf::of::<f32>(arg, len, at);
+    // (layout, A's and B's leading dimensions)
+    let ld = |layout: &str| match layout {
+        "nn" => (k, n),
+        "nt" => (k, k),
+        "tn" => (m, n),
+        _ => (m, k),
+    };
+    let plain: [(&str, &str, Gemm); 7] = [
+        ("gemm_nn_bf16", "nn", plan::gemm_nn_bf16),
+        ("gemm_nt_bf16", "nt", plan::gemm_nt_bf16),
+        ("gemm_tn_bf16", "tn", plan::gemm_tn_bf16),
+        ("gemm_tt_bf16", "tt", plan::gemm_tt_bf16),
+        ("gemm_nn_f16", "nn", plan::gemm_nn_f16),
+        ("gemm_nt_f16", "nt", plan::gemm_nt_f16),
+        ("gemm_nn_bf16_f32", "nn", plan::gemm_nn_bf16_f32),
+    ];
+    let bias: [(&str, &str, GemmBias); 8] = [
+        ("gemm_nn_bias_gelu_bf16", "nn", plan::gemm_nn_bias_gelu_bf16),
+        ("gemm_nt_bias_gelu_bf16", "nt", plan::gemm_nt_bias_gelu_bf16),
+        ("gemm_nn_bias_relu_bf16", "nn", plan::gemm_nn_bias_relu_bf16),
+        ("gemm_nt_bias_relu_bf16", "nt", plan::gemm_nt_bias_relu_bf16),
+        ("gemm_nn_bias_gelu_f16", "nn", plan::gemm_nn_bias_gelu_f16),
+        ("gemm_nt_bias_gelu_f16", "nt", plan::gemm_nt_bias_gelu_f16),
+        ("gemm_nn_bias_relu_f16", "nn", plan::gemm_nn_bias_relu_f16),
+        ("gemm_nt_bias_relu_f16", "nt", plan::gemm_nt_bias_relu_f16),
+    ];
+    let mut out = Vec::new();
+    for (name, layout, f) in plain {
+        let (lda, ldb) = ld(layout);
+        let dbuf = if name.ends_with("_f32") {
+            f32s("d", m * n)
+        } else {
+            b("d", m * n)
+        };
+        out.push((
+            name,
+            f(d, b("a", m * k), b("b", k * n), dbuf, m, n, k, lda, ldb, n),
+        ));
+    }
+    for (name, layout, f) in bias {
+        let (lda, ldb) = ld(layout);
+        let p = f(
+            d,
+            b("a", m * k),
+            b("b", k * n),
+            b("bias", n),
+            b("d", m * n),
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            n,
+        );
+        out.push((name, p));
+    }
+    let residual: GemmResidual = plan::gemm_nn_scale_bias_residual_bf16;
+    let p = residual(
+        d,
+        b("a", m * k),
+        b("b", k * n),
+        b("bias", n),
+        b("c", m * n),
+        b("d", m * n),
+        m,
+        n,
+        k,
+        k,
+        n,
+        n,
+        n,
+    );
+    out.push(("gemm_nn_scale_bias_residual_bf16", p));
+    out
+}
+
+fn picked(p: &Result<Plan, ArgError>) -> &'static str {
+    KERNELS[p.as_ref().unwrap().kernel].name
+}
+
+/// On sm_90 every 16-bit GEMM method picks its wgmma (tensor-map) instance, whatever the
+/// shape, and falls back to mma.sync where a tensor map cannot describe the call (k = 0) or
+/// the driver cannot encode one; on sm_80, sm_86 and sm_89 the wgmma instances (sm_90a
+/// binaries only) are never chosen and every method still plans an instance that runs there.
+#[test]
+fn gemm_dispatch_follows_the_device() {
+    let wgmma = |name: &str| name.contains("_wgmma");
+    for (m, n, k) in [
+        (4096, 4096, 4096),
+        (16, 4096, 4096),
+        (128, 11008, 4096),
+        (136, 264, 72),
+    ] {
+        for (method, p) in gemm_plans(SMS, m, n, k) {
+            assert!(
+                wgmma(picked(&p)),
+                "{method} {m}x{n}x{k} on sm_90: {}",
+                picked(&p)
+            );
+        }
+        for d in [device(8, 0, 108), device(8, 6, 84), device(8, 9, 128)] {
+            for (method, p) in gemm_plans(&d, m, n, k) {
+                let p = p.unwrap_or_else(|e| panic!("{method} {m}x{n}x{k} on {d:?}: {e}"));
+                let name = KERNELS[p.kernel].name;
+                assert!(!wgmma(name), "{method}: {name} on {d:?}");
+                assert!(
+                    KERNELS[p.kernel].runs_on(&d, false),
+                    "{method}: {name} on {d:?}"
+                );
+            }
+        }
+        let old = Device {
+            driver: Some(Version::new(11, 8)),
+            ..*SMS
+        };
+        for (method, p) in gemm_plans(&old, m, n, k) {
+            assert!(
+                !wgmma(picked(&p)),
+                "{method} {m}x{n}x{k} with an 11.8 driver"
+            );
+        }
+    }
+    for (method, p) in gemm_plans(SMS, 136, 264, 0) {
+        assert!(
+            !wgmma(picked(&p)),
+            "{method}: k = 0 needs an mma.sync instance"
+        );
+        assert!(p.unwrap().dims.is_some());
+    }
+    // n not in whole 16-byte vectors of output (ld = 264 > n): the wgmma stores would write
+    // whole chunks past it, so an mma.sync instance runs (its stores are masked).
+    let at = 0x7f00_0000_0010;
+    let b = |arg, len| Buf::of::<half::bf16>(arg, len, at);
+    let p = plan::gemm_nn_bf16(
+        SMS,
+        b("a", 129 * 72),
+        b("b", 72 * 264),
+        b("d", 129 * 264),
+        129,
+        263,
+        72,
+        72,
+        264,
+        264,
+    );
+    assert!(!wgmma(picked(&p)), "{}", picked(&p));
+    // A persistent grid: one block per SM at most, whatever the SM count.
+    for sms in [132, 114] {
+        let (_, p) = gemm_plans(&device(9, 0, sms), 8192, 8192, 8192).remove(0);
+        assert_eq!(p.unwrap().dims.unwrap().grid, (sms, 1, 1));
     }
 }

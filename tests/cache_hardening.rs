@@ -389,7 +389,7 @@ fn truncated_or_foreign_nvrtc_is_exit_6_with_its_path() {
                 generate_command(&[], &spec, &tmp.path().join("out"), &cache),
                 6,
             ),
-            (command(&["doctor"], &cache), 0),
+            (command(&["doctor"], &cache), 6),
         ] {
             c.env("TILEGEN_NVRTC", &lib);
             let o = run(c, "tilegen with a bad NVRTC");

@@ -151,9 +151,19 @@ fn two_libraries_live_in_one_crate() {
     use tilegen_runtime::{call_checks, launch_rules, loader};
     // The same types: a value of one library's type is a value of the other's.
     let buf: golden::Buf = golden_again::Buf::of::<f32>("x", 5000, 0x7f00_0000_0000);
-    let plan: golden_again::Plan =
-        golden::plan::softmax_f32(132, buf, golden_again::Buf { arg: "out", ..buf }, 1, 5000)
-            .unwrap();
+    let plan: golden_again::Plan = golden::plan::softmax_f32(
+        &golden_again::Device {
+            major: 9,
+            minor: 0,
+            sm_count: 132,
+            driver: None,
+        },
+        buf,
+        golden_again::Buf { arg: "out", ..buf },
+        1,
+        5000,
+    )
+    .unwrap();
     let err: golden::Error = golden_again::Error::Arg(golden_again::ArgError::NoInstance {
         op: "softmax",
         reason: "for this test",
@@ -228,9 +238,17 @@ fn bindings_check_the_runtime_version_at_compile_time() {
 
 mod compiled {
     //! The golden bindings, compiled: their checks and tables, with no GPU.
-    use super::golden::{call_checks, plan, ArgError, BinaryKind, Buf, NoFit, Plan, KERNELS};
+    use super::golden::{
+        call_checks, plan, ArgError, BinaryKind, Buf, Device, NoFit, Plan, Version, KERNELS,
+    };
 
-    const SMS: u32 = 132;
+    /// An H200 as the loader reads it (plan functions take the device).
+    const SMS: &Device = &Device {
+        major: 9,
+        minor: 0,
+        sm_count: 132,
+        driver: Some(Version::new(13, 0)),
+    };
     const BASE: u64 = 0x7f00_0000_0000;
 
     fn bf16s(arg: &'static str, len: usize) -> Buf {
@@ -267,11 +285,11 @@ mod compiled {
         // 512² makes only 16 such tiles: the 64² tile spreads wider.
         assert_eq!(name(gemm(512, 512, 512)), "gemm_bf16_64x64x32_w32x32_nn");
         assert_eq!(
-            call_checks::tile_order(512, 512, SMS, &[(64, 64), (128, 128)]),
+            call_checks::tile_order(512, 512, SMS.sm_count, &[(64, 64), (128, 128)]),
             vec![0, 1]
         );
         assert_eq!(
-            call_checks::tile_order(4096, 4096, SMS, &[(64, 64), (128, 128)]),
+            call_checks::tile_order(4096, 4096, SMS.sm_count, &[(64, 64), (128, 128)]),
             vec![1, 0]
         );
     }
@@ -461,7 +479,10 @@ mod compiled {
         // The threshold: two blocks per SM of the larger instance (8192 f32 per block).
         assert_eq!(add(2 * 132 * 8192), "vector_add_f32_b512_i4");
         assert_eq!(add(2 * 132 * 8192 - 1), "vector_add_f32_b256_i4");
-        assert_eq!(call_checks::pick_elements(0, SMS, &[4096, 8192]), 0);
+        assert_eq!(
+            call_checks::pick_elements(0, SMS.sm_count, &[4096, 8192]),
+            0
+        );
     }
 
     #[test]

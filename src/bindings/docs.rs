@@ -34,6 +34,12 @@ pub fn what(inst: &InstanceEntry) -> String {
         Op::LayerNorm => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps)` (f32 arithmetic).".into(),
         Op::RmsNorm if affine => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps) * weight`, with `weight` of `cols` elements (f32 arithmetic).".into(),
         Op::RmsNorm => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps)` (f32 arithmetic).".into(),
+        Op::AddRmsNorm => format!(
+            "Residual add and RMS norm of each row of the row-major `rows`×`cols` tensors `x` and `r`: `h = x + r`, rounded to {} and written, then `y = h / sqrt(mean(h²) + eps){}` from that rounded `h`{} (f32 arithmetic).",
+            inst.dtype,
+            if affine { " * weight" } else { "" },
+            if affine { ", with `weight` of `cols` elements" } else { "" }
+        ),
         Op::Gemm => {
             let layout = inst.params.layout.unwrap_or(Layout::Nn);
             let major = |transposed: bool| if transposed { "column-major" } else { "row-major" };
@@ -45,6 +51,7 @@ pub fn what(inst: &InstanceEntry) -> String {
                 chain.join(", ")
             )
         }
+        Op::Attention => super::attention::what(inst),
     }
 }
 
@@ -71,23 +78,43 @@ pub fn requirements(inst: &InstanceEntry) -> String {
         Family::Rows => {
             let per_col: Vec<&str> =
                 pointers.iter().map(String::as_str).filter(|p| *p == "`weight`" || *p == "`bias`").collect();
+            let full: Vec<&str> =
+                pointers.iter().map(String::as_str).filter(|p| !per_col.contains(p)).collect();
+            let full = match full.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+                _ => full.concat(),
+            };
+            let outputs: Vec<String> =
+                inst.args.iter().filter(|a| a.kind == crate::ops::ArgKind::Out).map(|a| format!("`{}`", a.name)).collect();
             format!(
-                "`x` and `out` must hold at least `rows * cols` elements{}; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of {} (one 16-byte vector), every pointer must start 16-byte aligned.",
+                "{full} must hold at least `rows * cols` elements{}; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of {} (one 16-byte vector), every pointer must start 16-byte aligned.{}",
                 if per_col.is_empty() { String::new() } else { format!(" and {} at least `cols`", per_col.join(" and ")) },
-                inst.dtype.per_16_bytes()
+                inst.dtype.per_16_bytes(),
+                if outputs.len() > 1 { format!(" {} must not overlap each other or any input.", outputs.join(" and ")) } else { String::new() }
             )
         }
+        Family::Gemm if !inst.tensor_maps.is_empty() => format!(
+            "Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of {out} (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of {} and `ldc`/`ldd` of {} (16 bytes of elements){}.",
+            inst.dtype.per_16_bytes(),
+            inst.out_dtype.per_16_bytes(),
+            if inst.args.iter().any(|a| a.name == "bias") { "; `bias` holds `n` elements" } else { "" },
+            out = inst.out_dtype.per_16_bytes(),
+        ),
         Family::Gemm => format!(
             "`m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of {} and `ldc`/`ldd` of {} (16 bytes of elements){}.",
             inst.dtype.per_16_bytes(),
             inst.out_dtype.per_16_bytes(),
             if inst.args.iter().any(|a| a.name == "bias") { "; `bias` holds `n` elements" } else { "" }
         ),
+        Family::Attention => super::attention::requirements(),
     }
 }
 
 /// One instance's niche, for dispatch lists.
 pub fn niche(inst: &InstanceEntry) -> String {
+    if inst.op == Op::Attention {
+        return super::attention::niche(inst);
+    }
     let p = &inst.params;
     let mut how = Vec::new();
     if let Some(v) = p.variant {
@@ -114,6 +141,13 @@ pub fn niche(inst: &InstanceEntry) -> String {
             how.push(format!("{elems_per_block} elements per block"))
         }
         GridRule::Tiles { .. } => {}
+        GridRule::QueryTiles { tile_q } => how.push(format!("{tile_q} query rows per block")),
+        GridRule::Persistent { ctas_per_sm, .. } => {
+            how.push(format!(
+                "wgmma fed by TMA, persistent grid of {ctas_per_sm} block{} per SM; runs only on sm_90",
+                if *ctas_per_sm == 1 { "" } else { "s" }
+            ));
+        }
     }
     how.join(", ")
 }
@@ -127,6 +161,15 @@ pub fn dispatch(g: &Group, m: &crate::manifest::Manifest) -> Vec<String> {
     let rule = match g.family {
         Family::Elements => "Picks the instance with the most elements per block that still gives every SM two blocks, else the one with the fewest:",
         Family::Rows => "Picks the one-pass instance with the smallest row limit that fits `cols`, else one that takes any length:",
+        Family::Gemm
+            if g
+                .members
+                .iter()
+                .any(|&i| !m.instances[i].tensor_maps.is_empty()) =>
+        {
+            "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
+        }
+        Family::Attention => "Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:",
         Family::Gemm => "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:",
     };
     let mut lines = vec![rule.to_string()];

@@ -89,16 +89,135 @@ pub fn kernel_table(
         }
         entries.push(quote!(loader::KernelInfo { name: #name, entry_point: #entry, shared_bytes: #shared, binaries: &[#(#binaries),*] }));
     }
+    let maps = tensor_maps_table(m)?;
     Ok(quote! {
         /// Every kernel of the library with its embedded binaries, in manifest order.
         /// [`Plan::kernel`] indexes it.
         #[allow(dead_code)]
         pub static KERNELS: &[loader::KernelInfo] = &[#(#entries),*];
+        #maps
     })
+}
+
+/// Whether any kernel of the library takes tensor maps.
+pub fn has_tensor_maps(m: &Manifest) -> bool {
+    m.instances.iter().any(|i| !i.tensor_maps.is_empty())
+}
+
+/// Index of argument `name` of `inst` (a pointer argument when `pointer`, else an i64 size),
+/// for a tensor map's rule. The manifest was checked before bindings are generated; this
+/// refuses anything else instead of emitting a rule that indexes the wrong argument.
+fn map_arg(inst: &InstanceEntry, map: &str, name: &str, pointer: bool) -> Result<TokenStream> {
+    let found = inst.args.iter().position(|a| {
+        a.name == name
+            && if pointer {
+                a.kind != ArgKind::Scalar
+            } else {
+                a.kind == ArgKind::Scalar && a.ty == "i64"
+            }
+    });
+    match found {
+        Some(i) => {
+            let i = usize_lit(i);
+            Ok(quote!(tensor_map::SizeArg { arg: #i, name: #name }))
+        }
+        None => Err(crate::error::Error::Usage(format!(
+            "bindings: tensor map `{}` of `{}` names `{}`, which is not a {} argument of it",
+            crate::escape::shown(map),
+            inst.name,
+            crate::escape::shown(name),
+            if pointer { "pointer" } else { "size" }
+        ))),
+    }
+}
+
+/// `TENSOR_MAPS`: how to encode each tensor-map parameter of the kernels that take them,
+/// from the call's arguments. Nothing for a library without such kernels (its bindings stay
+/// as they were).
+fn tensor_maps_table(m: &Manifest) -> Result<Option<TokenStream>> {
+    use crate::ops::{Interleave, L2Promotion, OobFill, Swizzle};
+    if !has_tensor_maps(m) {
+        return Ok(None);
+    }
+    let mut kernels = Vec::new();
+    for (index, inst) in m.instances.iter().enumerate() {
+        if inst.tensor_maps.is_empty() {
+            continue;
+        }
+        let mut rules = Vec::new();
+        for t in &inst.tensor_maps {
+            let name = &t.name;
+            let tensor = map_arg(inst, name, &t.tensor, true)?;
+            let dims = t
+                .dims
+                .iter()
+                .map(|d| map_arg(inst, name, d, false))
+                .collect::<Result<Vec<_>>>()?;
+            let strides = t
+                .strides
+                .iter()
+                .map(|d| map_arg(inst, name, d, false))
+                .collect::<Result<Vec<_>>>()?;
+            let boxes = t.box_dims.iter().map(|&b| u32_lit(b));
+            let dtype = match t.dtype {
+                DType::F16 => quote!(F16),
+                DType::Bf16 => quote!(Bf16),
+                DType::F32 => quote!(F32),
+            };
+            let swizzle = match t.swizzle {
+                Swizzle::None => quote!(None),
+                Swizzle::B32 => quote!(B32),
+                Swizzle::B64 => quote!(B64),
+                Swizzle::B128 => quote!(B128),
+            };
+            let interleave = match t.interleave {
+                Interleave::None => quote!(None),
+                Interleave::B16 => quote!(B16),
+                Interleave::B32 => quote!(B32),
+            };
+            let l2 = match t.l2_promotion {
+                L2Promotion::None => quote!(None),
+                L2Promotion::B64 => quote!(B64),
+                L2Promotion::B128 => quote!(B128),
+                L2Promotion::B256 => quote!(B256),
+            };
+            let oob = match t.oob_fill {
+                OobFill::Zero => quote!(Zero),
+                OobFill::Nan => quote!(Nan),
+            };
+            rules.push(quote!(tensor_map::TensorMapRule {
+                name: #name,
+                tensor: #tensor,
+                dtype: tensor_map::MapDtype::#dtype,
+                dims: &[#(#dims),*],
+                strides: &[#(#strides),*],
+                box_dims: &[#(#boxes),*],
+                swizzle: tensor_map::Swizzle::#swizzle,
+                interleave: tensor_map::Interleave::#interleave,
+                l2_promotion: tensor_map::L2Promotion::#l2,
+                oob_fill: tensor_map::OobFill::#oob,
+            }));
+        }
+        let index = usize_lit(index);
+        kernels.push(quote!(tensor_map::KernelMaps { kernel: #index, maps: &[#(#rules),*] }));
+    }
+    Ok(Some(quote! {
+        #[allow(unused_imports)]
+        pub use ::tilegen_runtime::tensor_map;
+        /// The tensor-map (TMA descriptor) parameters of the kernels that take them: how the
+        /// launcher encodes each from the call's arguments, before the kernel's own arguments.
+        #[allow(dead_code)]
+        pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[#(#kernels),*];
+    }))
 }
 
 /// The `Kernels` type and its fixed methods.
 pub fn kernels_type(m: &Manifest) -> TokenStream {
+    let new_loader = if has_tensor_maps(m) {
+        quote!(loader::Loader::new(ctx, KERNELS)?.with_tensor_maps(TENSOR_MAPS))
+    } else {
+        quote!(loader::Loader::new(ctx, KERNELS)?)
+    };
     let summary = format!(
         " The library's {} kernels in one CUDA context: typed launchers that check every call",
         m.instances.len()
@@ -117,7 +236,7 @@ pub fn kernels_type(m: &Manifest) -> TokenStream {
             /// Prepares the kernels for `ctx`'s device: reads its architecture and loads
             /// nothing yet (each kernel's module loads on its first call).
             pub fn load(ctx: &::std::sync::Arc<::cudarc::driver::CudaContext>) -> Result<Self, Error> {
-                Ok(Kernels { loader: loader::Loader::new(ctx, KERNELS)? })
+                Ok(Kernels { loader: #new_loader })
             }
 
             /// The context the kernels load into.
@@ -150,7 +269,7 @@ pub fn kernels_type(m: &Manifest) -> TokenStream {
     }
 }
 
-/// A plan function's parameters after `sm_count`: buffers and sizes in kernel order.
+/// A plan function's parameters after `device`: buffers and sizes in kernel order.
 fn plan_params(first: &InstanceEntry) -> Result<(Vec<TokenStream>, Vec<Ident>)> {
     let mut decls = Vec::new();
     let mut names = Vec::new();
@@ -208,11 +327,43 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
                 None => quote!(None),
             };
             let vec = u32_lit(inst.dtype.per_16_bytes());
+            // Several outputs (add_rmsnorm): none may share memory with another or an input.
+            let (outs, ins): (Vec<_>, Vec<_>) = inst
+                .args
+                .iter()
+                .filter(|a| role(inst, a).ok() == Some(Role::Full))
+                .partition(|a| a.kind == ArgKind::Out);
+            let disjoint = if outs.len() > 1 {
+                let outs = outs
+                    .iter()
+                    .map(|a| ident(&a.name))
+                    .collect::<Result<Vec<_>>>()?;
+                let ins = ins
+                    .iter()
+                    .map(|a| ident(&a.name))
+                    .collect::<Result<Vec<_>>>()?;
+                Some(
+                    quote!(call_checks::rows_disjoint(rows, cols, &[#(#outs),*], &[#(#ins),*], &[#(#per_col),*])?;),
+                )
+            } else {
+                None
+            };
             quote! {
                 let dims = call_checks::rows(rows, cols, #max, #vec, &[#(#full),*], &[#(#per_col),*], #rpb, #threads)?;
+                #disjoint
             }
         }
-        (GridRule::Tiles { tile_m, tile_n }, Family::Gemm) => gemm_body(inst, *tile_m, *tile_n)?,
+        (GridRule::Tiles { tile_m, tile_n }, Family::Gemm) => {
+            gemm_body(inst, *tile_m, *tile_n, None)?
+        }
+        (
+            GridRule::Persistent {
+                tile_m,
+                tile_n,
+                ctas_per_sm,
+            },
+            Family::Gemm,
+        ) => gemm_body(inst, *tile_m, *tile_n, Some(*ctas_per_sm))?,
         (rule, _) => {
             return Err(crate::error::Error::Usage(format!(
                 "bindings: `{}` ({}) has launch rule {rule:?}, which its op family does not use",
@@ -221,29 +372,84 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
         }
     };
     // Dynamic shared memory rides along the geometry (GEMM's check sets it itself).
-    let with_shared =
-        (shared > 0 && !matches!(inst.launch.grid, GridRule::Tiles { .. })).then(|| {
-            let s = u32_lit(shared);
-            quote!(let dims = dims.map(|d| LaunchDims { shared_bytes: #s, ..d });)
-        });
+    let with_shared = (shared > 0
+        && !matches!(
+            inst.launch.grid,
+            GridRule::Tiles { .. } | GridRule::Persistent { .. }
+        ))
+    .then(|| {
+        let s = u32_lit(shared);
+        quote!(let dims = dims.map(|d| LaunchDims { shared_bytes: #s, ..d });)
+    });
+    // Tensor maps: every map the launcher will encode must be one the driver takes (no
+    // empty dim, aligned, strides in range), checked here so the call is refused before it
+    // launches, and a group's dispatch moves on to an instance that takes it.
+    let maps = (!inst.tensor_maps.is_empty()).then(|| {
+        let values = map_values(inst);
+        quote! {
+            if dims.is_some() {
+                ::tilegen_runtime::tensor_map::resolve_all(
+                    ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, #kernel),
+                    &[#(#values),*],
+                )?;
+            }
+        }
+    });
     Ok(quote! {
         #dims
         #with_shared
+        #maps
         Ok(Plan { kernel: #kernel, dims })
     })
+}
+
+/// Every argument of `inst` as the `u64` a tensor map's rule reads, in the plan: buffers'
+/// addresses, sizes, 0 for scalars that are not sizes.
+fn map_values(inst: &InstanceEntry) -> Vec<TokenStream> {
+    inst.args
+        .iter()
+        .map(|a| {
+            let name = Ident::new(&a.name, Span::call_site());
+            match (a.kind, a.ty.as_str()) {
+                (ArgKind::Scalar, "i64") => quote!(#name as u64),
+                (ArgKind::Scalar, _) => quote!(0u64),
+                _ => quote!(#name.address),
+            }
+        })
+        .collect()
+}
+
+/// Whether an instance's plan function reads the device (persistent grids size by its SMs).
+fn plan_uses_device(inst: &InstanceEntry) -> bool {
+    matches!(inst.launch.grid, GridRule::Persistent { .. })
 }
 
 /// What a GEMM instance needs of a call, as `ops::gemm::runtime_requirements` states it:
 /// 16-byte aligned matrices; `lda`/`ldb` multiples of 16 bytes of input elements, `ldc`/`ldd`
 /// of output elements; any m, n, k (edges are masked in the kernel).
 /// Returns [align, ld_in_multiple, ld_out_multiple, m_multiple, n_multiple, k_multiple].
+/// A tensor-map (wgmma) instance also needs `n` in whole 16-byte vectors of output: its TMA
+/// stores write whole 16-byte chunks at the right edge (measured on the H200: with `ldd` > `n`
+/// the bytes after column `n - 1` changed), so a ragged `n` goes to an mma.sync instance.
 pub fn gemm_needs(inst: &InstanceEntry) -> [u64; 6] {
     let in_vec = inst.dtype.per_16_bytes() as u64;
     let out_vec = inst.out_dtype.per_16_bytes() as u64;
-    [16, in_vec, out_vec, 1, 1, 1]
+    let n_multiple = if inst.tensor_maps.is_empty() {
+        1
+    } else {
+        out_vec
+    };
+    [16, in_vec, out_vec, 1, n_multiple, 1]
 }
 
-fn gemm_body(inst: &InstanceEntry, tile_m: u32, tile_n: u32) -> Result<TokenStream> {
+/// A GEMM instance's checks: the call's operands, then its grid (one block per tile, or a
+/// persistent grid of `ctas_per_sm` blocks per SM of the device).
+fn gemm_body(
+    inst: &InstanceEntry,
+    tile_m: u32,
+    tile_n: u32,
+    persistent: Option<u32>,
+) -> Result<TokenStream> {
     let layout = inst.params.layout.unwrap_or(Layout::Nn);
     let (at, bt) = (layout.a_transposed(), layout.b_transposed());
     let has = |n: &str| {
@@ -269,6 +475,15 @@ fn gemm_body(inst: &InstanceEntry, tile_m: u32, tile_n: u32) -> Result<TokenStre
     let (tm, tn) = (u32_lit(tile_m), u32_lit(tile_n));
     let threads = u32_lit(inst.launch.threads);
     let shared = u32_lit(inst.launch.shared_bytes);
+    let grid = match persistent {
+        None => {
+            quote!(let dims = call_checks::gemm(&call, &needs, (#tm, #tn), #threads, #shared)?;)
+        }
+        Some(ctas) => {
+            let ctas = u32_lit(ctas);
+            quote!(let dims = call_checks::gemm_persistent(&call, &needs, (#tm, #tn), #ctas, device.sm_count, #threads, #shared)?;)
+        }
+    };
     Ok(quote! {
         let call = GemmCall {
             m, n, k,
@@ -286,7 +501,7 @@ fn gemm_body(inst: &InstanceEntry, tile_m: u32, tile_n: u32) -> Result<TokenStre
             n_multiple: #nm,
             k_multiple: #km,
         };
-        let dims = call_checks::gemm(&call, &needs, (#tm, #tn), #threads, #shared)?;
+        #grid
     })
 }
 
@@ -294,7 +509,7 @@ fn gemm_body(inst: &InstanceEntry, tile_m: u32, tile_n: u32) -> Result<TokenStre
 fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStream> {
     let call = |i: usize| -> Result<TokenStream> {
         let f = ident(&m.instances[i].name)?;
-        Ok(quote!(#f(sm_count, #(#args),*)))
+        Ok(quote!(#f(device, #(#args),*)))
     };
     if g.members.len() == 1 {
         return call(g.members[0]);
@@ -313,13 +528,14 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStrea
     };
     let calls: Vec<TokenStream> = g.members.iter().map(|&i| call(i)).collect::<Result<_>>()?;
     Ok(match g.family {
+        Family::Attention => super::attention::plan_fns(m, g)?,
         Family::Elements => {
             let epb = g.members.iter().map(|&i| match m.instances[i].launch.grid {
                 GridRule::Elements { elems_per_block } => u32_lit(elems_per_block),
                 _ => u32_lit(1),
             });
             let arms = arms(calls);
-            quote!(match call_checks::pick_elements(n, sm_count, &[#(#epb),*]) { #arms })
+            quote!(match call_checks::pick_elements(n, device.sm_count, &[#(#epb),*]) { #arms })
         }
         Family::Rows => {
             let max = g.members.iter().map(|&i| match m.instances[i].launch.grid {
@@ -335,17 +551,26 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStrea
             quote!(match call_checks::pick_rows(cols, &[#(#max),*])? { #arms })
         }
         Family::Gemm => {
-            let tiles = g.members.iter().map(|&i| match m.instances[i].launch.grid {
-                GridRule::Tiles { tile_m, tile_n } => {
-                    let (a, b) = (u32_lit(tile_m), u32_lit(tile_n));
-                    quote!((#a, #b))
-                }
-                _ => quote!((1, 1)),
+            let options = g.members.iter().map(|&i| {
+                let inst = &m.instances[i];
+                let (tm, tn) = match inst.launch.grid {
+                    GridRule::Tiles { tile_m, tile_n }
+                    | GridRule::Persistent { tile_m, tile_n, .. } => (tile_m, tile_n),
+                    _ => (1, 1),
+                };
+                let (tm, tn) = (u32_lit(tm), u32_lit(tn));
+                let maps = !inst.tensor_maps.is_empty();
+                let index = usize_lit(i);
+                quote!(call_checks::GemmOption {
+                    tile: (#tm, #tn),
+                    tensor_maps: #maps,
+                    runs: super::KERNELS[#index].runs_on(device, #maps),
+                })
             });
             let arms = arms(calls);
             quote! {
                 let mut refused = None;
-                for i in call_checks::tile_order(m, n, sm_count, &[#(#tiles),*]) {
+                for i in call_checks::gemm_order(m, n, device, &[#(#options),*]) {
                     match match i { #arms } {
                         Ok(plan) => return Ok(plan),
                         Err(e) => {
@@ -363,6 +588,10 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStrea
 pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
     let mut fns = Vec::new();
     for g in groups {
+        if g.family == Family::Attention {
+            fns.push(super::attention::plan_fns(m, g)?);
+            continue;
+        }
         let (decls, names) = plan_params(g.first(m))?;
         let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
         if !sole {
@@ -374,7 +603,7 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
             );
             fns.push(quote! {
                 #[doc = #doc]
-                pub fn #f(sm_count: u32, #(#decls),*) -> Result<Plan, ArgError> { #body }
+                pub fn #f(device: &Device, #(#decls),*) -> Result<Plan, ArgError> { #body }
             });
         }
         for &i in &g.members {
@@ -384,20 +613,27 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
                 " Checks a [`super::Kernels::{}`] call.",
                 m.instances[i].name
             );
+            let device = if plan_uses_device(&m.instances[i]) {
+                quote!(device)
+            } else {
+                quote!(_device)
+            };
             fns.push(quote! {
                 #[doc = #doc]
-                pub fn #f(_sm_count: u32, #(#decls),*) -> Result<Plan, ArgError> { #body }
+                pub fn #f(#device: &Device, #(#decls),*) -> Result<Plan, ArgError> { #body }
             });
         }
     }
     Ok(quote! {
         /// The checks every method runs before it launches, as pure functions of lengths,
         /// device addresses and sizes (no GPU needed): which kernel a call would launch with
-        /// which geometry, or why it is refused. `sm_count` is the device's SM count.
+        /// which geometry, or why it is refused. `device` is what [`super::Kernels::device`]
+        /// reads (compute capability, SM count, driver version): tests pass made-up ones.
         #[allow(dead_code, unused_imports, clippy::too_many_arguments)]
         pub mod plan {
             use ::tilegen_runtime::call_checks::{self, Buf, GemmCall, GemmNeeds, Matrix, Plan};
             use ::tilegen_runtime::launch_rules::{ArgError, LaunchDims};
+            use ::tilegen_runtime::loader::Device;
             #(#fns)*
         }
     })
@@ -419,6 +655,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
     let mut plan_args = Vec::new();
     let mut launch_args = Vec::new();
     let mut to_i64 = Vec::new();
+    let mut map_values = Vec::new();
     for a in &first.args {
         let name = ident(&a.name)?;
         forward.push(quote!(#name));
@@ -430,10 +667,12 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 plan_args.push(quote!(#name));
                 to_i64.push(quote!(let #name = #name as i64;));
                 launch_args.push(quote!(loader::Arg::of(&#name)));
+                map_values.push(quote!(#name as u64));
             }
             Role::Value => {
                 params.push(quote!(#name: f32));
                 launch_args.push(quote!(loader::Arg::of(&#name)));
+                map_values.push(quote!(0u64));
             }
             _ => {
                 let t = elem_type(&a.ty);
@@ -454,13 +693,32 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 plan_types.push(quote!(Buf));
                 plan_args.push(quote!(call_checks::Buf::of::<#t>(#arg_name, #len, #ptr)));
                 launch_args.push(quote!(loader::Arg::of(&#ptr)));
+                map_values.push(quote!(#ptr));
             }
         }
     }
 
+    // A family with tensor-map instances launches through `launch_mapped`, which encodes the
+    // chosen kernel's maps from the arguments' values (and launches others as before).
+    let mapped = g
+        .members
+        .iter()
+        .any(|&i| !m.instances[i].tensor_maps.is_empty());
+    let launch = if mapped {
+        quote! {
+            let values = [#(#map_values),*];
+            #(#to_i64)*
+            unsafe { self.loader.launch_mapped(plan.kernel, stream, dims, &values, &[#(#launch_args),*]) }?;
+        }
+    } else {
+        quote! {
+            #(#to_i64)*
+            unsafe { self.loader.launch(plan.kernel, stream, dims, &[#(#launch_args),*]) }?;
+        }
+    };
     let mut methods = Vec::new();
     let what = docs::what(first);
-    let req = docs::requirements(first);
+
     let errors = [
         "",
         "# Errors",
@@ -470,12 +728,12 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
     ];
     // A method named `name` documented by `what`, `niche`, the requirements and the errors,
     // checked by the plan function of the same name.
-    let method = |name: &str, niche: Vec<String>| -> Result<TokenStream> {
+    let method = |name: &str, niche: Vec<String>, req: String| -> Result<TokenStream> {
         let f = ident(name)?;
         let mut lines = vec![what.clone(), String::new()];
         lines.extend(niche);
         lines.push(String::new());
-        lines.push(req.clone());
+        lines.push(req);
         lines.extend(errors.iter().map(|s| s.to_string()));
         let doc = doc_lines(&lines);
         Ok(quote! {
@@ -487,7 +745,11 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
     };
     let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
     if !sole {
-        methods.push(method(&g.method, docs::dispatch(g, m))?);
+        methods.push(method(
+            &g.method,
+            docs::dispatch(g, m),
+            docs::requirements(first),
+        )?);
     }
     for &i in &g.members {
         let inst = &m.instances[i];
@@ -501,7 +763,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 g.method
             )
         };
-        methods.push(method(&inst.name, vec![niche])?);
+        methods.push(method(&inst.name, vec![niche], docs::requirements(inst))?);
     }
 
     Ok(quote! {
@@ -517,7 +779,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
             /// cudarc's stream ordering: that is what makes the `unsafe` launch sound.
             fn #run(
                 &self,
-                checks: fn(u32, #(#plan_types),*) -> Result<Plan, ArgError>,
+                checks: fn(&loader::Device, #(#plan_types),*) -> Result<Plan, ArgError>,
                 stream: &::cudarc::driver::CudaStream,
                 #(#params),*
             ) -> Result<(), Error> {
@@ -525,12 +787,11 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 #(#checks)*
                 #(#lens)*
                 #(#ptrs)*
-                let plan = checks(self.loader.device().sm_count, #(#plan_args),*)?;
+                let plan = checks(&self.loader.device(), #(#plan_args),*)?;
                 let Some(dims) = plan.dims else {
                     return Ok(());
                 };
-                #(#to_i64)*
-                unsafe { self.loader.launch(plan.kernel, stream, dims, &[#(#launch_args),*]) }?;
+                #launch
                 Ok(())
             }
         }

@@ -14,17 +14,20 @@ use crate::spec::model::{Op, RowVariant};
 pub enum Family {
     /// Flat tensors of `n` elements (vector_add, fma).
     Elements,
-    /// A `rows`×`cols` tensor, one row per block (softmax, layernorm, rmsnorm).
+    /// A `rows`×`cols` tensor, one row per block (softmax, layernorm, rmsnorm, add_rmsnorm).
     Rows,
     /// Tiled matrix products (gemm).
     Gemm,
+    /// Attention: methods and checks of their own (`super::attention`).
+    Attention,
 }
 
 pub fn family(op: Op) -> Family {
     match op {
         Op::VectorAdd | Op::Fma => Family::Elements,
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm => Family::Rows,
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => Family::Rows,
         Op::Gemm => Family::Gemm,
+        Op::Attention => Family::Attention,
     }
 }
 
@@ -47,6 +50,8 @@ impl Group {
 /// The method name of an instance's group: what it computes, then the types.
 pub fn method_name(inst: &InstanceEntry) -> String {
     let mut parts: Vec<&str> = vec![inst.op.as_str()];
+    let head_dim = inst.params.head_dim.map(|d| format!("d{d}"));
+    parts.extend(head_dim.as_deref());
     if let Some(layout) = inst.params.layout {
         parts.push(layout.as_str());
     }
@@ -154,7 +159,10 @@ fn dispatch_rank(inst: &InstanceEntry) -> (u64, u32) {
         }
         GridRule::Rows { max_cols: None, .. } => (u64::MAX, 0),
         GridRule::Elements { elems_per_block } => (elems_per_block as u64, 0),
-        GridRule::Tiles { tile_m, tile_n } => (tile_m as u64 * tile_n as u64, 0),
+        GridRule::Tiles { tile_m, tile_n } | GridRule::Persistent { tile_m, tile_n, .. } => {
+            (tile_m as u64 * tile_n as u64, 0)
+        }
+        GridRule::QueryTiles { tile_q } => (tile_q as u64, 0),
     }
 }
 
@@ -185,7 +193,7 @@ pub fn role(inst: &InstanceEntry, arg: &Arg) -> Result<Role> {
         (ArgKind::Scalar, _, _) => None,
         (_, Family::Elements, "bias") => Some(Role::PerCol),
         (_, Family::Elements, _) => Some(Role::Full),
-        (_, Family::Rows, "x" | "out") => Some(Role::Full),
+        (_, Family::Rows, "x" | "out" | "r" | "h" | "y") => Some(Role::Full),
         (_, Family::Rows, "weight" | "bias") => Some(Role::PerCol),
         (_, Family::Gemm, "a") => Some(Role::Matrix("lda")),
         (_, Family::Gemm, "b") => Some(Role::Matrix("ldb")),
@@ -207,6 +215,9 @@ pub fn role(inst: &InstanceEntry, arg: &Arg) -> Result<Role> {
 }
 
 fn check_roles(inst: &InstanceEntry) -> Result<()> {
+    if family(inst.op) == Family::Attention {
+        return super::attention::check_signature(inst);
+    }
     let names: Vec<&str> = inst.args.iter().map(|a| a.name.as_str()).collect();
     for a in &inst.args {
         if let Role::Matrix(ld) = role(inst, a)? {
@@ -222,6 +233,7 @@ fn check_roles(inst: &InstanceEntry) -> Result<()> {
         Family::Elements => &["n"],
         Family::Rows => &["rows", "cols"],
         Family::Gemm => &["m", "n", "k"],
+        Family::Attention => &[],
     };
     let needs_cols = family(inst.op) == Family::Elements && names.contains(&"bias");
     for r in required.iter().chain(needs_cols.then_some(&"cols")) {

@@ -16,6 +16,7 @@
 //! kernel uses f16 or bf16, `half`. They have no inner attributes, so they can be `include!`d
 //! inside a module.
 
+mod attention;
 mod docs;
 mod emit;
 mod group;
@@ -57,7 +58,10 @@ pub fn generate(m: &Manifest, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<
     let kernels = emit::kernels_type(m);
     let methods = groups
         .iter()
-        .map(|g| emit::group_methods(m, g))
+        .map(|g| match g.family {
+            group::Family::Attention => attention::group_methods(m, g),
+            _ => emit::group_methods(m, g),
+        })
         .collect::<Result<Vec<_>>>()?;
     let plan = emit::plan_module(m, &groups)?;
     let version_check = version_check(crate::VERSION);

@@ -195,8 +195,29 @@ pub(crate) fn library_manifest(bytes: Option<&[u8]>) -> Result<Manifest, String>
         ));
     }
     // Checked before anything is emitted from it: names become identifiers, paths become
-    // `include_bytes!` arguments, text lands in comments.
-    let problems = m.problems();
+    // `include_bytes!` arguments, text lands in comments; tensor maps and persistent grids
+    // become launches that the driver encodes and sizes.
+    let mut problems = tensor_map_problems(&m);
+    problems.extend(m.problems());
+    if problems.is_empty() {
+        // A sound configuration: its maps must be the ones this tilegen derives from it (a
+        // box or swizzle the kernel does not expect would make it wait for bytes that never
+        // arrive, or write shared memory it did not reserve).
+        for (i, inst) in m.instances.iter().enumerate() {
+            let derived = crate::ops::tensor_maps(&manifest::spec_instance(inst));
+            if inst.tensor_maps != derived {
+                let json = |v: &Vec<crate::ops::TensorMap>| {
+                    crate::escape::shown_prefix(&serde_json::to_string(v).unwrap_or_default(), 600)
+                };
+                problems.push(format!(
+                    "instance {i} `{}`: `tensor_maps` {} differ from this configuration's, {}",
+                    inst.name,
+                    json(&inst.tensor_maps),
+                    json(&derived)
+                ));
+            }
+        }
+    }
     if !problems.is_empty() {
         const SHOWN: usize = 20;
         let mut msg = format!(
@@ -212,6 +233,219 @@ pub(crate) fn library_manifest(bytes: Option<&[u8]>) -> Result<Manifest, String>
         return Err(msg);
     }
     Ok(m)
+}
+
+/// Largest persistent tile side, blocks per SM and dynamic shared memory a manifest may give
+/// (sm_90: 227 KiB of shared memory per block, at most 32 resident blocks per SM).
+const MAX_PERSISTENT_TILE: u32 = 1024;
+const MAX_CTAS_PER_SM: u32 = 32;
+const MAX_SHARED_BYTES: u32 = 227 * 1024;
+
+/// What is wrong with the tensor maps and persistent grids of a manifest this process did not
+/// write, each naming the instance and field: map names are identifiers, unique and no
+/// argument's; `tensor` is a pointer argument of the instance and `dtype` its element type;
+/// `dims` (1 to 5) and `strides` (one per dim after the first) are i64 size arguments; `box`
+/// has one extent per dim, each 1..=256, its inner row a multiple of 16 bytes and within the
+/// swizzle's span; interleave needs 3 or more dims; only GEMMs have maps, and a persistent
+/// grid exactly when they do, with sane tiles, blocks per SM, threads and shared memory.
+pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
+    use crate::escape::{rust_name_problem, shown_prefix, DERIVED_NAME};
+    use crate::ops::{ArgKind, GridRule, Interleave};
+    let mut out = Vec::new();
+    for (i, inst) in m.instances.iter().enumerate() {
+        let at = format!("instance {i} `{}`", shown_prefix(&inst.name, 80));
+        let mut bad = |field: &str, msg: String| out.push(format!("{at}: `{field}` {msg}"));
+        let persistent = matches!(inst.launch.grid, GridRule::Persistent { .. });
+        if !inst.tensor_maps.is_empty() && inst.op != crate::spec::model::Op::Gemm {
+            bad(
+                "tensor_maps",
+                format!("are given for op `{}`, which takes none", inst.op),
+            );
+        }
+        if persistent == inst.tensor_maps.is_empty() {
+            bad(
+                "launch",
+                format!(
+                    "has {} grid but {} tensor maps (a persistent grid goes with tensor maps)",
+                    if persistent {
+                        "a persistent"
+                    } else {
+                        "a non-persistent"
+                    },
+                    inst.tensor_maps.len()
+                ),
+            );
+        }
+        if let GridRule::Persistent {
+            tile_m,
+            tile_n,
+            ctas_per_sm,
+        } = inst.launch.grid
+        {
+            for (what, v) in [("tile_m", tile_m), ("tile_n", tile_n)] {
+                if !(1..=MAX_PERSISTENT_TILE).contains(&v) {
+                    bad(
+                        "launch",
+                        format!("persistent {what} {v} is outside 1..={MAX_PERSISTENT_TILE}"),
+                    );
+                }
+            }
+            if !(1..=MAX_CTAS_PER_SM).contains(&ctas_per_sm) {
+                bad(
+                    "launch",
+                    format!(
+                        "persistent ctas_per_sm {ctas_per_sm} is outside 1..={MAX_CTAS_PER_SM}"
+                    ),
+                );
+            }
+        }
+        // Attention launches by query tiles, and nothing else does.
+        let query_tiles = matches!(inst.launch.grid, GridRule::QueryTiles { .. });
+        if query_tiles != (inst.op == crate::spec::model::Op::Attention) {
+            bad(
+                "launch",
+                format!(
+                    "op `{}` with grid rule {:?} (query_tiles is attention's, and only its)",
+                    inst.op, inst.launch.grid
+                ),
+            );
+        }
+        if let GridRule::QueryTiles { tile_q } = inst.launch.grid {
+            if !(16..=256).contains(&tile_q) || !tile_q.is_multiple_of(16) {
+                bad(
+                    "launch",
+                    format!("query_tiles tile_q {tile_q} is not a multiple of 16 in 16..=256"),
+                );
+            }
+        }
+        // Blocks of the persistent and query-tile rules: whole warps, shared memory a block can have.
+        if matches!(
+            inst.launch.grid,
+            GridRule::Persistent { .. } | GridRule::QueryTiles { .. }
+        ) {
+            let threads = inst.launch.threads;
+            if !(32..=1024).contains(&threads) || !threads.is_multiple_of(32) {
+                bad(
+                    "launch",
+                    format!("threads {threads} is not a whole number of warps up to 1024"),
+                );
+            }
+            if inst.launch.shared_bytes > MAX_SHARED_BYTES {
+                bad(
+                    "launch",
+                    format!(
+                        "shared_bytes {} is more than a block can have ({MAX_SHARED_BYTES})",
+                        inst.launch.shared_bytes
+                    ),
+                );
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (j, t) in inst.tensor_maps.iter().enumerate() {
+            let field = format!("tensor_maps[{j}]");
+            let mut bad = |msg: String| bad(&field, msg);
+            if let Some(p) = rust_name_problem(&t.name, DERIVED_NAME) {
+                bad(format!(
+                    "name `{}` is not a plain identifier ({p})",
+                    shown_prefix(&t.name, 80)
+                ));
+                continue;
+            }
+            if !names.insert(t.name.as_str()) || inst.args.iter().any(|a| a.name == t.name) {
+                bad(format!(
+                    "name `{}` is used twice among the kernel's parameters",
+                    t.name
+                ));
+            }
+            let arg = |name: &str| inst.args.iter().find(|a| a.name == name);
+            match arg(&t.tensor) {
+                Some(a) if a.kind != ArgKind::Scalar => {
+                    if a.ty != t.dtype.as_str() {
+                        bad(format!(
+                            "dtype {} differs from its tensor `{}`'s element type {}",
+                            t.dtype,
+                            t.tensor,
+                            shown_prefix(&a.ty, 20)
+                        ));
+                    }
+                }
+                _ => bad(format!(
+                    "tensor `{}` is not a pointer argument of the instance",
+                    shown_prefix(&t.tensor, 80)
+                )),
+            }
+            let size =
+                |name: &str| arg(name).is_some_and(|a| a.kind == ArgKind::Scalar && a.ty == "i64");
+            for (what, list) in [("dims", &t.dims), ("strides", &t.strides)] {
+                for d in list {
+                    if !size(d) {
+                        bad(format!(
+                            "{what} names `{}`, which is not a size argument of the instance",
+                            shown_prefix(d, 80)
+                        ));
+                    }
+                }
+            }
+            let rank = t.dims.len();
+            if !(1..=crate::tensor_map::MAX_RANK).contains(&rank) {
+                bad(format!(
+                    "has {rank} dims (1 to {})",
+                    crate::tensor_map::MAX_RANK
+                ));
+                continue;
+            }
+            if t.strides.len() + 1 != rank {
+                bad(format!(
+                    "has {} strides for {rank} dims (one per dim after the first)",
+                    t.strides.len()
+                ));
+            }
+            if t.box_dims.len() != rank {
+                bad(format!(
+                    "box has {} extents for {rank} dims",
+                    t.box_dims.len()
+                ));
+                continue;
+            }
+            if let Some(b) = t
+                .box_dims
+                .iter()
+                .find(|b| !(1..=crate::tensor_map::MAX_BOX).contains(*b))
+            {
+                bad(format!(
+                    "box extent {b} is outside 1..={}",
+                    crate::tensor_map::MAX_BOX
+                ));
+                continue;
+            }
+            let inner = t.box_dims[0] as u64 * t.dtype.size() as u64;
+            if t.interleave == Interleave::None {
+                if !inner.is_multiple_of(16) {
+                    bad(format!(
+                        "box's inner extent is {inner} bytes, not a multiple of 16"
+                    ));
+                }
+                let span = match t.swizzle {
+                    crate::ops::Swizzle::None => None,
+                    crate::ops::Swizzle::B32 => Some(32),
+                    crate::ops::Swizzle::B64 => Some(64),
+                    crate::ops::Swizzle::B128 => Some(128),
+                };
+                if let Some(span) = span.filter(|&s| inner > s) {
+                    bad(format!(
+                        "box's inner extent is {inner} bytes, wider than the {} swizzle's {span}",
+                        t.swizzle
+                    ));
+                }
+            } else if rank < 3 {
+                bad(format!(
+                    "interleave {} needs 3 or more dims, not {rank}",
+                    t.interleave
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// The files must be exactly `manifest.json` plus the files it lists, each file the manifest

@@ -106,7 +106,7 @@ pub struct RemoveReport {
 
 /// The user's cache folder: `$XDG_CACHE_HOME` when it is an absolute path (the XDG Base
 /// Directory spec), else `~/Library/Caches` on macOS and `~/.cache` elsewhere.
-fn user_cache_dir() -> Option<PathBuf> {
+pub(crate) fn user_cache_dir() -> Option<PathBuf> {
     let xdg = crate::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
     if let Some(dir) = xdg.filter(|d| d.is_absolute()) {
         return Some(dir);

@@ -6,25 +6,38 @@ use tilegen::error::Error;
 
 use crate::emit_json;
 
-pub fn tilegen_gpu_line() -> String {
+/// What `tilegen doctor` reports of the GPU: a line for people and fields for JSON, and
+/// whether a device opened.
+pub fn gpu_status() -> (String, serde_json::Value, bool) {
     if !tilegen::gpu::driver_present() {
-        return "GPU: no CUDA driver (libcuda.so) found".into();
+        return (
+            "GPU: no CUDA driver (libcuda.so) found".into(),
+            serde_json::json!({"driver": false, "device": null}),
+            false,
+        );
     }
+    let driver = tilegen::gpu::driver_version().map(|v| v.to_string());
     match cudarc::driver::CudaContext::new(0) {
         Ok(ctx) => {
             let cc = ctx
                 .compute_capability()
                 .map(|(a, b)| format!("sm_{a}{b}"))
                 .unwrap_or_default();
-            let driver = tilegen::gpu::driver_version()
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "?".into());
-            format!(
-                "GPU: {} ({cc}), driver CUDA {driver}",
-                ctx.name().unwrap_or_default()
+            let name = ctx.name().unwrap_or_default();
+            (
+                format!(
+                    "GPU: {name} ({cc}), driver CUDA {}",
+                    driver.as_deref().unwrap_or("?")
+                ),
+                serde_json::json!({"driver": true, "driver_cuda": driver, "device": {"name": name, "arch": cc}}),
+                true,
             )
         }
-        Err(e) => format!("GPU: driver present but no device opened: {e:?}"),
+        Err(e) => (
+            format!("GPU: driver present but no device opened: {e:?}"),
+            serde_json::json!({"driver": true, "driver_cuda": driver, "device": null, "error": format!("{e:?}")}),
+            false,
+        ),
     }
 }
 
@@ -41,7 +54,8 @@ impl Select {
             None => None,
             Some(o) => Some(tilegen::spec::Op::parse(&o).ok_or_else(|| {
                 Error::Usage(format!(
-                    "--op {o}: not an op (vector_add, fma, softmax, layernorm, rmsnorm, gemm)"
+                    "--op {o}: not an op ({})",
+                    tilegen::spec::Op::choices()
                 ))
             })?),
         };
@@ -97,6 +111,20 @@ pub fn gpu_verify(
     let (mut passed, mut failed) = (0, 0);
     for inst in &instances {
         let started = std::time::Instant::now();
+        if inst.op == tilegen::spec::Op::Attention {
+            let emit = |v: serde_json::Value| emit_json(v);
+            let verbose = tilegen::env::var_os("TILEGEN_VERBOSE").is_some();
+            let json_emit: Option<&dyn Fn(serde_json::Value)> = json.then_some(&emit);
+            let (p, f) = tilegen::gpu::attention::verify_instance(
+                &mut gpu,
+                inst,
+                max_elements,
+                &mut rng,
+                verbose,
+                json_emit,
+            );
+            (passed, failed) = (passed + p, failed + f);
+        }
         let cases = problem::verify_cases(inst)
             .into_iter()
             .filter(|c| max_elements.is_none_or(|m| problem::output_len(c.problem) <= m));
@@ -181,7 +209,19 @@ pub fn gpu_bench(
         true => Some(tilegen::gpu::cublas::Blas::new(&gpu)?),
         false => None,
     };
+    let mut attention = Vec::new();
     for inst in insts {
+        if inst.op == tilegen::spec::Op::Attention {
+            let (r, f) = tilegen::gpu::attention::bench_instance(&mut gpu, &inst, json);
+            if json {
+                for x in &r {
+                    emit_json(serde_json::json!({"event": "bench", "attention": x}));
+                }
+            }
+            attention.extend(r);
+            failures += f;
+            continue;
+        }
         let plain = bench::plain_partner(&inst, &gpu.manifest.instances).cloned();
         for p in problem::bench_cases(&inst) {
             match bench::bench_case(&mut gpu, &inst, p, ceiling, blas.as_ref(), plain.as_ref()) {
@@ -189,10 +229,13 @@ pub fn gpu_bench(
                     if json {
                         emit_json(serde_json::json!({"event": "bench", "result": r}));
                     } else if r.flops > 0 {
-                        let vs_plain = r
+                        let mut vs_plain = r
                             .vs_plain
                             .map(|v| format!("  vs plain {v:.3}"))
                             .unwrap_or_default();
+                        if let Some(us) = r.encode_us_per_map {
+                            vs_plain += &format!("  map encode {us:.2} us");
+                        }
                         println!(
                             "{:<44} {:<18} {:>10.4} {:>8.1} TFLOP/s  peer {:>8.1} ({})  ratio {:.3}{vs_plain}",
                             r.instance, r.problem.to_string(), r.median_ms, r.tflop_per_s, r.peer_value, r.peer, r.ratio
@@ -221,6 +264,10 @@ pub fn gpu_bench(
             "gpu": gpu.name, "sm": gpu.sm, "sm_count": gpu.sm_count, "copy_gb_per_s": ceiling,
             "tilegen_version": tilegen::VERSION, "results": results,
         });
+        let mut doc = doc;
+        if !attention.is_empty() {
+            doc["attention"] = serde_json::json!(attention);
+        }
         std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default())
             .map_err(|e| Error::io(path, e))?;
     }

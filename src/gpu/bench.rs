@@ -8,7 +8,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use super::cublas::Blas;
 use super::data;
 use super::problem::{self, Problem};
-use super::{call_args, call_args_from, gpu_err, launch, Gpu};
+use super::{call_args, call_args_from, gpu_err, launch, with_tensor_maps, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
 use crate::ops::ArgKind;
@@ -42,6 +42,10 @@ pub struct BenchResult {
     pub plain: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vs_plain: Option<f64>,
+    /// For a tensor-map kernel: host microseconds to check and encode one of its maps (the
+    /// bindings do it on every launch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encode_us_per_map: Option<f64>,
 }
 
 /// The library's GEMM instance that differs from `inst` only by having no epilogue.
@@ -199,18 +203,32 @@ pub fn bench_case(
         }
         buffers.push(set);
     }
-    let dims = problem::dims(inst, p).map_err(|e| crate::Error::Gpu(e.to_string()))?;
+    let sms = gpu.sm_count;
+    let dims = problem::dims(inst, p, sms).map_err(|e| crate::Error::Gpu(e.to_string()))?;
     let plain = match plain {
         Some(o) => Some((
             o,
             gpu.function(o)?,
-            problem::dims(o, p).map_err(|e| crate::Error::Gpu(e.to_string()))?,
+            problem::dims(o, p, sms).map_err(|e| crate::Error::Gpu(e.to_string()))?,
         )),
         None => None,
     };
+    // Each set's whole parameter list, tensor maps encoded once per set (the bindings encode
+    // per launch; that is host time, which the GPU spans timed here do not hold).
+    let mut kernel_args = Vec::with_capacity(sets);
+    let mut plain_args = Vec::with_capacity(sets);
+    for set in &buffers {
+        kernel_args.push(with_tensor_maps(gpu, inst, call_args(inst, p, set))?);
+        if let Some((o, ..)) = &plain {
+            let args = call_args_from(o, p, inst, set).ok_or_else(|| {
+                crate::Error::Gpu(format!("{}: arguments do not match {}", o.name, inst.name))
+            })?;
+            plain_args.push(with_tensor_maps(gpu, o, args)?);
+        }
+    }
+    let encode_us_per_map = encode_cost(gpu, inst, &buffers[0], p)?;
     let gpu = &*gpu;
-    let mut run_kernel =
-        |run: usize| launch(gpu, &f, dims, &call_args(inst, p, &buffers[run % sets]));
+    let mut run_kernel = |run: usize| launch(gpu, &f, dims, &kernel_args[run % sets]);
     let mut plain_ms = None;
     let (median_ms, min_ms, peer, peer_value, ratio) = match (p, blas) {
         (Problem::Gemm { m, n, k }, Some(blas)) => {
@@ -245,16 +263,7 @@ pub fn bench_case(
                 None => blas.gemm(gpu, inst, (m, n, k), a, b, &mut d, inst.out_dtype, tf32),
             };
             let mut run_plain = |run: usize| match &plain {
-                Some((o, pf, pdims)) => {
-                    let args =
-                        call_args_from(o, p, inst, &buffers[run % sets]).ok_or_else(|| {
-                            crate::Error::Gpu(format!(
-                                "{}: arguments do not match {}",
-                                o.name, inst.name
-                            ))
-                        })?;
-                    launch(gpu, pf, *pdims, &args)
-                }
+                Some((_, pf, pdims)) => launch(gpu, pf, *pdims, &plain_args[run % sets]),
                 None => Ok(()),
             };
             let mut bodies: Vec<&mut dyn FnMut(usize) -> Result<()>> =
@@ -311,5 +320,32 @@ pub fn bench_case(
         ratio,
         plain: plain_ms.and(plain.map(|(o, ..)| o.name.clone())),
         vs_plain: plain_ms.map(|t| t / median_ms),
+        encode_us_per_map,
     })
+}
+
+/// Host microseconds to check and encode one tensor map (`cuTensorMapEncodeTiled`), what the
+/// bindings' launcher adds to every launch: the median over 21 rounds of 100 encodings of all
+/// the instance's maps for this problem; None without maps.
+fn encode_cost(
+    gpu: &mut Gpu,
+    inst: &InstanceEntry,
+    set: &[Option<CudaSlice<u8>>],
+    p: Problem,
+) -> Result<Option<f64>> {
+    if inst.tensor_maps.is_empty() {
+        return Ok(None);
+    }
+    let rules = gpu.map_rules(inst)?;
+    let values = super::map_values(gpu, &call_args(inst, p, set));
+    let mut samples = Vec::with_capacity(21);
+    for _ in 0..21 {
+        let start = std::time::Instant::now();
+        for _ in 0..100 {
+            std::hint::black_box(super::encode_maps(inst, rules, &values)?);
+        }
+        samples.push(start.elapsed().as_secs_f64() * 1e6 / (100 * inst.tensor_maps.len()) as f64);
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    Ok(Some(samples[samples.len() / 2]))
 }

@@ -2,6 +2,7 @@
 //! `tilegen bench`. Buffers are untyped bytes; the manifest's signature says what each
 //! argument is, and `problem` says how big each buffer must be for a given shape.
 
+pub mod attention;
 pub mod bench;
 pub mod cublas;
 pub mod data;
@@ -34,6 +35,7 @@ pub struct Gpu {
     pub lib_dir: PathBuf,
     pub manifest: Manifest,
     functions: HashMap<String, CudaFunction>,
+    map_rules: HashMap<String, &'static [crate::tensor_map::TensorMapRule]>,
 }
 
 pub fn gpu_err(what: &str, e: impl std::fmt::Debug) -> Error {
@@ -93,7 +95,21 @@ impl Gpu {
             lib_dir: lib_dir.to_path_buf(),
             manifest,
             functions: HashMap::new(),
+            map_rules: HashMap::new(),
         })
+    }
+
+    /// An instance's tensor-map rules ([`tensor_map_rules`]), made once.
+    pub fn map_rules(
+        &mut self,
+        inst: &InstanceEntry,
+    ) -> Result<&'static [crate::tensor_map::TensorMapRule]> {
+        if let Some(r) = self.map_rules.get(&inst.name) {
+            return Ok(r);
+        }
+        let r = tensor_map_rules(inst)?;
+        self.map_rules.insert(inst.name.clone(), r);
+        Ok(r)
     }
 
     /// The binary of an instance that runs here, chosen exactly as the generated bindings
@@ -239,6 +255,153 @@ pub enum ArgValue<'a> {
     View(cudarc::driver::CudaView<'a, u8>),
     I64(i64),
     F32(f32),
+    /// An encoded tensor map (TMA descriptor), passed by value.
+    Map(Box<crate::loader::TensorMap>),
+}
+
+impl ArgValue<'_> {
+    /// The value a tensor map's rule reads: a buffer's device address, a size; 0 otherwise.
+    fn map_value(&self, gpu: &Gpu) -> u64 {
+        use cudarc::driver::DevicePtr;
+        match self {
+            ArgValue::Buf(s) => s.device_ptr(&gpu.stream).0,
+            ArgValue::View(v) => v.device_ptr(&gpu.stream).0,
+            ArgValue::I64(v) => *v as u64,
+            ArgValue::F32(_) | ArgValue::Map(_) => 0,
+        }
+    }
+}
+
+/// The runtime's rules for an instance's tensor maps, from its manifest entry, with argument
+/// names resolved to indices into its `args`: what the generated bindings' table holds.
+/// Leaked once per instance (a verify or bench process holds a bounded number of them).
+pub fn tensor_map_rules(
+    inst: &InstanceEntry,
+) -> Result<&'static [crate::tensor_map::TensorMapRule]> {
+    use crate::ops::{Interleave as I, L2Promotion as L, OobFill as O, Swizzle as S};
+    use crate::tensor_map as tm;
+    let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
+    let arg = |map: &str, name: &str, pointer: bool| -> Result<tm::SizeArg> {
+        inst.args
+            .iter()
+            .position(|a| {
+                a.name == name
+                    && (a.kind != crate::ops::ArgKind::Scalar) == pointer
+                    && (pointer || a.ty == "i64")
+            })
+            .map(|i| tm::SizeArg {
+                arg: i,
+                name: leak(name),
+            })
+            .ok_or_else(|| {
+                Error::Gpu(format!(
+                    "{}: tensor map `{map}` names `{name}`, which is not a {} argument",
+                    inst.name,
+                    if pointer { "pointer" } else { "size" }
+                ))
+            })
+    };
+    let mut rules = Vec::new();
+    for t in &inst.tensor_maps {
+        let sizes = |names: &[String]| -> Result<&'static [tm::SizeArg]> {
+            let v = names
+                .iter()
+                .map(|n| arg(&t.name, n, false))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Box::leak(v.into_boxed_slice()))
+        };
+        rules.push(tm::TensorMapRule {
+            name: leak(&t.name),
+            tensor: arg(&t.name, &t.tensor, true)?,
+            dtype: match t.dtype {
+                crate::spec::model::DType::F16 => tm::MapDtype::F16,
+                crate::spec::model::DType::Bf16 => tm::MapDtype::Bf16,
+                crate::spec::model::DType::F32 => tm::MapDtype::F32,
+            },
+            dims: sizes(&t.dims)?,
+            strides: sizes(&t.strides)?,
+            box_dims: Box::leak(t.box_dims.clone().into_boxed_slice()),
+            swizzle: match t.swizzle {
+                S::None => tm::Swizzle::None,
+                S::B32 => tm::Swizzle::B32,
+                S::B64 => tm::Swizzle::B64,
+                S::B128 => tm::Swizzle::B128,
+            },
+            interleave: match t.interleave {
+                I::None => tm::Interleave::None,
+                I::B16 => tm::Interleave::B16,
+                I::B32 => tm::Interleave::B32,
+            },
+            l2_promotion: match t.l2_promotion {
+                L::None => tm::L2Promotion::None,
+                L::B64 => tm::L2Promotion::B64,
+                L::B128 => tm::L2Promotion::B128,
+                L::B256 => tm::L2Promotion::B256,
+            },
+            oob_fill: match t.oob_fill {
+                O::Zero => tm::OobFill::Zero,
+                O::Nan => tm::OobFill::Nan,
+            },
+        });
+    }
+    Ok(Box::leak(rules.into_boxed_slice()))
+}
+
+/// `args` (an instance's arguments in manifest order) with its tensor maps, encoded from
+/// those arguments' values as the manifest describes, in front: the kernel's whole parameter
+/// list. Unchanged for an instance without maps.
+pub fn with_tensor_maps<'a>(
+    gpu: &mut Gpu,
+    inst: &InstanceEntry,
+    args: Vec<ArgValue<'a>>,
+) -> Result<Vec<ArgValue<'a>>> {
+    if inst.tensor_maps.is_empty() {
+        return Ok(args);
+    }
+    // An older driver lacks cuTensorMapEncodeTiled (cudarc would panic looking it up).
+    if driver_version().is_none_or(|v| v < crate::tensor_map::MIN_DRIVER) {
+        return Err(Error::Gpu(format!(
+            "{}: its tensor maps need a driver for CUDA {} or newer",
+            inst.name,
+            crate::tensor_map::MIN_DRIVER
+        )));
+    }
+    let rules = gpu.map_rules(inst)?;
+    let values = map_values(gpu, &args);
+    let mut out: Vec<ArgValue<'a>> = encode_maps(inst, rules, &values)?
+        .into_iter()
+        .map(|m| ArgValue::Map(Box::new(m)))
+        .collect();
+    out.extend(args);
+    Ok(out)
+}
+
+/// Every argument's value as a tensor map's rule reads it.
+pub fn map_values(gpu: &Gpu, args: &[ArgValue]) -> Vec<u64> {
+    args.iter().map(|a| a.map_value(gpu)).collect()
+}
+
+/// Checks and encodes `rules` for a call whose argument values are `values`: what the
+/// bindings' launcher does on every launch.
+pub fn encode_maps(
+    inst: &InstanceEntry,
+    rules: &[crate::tensor_map::TensorMapRule],
+    values: &[u64],
+) -> Result<Vec<crate::loader::TensorMap>> {
+    rules
+        .iter()
+        .map(|r| {
+            let tiled = r
+                .resolve(values)
+                .map_err(|e| Error::Gpu(format!("{}: tensor map `{}`: {e}", inst.name, r.name)))?;
+            crate::loader::encode_tensor_map(&tiled).map_err(|e| {
+                gpu_err(
+                    &format!("{}: encoding tensor map `{}`", inst.name, r.name),
+                    e,
+                )
+            })
+        })
+        .collect()
 }
 
 /// The argument list of one call: buffers (one per pointer argument, None for scalars) and
@@ -309,6 +472,9 @@ pub fn launch(gpu: &Gpu, f: &CudaFunction, dims: LaunchDims, args: &[ArgValue]) 
             }
             ArgValue::F32(v) => {
                 b.arg(v);
+            }
+            ArgValue::Map(m) => {
+                b.arg(m.as_ref());
             }
         }
     }

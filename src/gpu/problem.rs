@@ -91,8 +91,44 @@ pub fn scalar(inst: &InstanceEntry, arg: &str, p: Problem) -> f64 {
     }
 }
 
-/// Launch geometry for the problem, with the instance's dynamic shared memory.
-pub fn dims(inst: &InstanceEntry, p: Problem) -> Result<LaunchDims, launch_rules::ArgError> {
+/// Leading dimensions of a GEMM case whose matrices are stored with padded rows: each row
+/// rounded up to whole 16-byte vectors, plus `pad` elements (so any M, N, K is aligned, and
+/// `ld` is larger than the row when `pad` > 0). `(lda, ldb, ldd)`; `ldc` is `ldd`.
+pub fn gemm_ld_padded(inst: &InstanceEntry, m: u64, n: u64, k: u64, pad: u64) -> (u64, u64, u64) {
+    let layout = inst.params.layout.unwrap_or(Layout::Nn);
+    let (vi, vo) = (
+        inst.dtype.per_16_bytes() as u64,
+        inst.out_dtype.per_16_bytes() as u64,
+    );
+    let row_a = if layout.a_transposed() { m } else { k };
+    let row_b = if layout.b_transposed() { k } else { n };
+    (
+        row_a.next_multiple_of(vi) + pad * vi,
+        row_b.next_multiple_of(vi) + pad * vi,
+        n.next_multiple_of(vo) + pad * vo,
+    )
+}
+
+/// A GEMM operand's stored shape for a problem: (rows, row length) as laid out in memory
+/// (a transposed operand's rows are its columns in the math).
+pub fn gemm_stored(inst: &InstanceEntry, arg: &str, m: u64, n: u64, k: u64) -> (u64, u64) {
+    let layout = inst.params.layout.unwrap_or(Layout::Nn);
+    match arg {
+        "a" if layout.a_transposed() => (k, m),
+        "a" => (m, k),
+        "b" if layout.b_transposed() => (n, k),
+        "b" => (k, n),
+        _ => (m, n),
+    }
+}
+
+/// Launch geometry for the problem, with the instance's dynamic shared memory, on a device
+/// of `sm_count` SMs (persistent grids are sized by it).
+pub fn dims(
+    inst: &InstanceEntry,
+    p: Problem,
+    sm_count: u32,
+) -> Result<LaunchDims, launch_rules::ArgError> {
     let threads = inst.launch.threads;
     let dims = match (&inst.launch.grid, p) {
         (GridRule::Elements { elems_per_block }, Problem::Elements { n, .. }) => {
@@ -104,6 +140,23 @@ pub fn dims(inst: &InstanceEntry, p: Problem) -> Result<LaunchDims, launch_rules
         (GridRule::Tiles { tile_m, tile_n }, Problem::Gemm { m, n, .. }) => {
             launch_rules::tiles_dims(m, n, *tile_m, *tile_n, threads, inst.launch.shared_bytes)
         }
+        (
+            GridRule::Persistent {
+                tile_m,
+                tile_n,
+                ctas_per_sm,
+            },
+            Problem::Gemm { m, n, .. },
+        ) => launch_rules::persistent_dims(
+            m,
+            n,
+            *tile_m,
+            *tile_n,
+            *ctas_per_sm,
+            sm_count,
+            threads,
+            inst.launch.shared_bytes,
+        ),
         _ => Err(launch_rules::ArgError::NoInstance {
             op: "matching",
             reason: "for this problem kind",
@@ -121,7 +174,15 @@ pub fn fits(inst: &InstanceEntry, p: Problem) -> bool {
         (GridRule::Rows { max_cols, .. }, Problem::Rows { cols, .. }) => {
             max_cols.is_none_or(|m| cols <= m as u64)
         }
-        (GridRule::Tiles { .. }, Problem::Gemm { k, n, m }) => {
+        // Tensor maps have no empty dims: a TMA GEMM takes k ≥ 1; its stores write whole
+        // 16-byte chunks at the right edge: n in whole vectors (dispatch runs another).
+        (GridRule::Persistent { .. }, Problem::Gemm { k: 0, .. }) => false,
+        (GridRule::Persistent { .. }, Problem::Gemm { n, .. })
+            if !n.is_multiple_of(inst.out_dtype.per_16_bytes() as u64) =>
+        {
+            false
+        }
+        (GridRule::Tiles { .. } | GridRule::Persistent { .. }, Problem::Gemm { k, n, m }) => {
             // Vector loads need leading dimensions in whole 16-byte vectors.
             let v = inst.dtype.per_16_bytes() as u64;
             let (lda, ldb, ldd) = gemm_ld(inst, m, n, k);
@@ -168,6 +229,18 @@ pub struct Case {
     pub numerics: Numerics,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grid_cap: Option<u32>,
+    /// GEMM: matrices stored with padded rows ([`gemm_ld_padded`]: rows rounded up to whole
+    /// vectors plus this many vectors); the padding holds NaN, which must not reach the output,
+    /// and the output's padding must stay unwritten.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ld_pad: Option<u64>,
+    /// Bytes every buffer starts past a 256-byte boundary (16-byte aligned, not 128-byte).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub offset: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Case {
@@ -176,6 +249,8 @@ impl Case {
             problem,
             numerics: Numerics::Typical,
             grid_cap: None,
+            ld_pad: None,
+            offset: 0,
         }
     }
 }
@@ -188,6 +263,12 @@ impl std::fmt::Display for Case {
         }
         if let Some(g) = self.grid_cap {
             write!(f, " grid<={g}")?;
+        }
+        if let Some(p) = self.ld_pad {
+            write!(f, " ld+{p}v")?;
+        }
+        if self.offset > 0 {
+            write!(f, " @+{}", self.offset)?;
         }
         Ok(())
     }
@@ -217,9 +298,8 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Case> {
                 continue;
             }
             out.push(Case {
-                problem: p,
                 numerics,
-                grid_cap: None,
+                ..Case::typical(p)
             });
         }
     };
@@ -351,15 +431,66 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Case> {
                 &[Numerics::Outliers, Numerics::Subnormal],
             );
         }
+        GridRule::Persistent { tile_m, tile_n, .. } => {
+            // Stored with padded rows, so any M, N and K is aligned: 1, tile edges ±1, K off
+            // the 64-wide k block, primes; ld larger than the row (padding of NaN); pointers
+            // 16-byte but not 128-byte aligned; grids capped so every block walks several
+            // tiles; 1024³ against the CPU, 2056×3080×2048 against cuBLAS.
+            let (tm, tn) = (*tile_m as u64, *tile_n as u64);
+            // N in whole 16-byte vectors of output (the instance's requirement); M and K any.
+            let vo = inst.out_dtype.per_16_bytes() as u64;
+            let gemm = |m, n: u64, k| Problem::Gemm {
+                m,
+                n: n.next_multiple_of(vo),
+                k,
+            };
+            let case = |p, ld_pad, offset, grid_cap| Case {
+                ld_pad: Some(ld_pad),
+                offset,
+                grid_cap,
+                ..Case::typical(p)
+            };
+            for (p, pad, offset, cap) in [
+                (gemm(1, 1, 1), 0, 0, None),
+                (gemm(1, 8, 8), 1, 16, None),
+                (gemm(tm - 1, tn + 1, 63), 0, 16, None),
+                (gemm(tm + 1, tn - 1, 65), 1, 48, None),
+                (gemm(tm, tn, 64), 0, 0, None),
+                (gemm(97, 131, 257), 1, 16, None),
+                (gemm(2 * tm + 3, 3 * tn + 5, 199), 2, 80, None),
+                (gemm(2 * tm + 3, 3 * tn + 5, 199), 0, 0, Some(2)),
+                (gemm(509, 521, 1031), 1, 112, Some(3)),
+                (gemm(300, 520, 4104), 1, 16, None),
+                (gemm(1024, 1024, 1024), 0, 0, None),
+                (gemm(2056, 3080, 2048), 0, 16, None), // against cuBLAS
+            ] {
+                out.push(case(p, pad, offset, cap));
+            }
+            for numerics in [Numerics::Outliers, Numerics::Subnormal] {
+                out.push(Case {
+                    numerics,
+                    ..case(gemm(tm + 7, tn - 3, 64 + 9), 1, 16, None)
+                });
+            }
+        }
+        // Attention's cases have strides and sequence lists of their own: gpu::attention.
+        GridRule::QueryTiles { .. } => {}
     }
-    out.retain(|c| fits(inst, c.problem));
+    out.retain(|c| fits(inst, c.problem) || c.ld_pad.is_some() && fits_padded(inst, c.problem));
     out.dedup();
     out
+}
+
+/// Padded GEMM cases fit any TMA GEMM with k ≥ 1 and n in whole output vectors.
+fn fits_padded(inst: &InstanceEntry, p: Problem) -> bool {
+    matches!(p, Problem::Gemm { m, n, k } if m > 0 && k > 0
+        && n > 0 && n.is_multiple_of(inst.out_dtype.per_16_bytes() as u64))
 }
 
 /// Shapes `bench` times (the sizes named in the project's goals).
 pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
     let out: Vec<Problem> = match inst.op {
+        Op::Attention => Vec::new(), // gpu::attention::bench_shapes
         Op::VectorAdd | Op::Fma => {
             let cols = if inst.epilogue.contains(&Epilogue::Bias) {
                 4096
@@ -368,7 +499,7 @@ pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
             };
             vec![Problem::Elements { n: 1 << 28, cols }]
         }
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm => vec![
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => vec![
             Problem::Rows {
                 rows: 32768,
                 cols: 4096,
@@ -383,6 +514,16 @@ pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
             },
         ],
         Op::Gemm => vec![
+            Problem::Gemm {
+                m: 1024,
+                n: 1024,
+                k: 1024,
+            },
+            Problem::Gemm {
+                m: 2048,
+                n: 2048,
+                k: 2048,
+            },
             Problem::Gemm {
                 m: 4096,
                 n: 4096,
@@ -411,6 +552,16 @@ pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
             Problem::Gemm {
                 m: 128,
                 n: 4096,
+                k: 4096,
+            },
+            Problem::Gemm {
+                m: 16,
+                n: 11008,
+                k: 4096,
+            },
+            Problem::Gemm {
+                m: 128,
+                n: 11008,
                 k: 4096,
             },
         ],

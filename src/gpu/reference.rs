@@ -166,6 +166,28 @@ pub fn compute(inst: &InstanceEntry, p: Problem, inp: &Inputs) -> Result<Expecte
                 });
             ex
         }
+        (Op::AddRmsNorm, Problem::Rows { rows, cols }) => {
+            let (x, r) = (get("x")?, get("r")?);
+            let (c, len) = (cols as usize, (rows * cols) as usize);
+            // h as the kernel writes it: x + r in f32, rounded to the dtype; y is the norm of
+            // that rounded h. Expected: h exactly, then y (the kernel's outputs in order).
+            let sums: Vec<f32> = x.iter().zip(r).map(|(a, b)| (a + b) as f32).collect();
+            let h = super::data::from_values(inst.dtype, &sums).values;
+            let mut ex = Expected::with_len(2 * len);
+            let (hv, yv) = ex.values.split_at_mut(len);
+            let (he, ye) = ex.err.split_at_mut(len);
+            for (((hv, he), a), b) in hv.iter_mut().zip(he.iter_mut()).zip(x).zip(r) {
+                *hv = a + b;
+                *he = U32 * hv.abs();
+            }
+            let depth = row_sum_depth(c, inst.launch.threads);
+            let weight = opt("weight");
+            yv.par_chunks_mut(c.max(1))
+                .zip(ye.par_chunks_mut(c.max(1)))
+                .zip(h.par_chunks(c.max(1)))
+                .for_each(|((o, e), row)| rmsnorm_row(row, weight, o, e, depth));
+            ex
+        }
         (Op::Gemm, Problem::Gemm { m, n, k }) => {
             let (a, b) = (get("a")?, get("b")?);
             let (lda, ldb, _) = problem::gemm_ld(inst, m, n, k);

@@ -70,14 +70,17 @@ struct Guarded {
 }
 
 impl Guarded {
-    fn new(gpu: &Gpu, data: Option<&[u8]>, len: usize) -> Result<Guarded> {
-        let guard = guard_bytes(len);
+    /// `offset` more bytes of guard before the buffer (16-byte aligned starts that are not
+    /// 128-byte aligned); `guard` is then the whole head.
+    fn new(gpu: &Gpu, data: Option<&[u8]>, len: usize, offset: usize) -> Result<Guarded> {
+        let tail = guard_bytes(len);
+        let guard = tail + offset;
         let mut bytes = vec![GUARD; guard];
         match data {
             Some(d) => bytes.extend_from_slice(d),
             None => bytes.resize(guard + len, POISON),
         }
-        bytes.resize(2 * guard + len, GUARD);
+        bytes.resize(guard + len + tail, GUARD);
         let whole = gpu.upload(&bytes)?;
         Ok(Guarded {
             whole,
@@ -126,8 +129,8 @@ impl Guarded {
 fn typical_range(op: Op, arg: &str) -> (f32, f32) {
     match (op, arg) {
         (Op::Softmax, _) => (-8.0, 8.0),
-        (Op::LayerNorm | Op::RmsNorm, "x") => (-1.0, 3.0),
-        (Op::LayerNorm | Op::RmsNorm, "weight") => (0.5, 1.5),
+        (Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm, "x") => (-1.0, 3.0),
+        (Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm, "weight") => (0.5, 1.5),
         (Op::Gemm, _) => (-1.0, 1.0),
         _ => (-2.0, 2.0),
     }
@@ -154,7 +157,9 @@ fn input_values(
     let len = problem::buffer_len(inst, arg, case.problem) as usize;
     let (lo, hi) = typical_range(inst.op, arg);
     let mut v: Vec<f32> = (0..len).map(|_| rng.random_range(lo..hi)).collect();
-    let main = matches!(arg, "x" | "a") || inst.op == Op::VectorAdd;
+    let main = matches!(arg, "x" | "a")
+        || inst.op == Op::VectorAdd
+        || (inst.op == Op::AddRmsNorm && arg == "r");
     if !main || v.is_empty() {
         return v;
     }
@@ -255,6 +260,53 @@ pub fn run_case(gpu: &mut Gpu, inst: &InstanceEntry, case: Case, rng: &mut impl 
     res
 }
 
+/// How a GEMM case with padded rows ([`Case::ld_pad`]) stores matrix `arg`: rows, bytes of a
+/// row and bytes between rows; None for a dense case or a non-matrix argument.
+fn padded_layout(inst: &InstanceEntry, case: &Case, arg: &str, ty: &str) -> Option<[usize; 3]> {
+    let pad = case.ld_pad?;
+    let Problem::Gemm { m, n, k } = case.problem else {
+        return None;
+    };
+    if !matches!(arg, "a" | "b" | "c" | "d") {
+        return None;
+    }
+    let (lda, ldb, ldd) = problem::gemm_ld_padded(inst, m, n, k, pad);
+    let ld = match arg {
+        "a" => lda,
+        "b" => ldb,
+        _ => ldd,
+    };
+    let (rows, cols) = problem::gemm_stored(inst, arg, m, n, k);
+    let es = data::dtype_of(ty).size() as usize;
+    Some([rows as usize, cols as usize * es, ld as usize * es])
+}
+
+/// Dense rows spread to padded ones; the padding holds NaN (POISON), which a kernel that
+/// reads it carries into its output.
+fn scatter(dense: &[u8], [rows, row, ld]: [usize; 3]) -> Vec<u8> {
+    let mut out = vec![POISON; rows * ld];
+    for r in 0..rows {
+        out[r * ld..r * ld + row].copy_from_slice(&dense[r * row..(r + 1) * row]);
+    }
+    out
+}
+
+/// Padded output rows back to dense ones; the padding must be as it was (unwritten).
+fn gather(bytes: &[u8], [rows, row, ld]: [usize; 3], name: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(rows * row);
+    for r in 0..rows {
+        let line = &bytes[r * ld..(r + 1) * ld];
+        if let Some(i) = line[row..].iter().position(|&b| b != POISON) {
+            return Err(format!(
+                "`{name}` written in the padding of row {r}, byte {} past the row's {row}",
+                i
+            ));
+        }
+        out.extend_from_slice(&line[..row]);
+    }
+    Ok(out)
+}
+
 fn try_case(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
@@ -265,22 +317,33 @@ fn try_case(
     let f = gpu.function(inst).map_err(|e| e.to_string())?;
     let (inputs, hosts) = case_inputs(inst, case, rng);
     let mut bufs: Vec<Option<Guarded>> = Vec::new();
+    let offset = case.offset as usize;
     for (a, host) in inst.args.iter().zip(&hosts) {
+        let layout = padded_layout(inst, case, &a.name, &a.ty);
         let g = match a.kind {
             ArgKind::In => {
                 let t = host.as_ref().expect("inputs have host data");
-                Some(Guarded::new(gpu, Some(&t.bytes), t.bytes.len()))
+                let bytes = match layout {
+                    Some(l) => scatter(&t.bytes, l),
+                    None => t.bytes.clone(),
+                };
+                Some(Guarded::new(gpu, Some(&bytes), bytes.len(), offset))
             }
             ArgKind::Out => {
-                let len = problem::buffer_len(inst, &a.name, p) as usize
-                    * data::dtype_of(&a.ty).size() as usize;
-                Some(Guarded::new(gpu, None, len))
+                let len = match layout {
+                    Some([rows, _, ld]) => rows * ld,
+                    None => {
+                        problem::buffer_len(inst, &a.name, p) as usize
+                            * data::dtype_of(&a.ty).size() as usize
+                    }
+                };
+                Some(Guarded::new(gpu, None, len, offset))
             }
             ArgKind::Scalar => None,
         };
         bufs.push(g.transpose().map_err(|e| e.to_string())?);
     }
-    let args = call_args_with(inst, p, |name, kind| {
+    let mut args = call_args_with(inst, p, |name, kind| {
         let i = inst
             .args
             .iter()
@@ -288,7 +351,20 @@ fn try_case(
         bufs[i].as_ref().map(Guarded::view)
     })
     .ok_or("a pointer argument has no buffer")?;
-    let mut dims = problem::dims(inst, p).map_err(|e| e.to_string())?;
+    if let (Some(pad), Problem::Gemm { m, n, k }) = (case.ld_pad, p) {
+        let (lda, ldb, ldd) = problem::gemm_ld_padded(inst, m, n, k, pad);
+        for (a, v) in inst.args.iter().zip(args.iter_mut()) {
+            let ld = match a.name.as_str() {
+                "lda" => lda,
+                "ldb" => ldb,
+                "ldc" | "ldd" => ldd,
+                _ => continue,
+            };
+            *v = ArgValue::I64(ld as i64);
+        }
+    }
+    let args = super::with_tensor_maps(gpu, inst, args).map_err(|e| e.to_string())?;
+    let mut dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| e.to_string())?;
     if let Some(cap) = case.grid_cap {
         dims.grid.0 = dims.grid.0.min(cap);
     }
@@ -299,9 +375,17 @@ fn try_case(
     let mut out = None;
     for (a, g) in inst.args.iter().zip(&bufs) {
         if let Some(g) = g {
-            let bytes = g.check(gpu, &a.name)?;
+            let mut bytes = g.check(gpu, &a.name)?;
+            if let Some(l) = padded_layout(inst, case, &a.name, &a.ty) {
+                if a.kind == ArgKind::Out {
+                    bytes = gather(&bytes, l, &a.name)?;
+                }
+            }
             if a.kind == ArgKind::Out {
-                out = Some(data::decode(data::dtype_of(&a.ty), &bytes));
+                // Several outputs (add_rmsnorm's h and y): one after another, in signature
+                // order, as the reference gives them.
+                out.get_or_insert_with(Vec::new)
+                    .extend(data::decode(data::dtype_of(&a.ty), &bytes));
             }
         }
     }

@@ -6,8 +6,8 @@
 //! threads split the tile copies) is derived here once, in `Plan`, so that the launch's
 //! dynamic shared memory and the kernel's own layout cannot disagree.
 
-use super::{is_pow2_in, Arg, Field, GridRule, Launch, OpInfo};
-use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
+use super::{gemm_sm90, is_pow2_in, Arg, Field, GridRule, Launch, OpInfo, TensorMap};
+use crate::spec::model::{Arch, DType, Engine, Epilogue, Instance, Layout, Params};
 
 pub static GEMM: OpInfo = OpInfo {
     template: "gemm.cu",
@@ -20,6 +20,7 @@ pub static GEMM: OpInfo = OpInfo {
         Field::Tf32,
         Field::OutDtype,
         Field::Epilogue,
+        Field::Engine,
     ],
     epilogues: &[
         Epilogue::Scale,
@@ -50,12 +51,44 @@ const MAX_FRAGMENT_REGS: u32 = 192;
 const EPI_PAD: u32 = 8;
 
 pub fn defaults(p: &mut Params) {
+    // The default engine is never stored: instances that do not ask for one keep their
+    // names and config hashes.
+    if p.engine == Some(Engine::MmaSync) {
+        p.engine = None;
+    }
+    if wgmma(p) {
+        gemm_sm90::defaults(p);
+        return;
+    }
     p.tile.get_or_insert([128, 128, 32]);
     p.warp.get_or_insert([64, 64]);
     // `stages` is left unset when the spec gives none: its default depends on the path
     // (tensor cores or SIMT), which depends on the dtype, which is not known here.
     p.layout.get_or_insert(Layout::Nn);
     p.tf32.get_or_insert(false);
+}
+
+/// True when the parameters ask for the sm_90a wgmma engine.
+pub fn wgmma(p: &Params) -> bool {
+    p.engine == Some(Engine::Wgmma)
+}
+
+/// The template that renders the instance.
+pub fn template(inst: &Instance) -> &'static str {
+    if wgmma(&inst.params) {
+        "gemm_sm90.cu"
+    } else {
+        GEMM.template
+    }
+}
+
+/// The instance's tensor-map parameters (wgmma engine only).
+pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
+    if wgmma(&inst.params) {
+        gemm_sm90::tensor_maps(inst)
+    } else {
+        Vec::new()
+    }
 }
 
 /// True when the instance runs on tensor cores.
@@ -237,6 +270,9 @@ impl Plan {
 }
 
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
+    if wgmma(&inst.params) {
+        return gemm_sm90::check(inst);
+    }
     let mut out = Vec::new();
     let [tm, tn, tk] = inst.params.tile.unwrap_or([128, 128, 32]);
     let [wm, wn] = inst.params.warp.unwrap_or([64, 64]);
@@ -387,6 +423,9 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
 }
 
 pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
+    if inst.op == crate::spec::model::Op::Gemm && wgmma(&inst.params) {
+        return gemm_sm90::arch_problem(arch);
+    }
     (inst.op == crate::spec::model::Op::Gemm && arch.sm() < 80).then(|| {
         format!("gemm uses cp.async and mma.sync m16n8k16, which need sm_80+; {arch} lacks them")
     })
@@ -431,6 +470,9 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
 /// - Buffers hold at least (rows - 1) * ld + row length elements; `bias` holds N.
 /// - `d` overlaps no input (`a`, `b`, `bias`, `c`): every pointer is `__restrict__`.
 pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
+    if wgmma(&inst.params) {
+        return gemm_sm90::runtime_requirements(inst);
+    }
     let plan = Plan::new(inst);
     let [tm, tn, _] = plan.tile;
     let in_vec = inst.dtype.per_16_bytes();
@@ -473,7 +515,20 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
             inst.out_dtype
         ),
         format!("layout {layout}: {a_desc}, {a_ld}; {b_desc}, {b_ld}"),
-        format!("D{} is M x N row-major, ldd >= N{}", if has_c { " (and C)" } else { "" }, if has_c { ", ldc >= N" } else { "" }),
+    ];
+    r.extend(output_requirements(has_bias, has_c));
+    r
+}
+
+/// The requirements on D (and C), the buffers' lengths and aliasing, the same for both GEMM
+/// engines.
+pub(super) fn output_requirements(has_bias: bool, has_c: bool) -> Vec<String> {
+    let mut r = vec![
+        format!(
+            "D{} is M x N row-major, ldd >= N{}",
+            if has_c { " (and C)" } else { "" },
+            if has_c { ", ldc >= N" } else { "" }
+        ),
         "each matrix buffer holds at least (rows - 1) * ld + (row length) elements".to_string(),
     ];
     if has_bias {
@@ -492,6 +547,9 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
 }
 
 pub fn launch(inst: &Instance) -> Launch {
+    if wgmma(&inst.params) {
+        return gemm_sm90::launch(inst);
+    }
     let plan = Plan::new(inst);
     Launch {
         threads: plan.threads,
@@ -504,6 +562,9 @@ pub fn launch(inst: &Instance) -> Launch {
 }
 
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
+    if wgmma(&inst.params) {
+        return gemm_sm90::template_values(inst);
+    }
     let plan = Plan::new(inst);
     let [tm, tn, tk] = plan.tile;
     let [wm, wn] = plan.warp;

@@ -2,13 +2,18 @@
 //! is launched. The spec layer asks here which fields an op takes; the renderer, the manifest
 //! and the bindings ask here for the signature and the launch rule.
 
+pub mod attention;
 mod elementwise;
 pub mod gemm;
+pub mod gemm_sm90;
 mod rows;
+pub mod tma;
+
+pub use tma::{Interleave, L2Promotion, OobFill, Swizzle, TensorMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::model::{Arch, DType, Epilogue, Instance, Op, Params};
+use crate::spec::model::{Arch, DType, Engine, Epilogue, Instance, Op, Params};
 
 /// Kernel fields a spec may give (besides name, op, dtype, archs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,6 +29,11 @@ pub enum Field {
     Tf32,
     OutDtype,
     Epilogue,
+    Engine,
+    HeadDim,
+    Causal,
+    TileQ,
+    TileKv,
 }
 
 impl Field {
@@ -39,6 +49,11 @@ impl Field {
         Field::Tf32,
         Field::OutDtype,
         Field::Epilogue,
+        Field::Engine,
+        Field::HeadDim,
+        Field::Causal,
+        Field::TileQ,
+        Field::TileKv,
     ];
     pub fn key(self) -> &'static str {
         match self {
@@ -53,6 +68,11 @@ impl Field {
             Field::Tf32 => "tf32",
             Field::OutDtype => "out_dtype",
             Field::Epilogue => "epilogue",
+            Field::Engine => "engine",
+            Field::HeadDim => "head_dim",
+            Field::Causal => "causal",
+            Field::TileQ => "tile_q",
+            Field::TileKv => "tile_kv",
         }
     }
     pub fn from_key(key: &str) -> Option<Field> {
@@ -76,7 +96,9 @@ pub fn info(op: Op) -> &'static OpInfo {
         Op::Softmax => &rows::SOFTMAX,
         Op::LayerNorm => &rows::LAYERNORM,
         Op::RmsNorm => &rows::RMSNORM,
+        Op::AddRmsNorm => &rows::ADD_RMSNORM,
         Op::Gemm => &gemm::GEMM,
+        Op::Attention => &attention::ATTENTION,
     }
 }
 
@@ -84,8 +106,9 @@ pub fn info(op: Op) -> &'static OpInfo {
 pub fn apply_defaults(op: Op, params: &mut Params) {
     match op {
         Op::VectorAdd | Op::Fma => elementwise::defaults(params),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::defaults(op, params),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::defaults(op, params),
         Op::Gemm => gemm::defaults(params),
+        Op::Attention => attention::defaults(params),
     }
 }
 
@@ -94,8 +117,9 @@ pub fn apply_defaults(op: Op, params: &mut Params) {
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let mut problems = match inst.op {
         Op::VectorAdd | Op::Fma => elementwise::check(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::check(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::check(inst),
         Op::Gemm => gemm::check(inst),
+        Op::Attention => attention::check(inst),
     };
     let threads = launch(inst).threads;
     if threads > 1024 {
@@ -122,6 +146,7 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
 fn shared_memory_field(op: Op) -> Field {
     match op {
         Op::Gemm => Field::Stages,
+        Op::Attention => Field::TileKv,
         _ => Field::Block,
     }
 }
@@ -130,6 +155,9 @@ fn shared_memory_field(op: Op) -> Field {
 pub fn name_suffix(inst: &Instance) -> String {
     let p = &inst.params;
     let mut s = String::new();
+    if inst.op == Op::Attention {
+        s += &attention::name_suffix(p);
+    }
     if let Some(v) = p.variant {
         s += &format!("_{v}");
     }
@@ -154,7 +182,18 @@ pub fn name_suffix(inst: &Instance) -> String {
     if p.tf32 == Some(true) {
         s += "_tf32";
     }
+    if let Some(e) = p.engine.filter(|&e| e != Engine::MmaSync) {
+        s += &format!("_{e}");
+    }
     s
+}
+
+/// The template (under `templates/`) that renders the instance.
+pub fn template(inst: &Instance) -> &'static str {
+    match inst.op {
+        Op::Gemm => gemm::template(inst),
+        op => info(op).template,
+    }
 }
 
 /// How a kernel argument is passed.
@@ -222,8 +261,9 @@ impl Arg {
 pub fn signature(inst: &Instance) -> Vec<Arg> {
     match inst.op {
         Op::VectorAdd | Op::Fma => elementwise::signature(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::signature(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::signature(inst),
         Op::Gemm => gemm::signature(inst),
+        Op::Attention => attention::signature(inst),
     }
 }
 
@@ -240,6 +280,16 @@ pub enum GridRule {
     },
     /// One block per `tile_m`×`tile_n` output tile, in a grouped order.
     Tiles { tile_m: u32, tile_n: u32 },
+    /// Persistent: `min(ceil(M/tile_m) * ceil(N/tile_n), sm_count * ctas_per_sm)` blocks,
+    /// each looping over the output tiles.
+    Persistent {
+        tile_m: u32,
+        tile_n: u32,
+        ctas_per_sm: u32,
+    },
+    /// Attention: grid `(ceil(seq_q / tile_q), heads_q, batch)`, `seq_q` the longest query
+    /// sequence (varlen: blocks past their sequence's end return at once).
+    QueryTiles { tile_q: u32 },
 }
 
 /// Launch geometry of an instance.
@@ -254,8 +304,18 @@ pub struct Launch {
 pub fn launch(inst: &Instance) -> Launch {
     match inst.op {
         Op::VectorAdd | Op::Fma => elementwise::launch(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::launch(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::launch(inst),
         Op::Gemm => gemm::launch(inst),
+        Op::Attention => attention::launch(inst),
+    }
+}
+
+/// The instance's tensor-map parameters, in kernel-parameter order (they come before the
+/// `signature` arguments); empty for kernels without TMA.
+pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
+    match inst.op {
+        Op::Gemm => gemm::tensor_maps(inst),
+        _ => Vec::new(),
     }
 }
 
@@ -263,7 +323,8 @@ pub fn launch(inst: &Instance) -> Launch {
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     match inst.op {
         Op::Gemm => gemm::template_values(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm => rows::template_values(inst),
+        Op::Attention => attention::template_values(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::template_values(inst),
         _ => Vec::new(),
     }
 }
@@ -287,6 +348,18 @@ pub(crate) fn pow2_problem(field: Field, v: u32, lo: u32, hi: u32) -> Option<(Fi
 pub fn arch_problems(inst: &Instance) -> Vec<(Arch, String)> {
     let mut out = Vec::new();
     for &arch in &inst.archs {
+        if arch.sm() < crate::nvrtc::OLDEST_TARGET_SM {
+            out.push((
+                arch,
+                format!(
+                    "{arch} is not a target of NVRTC {} (the release tilegen pins; CUDA 13 dropped \
+                     Volta): use sm_{} or newer",
+                    crate::provision::pinned_release(),
+                    crate::nvrtc::OLDEST_TARGET_SM
+                ),
+            ));
+            continue;
+        }
         for dt in [inst.dtype, inst.out_dtype] {
             if arch.sm() < dt.min_sm() {
                 out.push((
@@ -295,8 +368,9 @@ pub fn arch_problems(inst: &Instance) -> Vec<(Arch, String)> {
                 ));
             }
         }
-        if let Some(reason) =
-            gemm::arch_problem(inst, arch).or_else(|| rows::arch_problem(inst, arch))
+        if let Some(reason) = gemm::arch_problem(inst, arch)
+            .or_else(|| rows::arch_problem(inst, arch))
+            .or_else(|| attention::arch_problem(inst, arch))
         {
             out.push((arch, reason));
         }

@@ -1,6 +1,7 @@
-//! Row ops over a rows×cols tensor: softmax, layernorm, rmsnorm. One block per row; the
-//! one-pass form keeps the whole row in registers (`block`×`items` 16-byte vectors, so it
-//! reads and writes each element once), the online softmax streams rows of any length.
+//! Row ops over a rows×cols tensor: softmax, layernorm, rmsnorm, and add_rmsnorm (a residual
+//! add written out, then rmsnorm of it). One block per row; the one-pass form keeps the whole
+//! row in registers (`block`×`items` 16-byte vectors, so it reads and writes each element
+//! once), the online softmax streams rows of any length.
 
 use super::{pow2_problem, Arg, Field, GridRule, Launch, OpInfo};
 use crate::spec::model::{Arch, DType, Instance, Op, Params, RowVariant};
@@ -31,6 +32,15 @@ pub static LAYERNORM: OpInfo = OpInfo {
 };
 
 pub static RMSNORM: OpInfo = OpInfo {
+    template: "norm.cu",
+    dtypes: ALL_DTYPES,
+    fields: NORM_FIELDS,
+    epilogues: &[],
+};
+
+/// `h = x + r` (written, rounded to the dtype), then `y = rmsnorm(h) · weight` from that
+/// rounded `h`, as the next layer reads it back.
+pub static ADD_RMSNORM: OpInfo = OpInfo {
     template: "norm.cu",
     dtypes: ALL_DTYPES,
     fields: NORM_FIELDS,
@@ -89,7 +99,7 @@ fn hoisted_registers(inst: &Instance) -> u32 {
     }
     let per_item = match inst.op {
         Op::LayerNorm => 8,
-        Op::RmsNorm => 4,
+        Op::RmsNorm | Op::AddRmsNorm => 4,
         _ => return 0,
     };
     let regs = per_item * inst.params.items.unwrap_or(1);
@@ -109,11 +119,36 @@ fn hoisted_registers(inst: &Instance) -> u32 {
 /// registers needs its values as f32 plus ~32 (long register rows: none left).
 fn prefetch_budget(inst: &Instance) -> u32 {
     let own = if inst.params.variant == Some(RowVariant::Staged) {
-        48
+        // add_rmsnorm holds its row of r as loaded (4 per vector) while x's row is staged.
+        48 + residual_registers(inst)
     } else {
         values_per_thread(inst) + 32
     };
     register_cap(inst).saturating_sub(own)
+}
+
+/// Registers a staged add_rmsnorm thread holds its vectors of r in (see `residual_ahead`).
+fn residual_registers(inst: &Instance) -> u32 {
+    4 * residual_ahead(inst)
+}
+
+/// How many 16-byte vectors of r an add_rmsnorm thread has in flight (0 for other ops): the
+/// first ones are asked for with x's row (before waiting on a staged row), and each one used
+/// asks for the next. As many as the register cap leaves beside the row's own work (a staged
+/// row ~48 registers, a row in registers its values plus ~16), at least one: holding all of
+/// r as well spilled (f32 1024×8 in registers: 170 bytes, 0.62 of the copy on the H200; staged
+/// f32 1024×8 with all 8 ahead: 44 bytes, 0.73 against 0.745 with 4).
+fn residual_ahead(inst: &Instance) -> u32 {
+    if inst.op != Op::AddRmsNorm {
+        return 0;
+    }
+    let own = if inst.params.variant == Some(RowVariant::Staged) {
+        48
+    } else {
+        values_per_thread(inst) + 16
+    };
+    let items = inst.params.items.unwrap_or(1);
+    (register_cap(inst).saturating_sub(own) / 4).clamp(1, items)
 }
 
 /// Registers per thread that `min_blocks` blocks per SM leave (allocated 8 at a time).
@@ -205,16 +240,24 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
 pub fn signature(inst: &Instance) -> Vec<Arg> {
     let t = inst.dtype;
     let mut args = vec![Arg::input("x", t)];
+    if inst.op == Op::AddRmsNorm {
+        args.push(Arg::input("r", t));
+    }
     let affine = inst.params.affine == Some(true);
     match inst.op {
         Op::LayerNorm if affine => {
             args.push(Arg::input("weight", t));
             args.push(Arg::input("bias", t));
         }
-        Op::RmsNorm if affine => args.push(Arg::input("weight", t)),
+        Op::RmsNorm | Op::AddRmsNorm if affine => args.push(Arg::input("weight", t)),
         _ => {}
     }
-    args.push(Arg::output("out", t));
+    if inst.op == Op::AddRmsNorm {
+        args.push(Arg::output("h", t));
+        args.push(Arg::output("y", t));
+    } else {
+        args.push(Arg::output("out", t));
+    }
     args.push(Arg::scalar("rows", "i64"));
     args.push(Arg::scalar("cols", "i64"));
     if inst.op != Op::Softmax {
@@ -271,7 +314,8 @@ pub fn min_blocks(inst: &Instance) -> u32 {
             // to load) fits 40 registers even at 64 values per thread: 1536 threads (42
             // registers), i.e. three 512-thread blocks of 64 KiB rows. Weight held across rows
             // comes on top.
-            let threads = if values > 16 && inst.op != Op::Softmax {
+            // add_rmsnorm also holds its row of r: 64 registers at any length.
+            let threads = if (values > 16 && inst.op != Op::Softmax) || inst.op == Op::AddRmsNorm {
                 1024
             } else {
                 1536
@@ -305,6 +349,8 @@ const L2_AHEAD_BYTES: u32 = 2 << 20;
 fn l2_ahead_bytes(inst: &Instance) -> u32 {
     if ring(inst) || inst.params.variant == Some(RowVariant::Online) {
         0
+    } else if inst.op == Op::AddRmsNorm {
+        L2_AHEAD_BYTES / 2 // each of x and r: as many bytes ahead in all
     } else {
         L2_AHEAD_BYTES
     }
@@ -317,6 +363,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("l2_ahead_bytes", l2_ahead_bytes(inst).into()),
         ("stages", stages(inst).into()),
         ("rows_per_block", rows_per_block(inst).into()),
+        ("residual_ahead", residual_ahead(inst).into()),
         (
             "weights",
             match weights {
@@ -455,6 +502,25 @@ mod tests {
         assert_eq!(l2_ahead_bytes(&online), 0);
         online.params.variant = Some(RowVariant::OnePass);
         assert_eq!(l2_ahead_bytes(&online), L2_AHEAD_BYTES);
+    }
+
+    #[test]
+    fn add_rmsnorm_keeps_r_in_flight_and_writes_h_and_y() {
+        // As many vectors of r as the register cap leaves: a staged row (64 registers, ~48
+        // its own) 4; a row in registers (f32 1024×8: 32 values + 16) 4.
+        assert_eq!(
+            residual_ahead(&staged(Op::AddRmsNorm, DType::F32, 1024, 8, None)),
+            4
+        );
+        let mut onepass = staged(Op::AddRmsNorm, DType::F32, 1024, 8, None);
+        onepass.params.variant = Some(RowVariant::OnePass);
+        assert_eq!(residual_ahead(&onepass), 4);
+        assert_eq!(
+            residual_ahead(&staged(Op::RmsNorm, DType::F32, 1024, 8, None)),
+            0
+        );
+        let names: Vec<String> = signature(&onepass).into_iter().map(|a| a.name).collect();
+        assert_eq!(names, ["x", "r", "weight", "h", "y", "rows", "cols", "eps"]);
     }
 
     #[test]

@@ -111,6 +111,8 @@ keyword_enum!(
         LayerNorm = "layernorm",
         RmsNorm = "rmsnorm",
         Gemm = "gemm",
+        AddRmsNorm = "add_rmsnorm",
+        Attention = "attention",
     }
 );
 
@@ -138,6 +140,13 @@ keyword_enum!(
     /// GEMM operand layouts: first letter A, second B; n = row-major (not transposed),
     /// t = column-major (transposed), BLAS-style.
     Layout { Nn = "nn", Nt = "nt", Tn = "tn", Tt = "tt" }
+);
+
+keyword_enum!(
+    /// How a GEMM computes on tensor cores: `mma_sync` (warp-level mma.sync from cp.async
+    /// stages, every arch from sm_80) or `wgmma` (sm_90a only: TMA loads, warpgroup MMA,
+    /// warp-specialized persistent blocks).
+    Engine { MmaSync = "mma_sync", Wgmma = "wgmma" }
 );
 
 impl Layout {
@@ -180,6 +189,22 @@ pub struct Params {
     /// f32 GEMM on TF32 tensor cores instead of the SIMT path.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tf32: Option<bool>,
+    /// GEMM engine; unset means `mma_sync` (the default is never stored, so instances that
+    /// do not ask for an engine keep their names and hashes).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub engine: Option<Engine>,
+    /// Attention: the head dimension of q, k, v and o.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub head_dim: Option<u32>,
+    /// Attention: bottom-right aligned causal mask.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub causal: Option<bool>,
+    /// Attention: query rows per block.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tile_q: Option<u32>,
+    /// Attention: keys per K/V tile.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tile_kv: Option<u32>,
 }
 
 /// Where an instance came from, for headers and messages.

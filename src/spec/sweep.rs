@@ -45,11 +45,23 @@ pub struct KernelPlan<'n> {
     layouts: Vec<Choice<'n, Option<Layout>>>,
     affines: Vec<Choice<'n, Option<bool>>>,
     tf32s: Vec<Choice<'n, Option<bool>>>,
+    engines: Vec<Choice<'n, Option<Engine>>>,
     tiles: Vec<Choice<'n, Option<[u32; 3]>>>,
     warps: Vec<Choice<'n, Option<[u32; 2]>>>,
     epilogues: Vec<Choice<'n, Vec<Epilogue>>>,
+    /// Attention's fields, every combination of their sweeps (one entry when none is given).
+    attn: Vec<AttnChoice<'n>>,
     arch_nodes: Vec<(Arch, Option<&'n Node>)>,
     pub count: usize,
+}
+
+/// One combination of attention's fields.
+#[derive(Clone)]
+struct AttnChoice<'n> {
+    head_dim: Choice<'n, Option<u32>>,
+    causal: Choice<'n, Option<bool>>,
+    tile_q: Choice<'n, Option<u32>>,
+    tile_kv: Choice<'n, Option<u32>>,
 }
 
 impl KernelPlan<'_> {
@@ -372,12 +384,21 @@ impl<'a> FileContext<'a> {
         });
         let affines = self.optional_sweep(get("affine"), "affine", |c, n| c.boolean(n, "affine"));
         let tf32s = self.optional_sweep(get("tf32"), "tf32", |c, n| c.boolean(n, "tf32"));
+        let engines = self.optional_sweep(get("engine"), "engine", |c, n| {
+            c.keyword(n, "engine", Engine::parse, Engine::choices)
+        });
         let tiles = self.optional_sweep_of_lists(get("tile"), "tile", |c, n| {
             c.int_array::<3>(n, "tile", "[m, n, k]")
         });
         let warps = self.optional_sweep_of_lists(get("warp"), "warp", |c, n| {
             c.int_array::<2>(n, "warp", "[m, n]")
         });
+        let head_dims =
+            self.optional_sweep(get("head_dim"), "head_dim", |c, n| c.integer(n, "head_dim"));
+        let causals = self.optional_sweep(get("causal"), "causal", |c, n| c.boolean(n, "causal"));
+        let tile_qs = self.optional_sweep(get("tile_q"), "tile_q", |c, n| c.integer(n, "tile_q"));
+        let tile_kvs =
+            self.optional_sweep(get("tile_kv"), "tile_kv", |c, n| c.integer(n, "tile_kv"));
         let epilogues = match get("epilogue") {
             Some(v) => self.epilogues(v, op, info.epilogues),
             None => vec![Choice {
@@ -401,9 +422,14 @@ impl<'a> FileContext<'a> {
             layouts.len(),
             affines.len(),
             tf32s.len(),
+            engines.len(),
             tiles.len(),
             warps.len(),
             epilogues.len(),
+            head_dims.len(),
+            causals.len(),
+            tile_qs.len(),
+            tile_kvs.len(),
         ];
         let total = counts.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n));
         if total.is_none_or(|t| t > MAX_INSTANCES_PER_KERNEL) {
@@ -423,6 +449,22 @@ impl<'a> FileContext<'a> {
             );
             return None;
         }
+        // Bounded by the check above.
+        let mut attn = Vec::new();
+        for hd in &head_dims {
+            for ca in &causals {
+                for tq in &tile_qs {
+                    for tk in &tile_kvs {
+                        attn.push(AttnChoice {
+                            head_dim: hd.clone(),
+                            causal: ca.clone(),
+                            tile_q: tq.clone(),
+                            tile_kv: tk.clone(),
+                        });
+                    }
+                }
+            }
+        }
         Some(KernelPlan {
             entry,
             fields,
@@ -437,9 +479,11 @@ impl<'a> FileContext<'a> {
             layouts,
             affines,
             tf32s,
+            engines,
             tiles,
             warps,
             epilogues,
+            attn,
             arch_nodes,
             count: total.unwrap_or(usize::MAX),
         })
@@ -462,9 +506,11 @@ impl<'a> FileContext<'a> {
             ref layouts,
             ref affines,
             ref tf32s,
+            ref engines,
             ref tiles,
             ref warps,
             ref epilogues,
+            ref attn,
             ref arch_nodes,
             count: _,
         } = *plan;
@@ -491,100 +537,129 @@ impl<'a> FileContext<'a> {
                                 for la in layouts {
                                     for af in affines {
                                         for tf in tf32s {
-                                            for ti in tiles {
-                                                for wa in warps {
-                                                    for ep in epilogues {
-                                                        let mut params = Params {
-                                                            block: bl.value,
-                                                            items: it.value,
-                                                            variant: va.value,
-                                                            affine: af.value,
-                                                            tile: ti.value,
-                                                            warp: wa.value,
-                                                            stages: st.value,
-                                                            layout: la.value,
-                                                            tf32: tf.value,
-                                                        };
-                                                        ops::apply_defaults(op, &mut params);
-                                                        let mut inst = Instance {
-                                                            name: String::new(),
-                                                            op,
-                                                            dtype: dt.value,
-                                                            out_dtype: od.value.unwrap_or(dt.value),
-                                                            params,
-                                                            epilogue: ep.value.clone(),
-                                                            archs: archs.clone(),
-                                                            origin: origin.clone(),
-                                                        };
-                                                        inst.name = instance_name(
-                                                            name,
-                                                            &inst,
-                                                            epilogue_swept,
-                                                        );
-                                                        let node_of = |f: Field| -> &Node {
-                                                            let n = match f {
-                                                                Field::Block => bl.node,
-                                                                Field::Items => it.node,
-                                                                Field::Stages => st.node,
-                                                                Field::Variant => va.node,
-                                                                Field::Layout => la.node,
-                                                                Field::Affine => af.node,
-                                                                Field::Tf32 => tf.node,
-                                                                Field::Tile => ti.node,
-                                                                Field::Warp => wa.node,
-                                                                Field::OutDtype => od.node,
-                                                                Field::Epilogue => ep.node,
-                                                            };
-                                                            n.or(get(f.key())).unwrap_or(entry)
-                                                        };
-                                                        let mut bad = false;
-                                                        for (field, msg) in ops::check(&inst) {
-                                                            bad = true;
-                                                            let n = node_of(field);
-                                                            if reported
-                                                                .insert((n.mark, msg.clone()))
-                                                            {
-                                                                self.error(
-                                                                    n,
-                                                                    format!("{}: {msg}", inst.name),
-                                                                );
-                                                            }
-                                                        }
-                                                        for (arch, msg) in ops::arch_problems(&inst)
+                                            for en in engines {
+                                                for ti in tiles {
+                                                    for wa in warps {
+                                                        for (ep, at) in
+                                                            epilogues.iter().flat_map(|ep| {
+                                                                attn.iter().map(move |at| (ep, at))
+                                                            })
                                                         {
-                                                            bad = true;
-                                                            // A dtype the arch lacks points at the
-                                                            // dtype; anything else the op needs
-                                                            // from newer hardware, at the arch.
-                                                            let lacks = |d: DType| {
-                                                                msg.starts_with(&format!(
-                                                                    "{d} needs sm_"
-                                                                ))
+                                                            let mut params = Params {
+                                                                block: bl.value,
+                                                                items: it.value,
+                                                                variant: va.value,
+                                                                affine: af.value,
+                                                                tile: ti.value,
+                                                                warp: wa.value,
+                                                                stages: st.value,
+                                                                layout: la.value,
+                                                                tf32: tf.value,
+                                                                engine: en.value,
+                                                                head_dim: at.head_dim.value,
+                                                                causal: at.causal.value,
+                                                                tile_q: at.tile_q.value,
+                                                                tile_kv: at.tile_kv.value,
                                                             };
-                                                            let n = if lacks(inst.dtype) {
-                                                                dt.node
-                                                            } else if lacks(inst.out_dtype) {
-                                                                od.node
-                                                                    .or(get("out_dtype"))
-                                                                    .or(dt.node)
-                                                            } else {
-                                                                arch_nodes
-                                                                    .iter()
-                                                                    .find(|(a, _)| *a == arch)
-                                                                    .and_then(|(_, n)| *n)
+                                                            ops::apply_defaults(op, &mut params);
+                                                            let mut inst = Instance {
+                                                                name: String::new(),
+                                                                op,
+                                                                dtype: dt.value,
+                                                                out_dtype: od
+                                                                    .value
+                                                                    .unwrap_or(dt.value),
+                                                                params,
+                                                                epilogue: ep.value.clone(),
+                                                                archs: archs.clone(),
+                                                                origin: origin.clone(),
+                                                            };
+                                                            inst.name = instance_name(
+                                                                name,
+                                                                &inst,
+                                                                epilogue_swept,
+                                                            );
+                                                            let node_of = |f: Field| -> &Node {
+                                                                let n = match f {
+                                                                    Field::Block => bl.node,
+                                                                    Field::Items => it.node,
+                                                                    Field::Stages => st.node,
+                                                                    Field::Variant => va.node,
+                                                                    Field::Layout => la.node,
+                                                                    Field::Affine => af.node,
+                                                                    Field::Tf32 => tf.node,
+                                                                    Field::Tile => ti.node,
+                                                                    Field::Warp => wa.node,
+                                                                    Field::OutDtype => od.node,
+                                                                    Field::Epilogue => ep.node,
+                                                                    Field::Engine => en.node,
+                                                                    Field::HeadDim => {
+                                                                        at.head_dim.node
+                                                                    }
+                                                                    Field::Causal => at.causal.node,
+                                                                    Field::TileQ => at.tile_q.node,
+                                                                    Field::TileKv => {
+                                                                        at.tile_kv.node
+                                                                    }
+                                                                };
+                                                                n.or(get(f.key())).unwrap_or(entry)
+                                                            };
+                                                            let mut bad = false;
+                                                            for (field, msg) in ops::check(&inst) {
+                                                                bad = true;
+                                                                let n = node_of(field);
+                                                                if reported
+                                                                    .insert((n.mark, msg.clone()))
+                                                                {
+                                                                    self.error(
+                                                                        n,
+                                                                        format!(
+                                                                            "{}: {msg}",
+                                                                            inst.name
+                                                                        ),
+                                                                    );
+                                                                }
                                                             }
-                                                            .unwrap_or(entry);
-                                                            if reported
-                                                                .insert((n.mark, msg.clone()))
+                                                            for (arch, msg) in
+                                                                ops::arch_problems(&inst)
                                                             {
-                                                                self.error(
-                                                                    n,
-                                                                    format!("{}: {msg}", inst.name),
-                                                                );
+                                                                bad = true;
+                                                                // A dtype the arch lacks points at the
+                                                                // dtype; anything else the op needs
+                                                                // from newer hardware, at the arch.
+                                                                let lacks = |d: DType| {
+                                                                    msg.starts_with(&format!(
+                                                                        "{d} needs sm_"
+                                                                    ))
+                                                                };
+                                                                let n = if lacks(inst.dtype) {
+                                                                    dt.node
+                                                                } else if lacks(inst.out_dtype) {
+                                                                    od.node
+                                                                        .or(get("out_dtype"))
+                                                                        .or(dt.node)
+                                                                } else {
+                                                                    arch_nodes
+                                                                        .iter()
+                                                                        .find(|(a, _)| *a == arch)
+                                                                        .and_then(|(_, n)| *n)
+                                                                }
+                                                                .unwrap_or(entry);
+                                                                if reported
+                                                                    .insert((n.mark, msg.clone()))
+                                                                {
+                                                                    self.error(
+                                                                        n,
+                                                                        format!(
+                                                                            "{}: {msg}",
+                                                                            inst.name
+                                                                        ),
+                                                                    );
+                                                                }
                                                             }
-                                                        }
-                                                        if !bad {
-                                                            out.push((inst, name_node.mark));
+                                                            if !bad {
+                                                                out.push((inst, name_node.mark));
+                                                            }
                                                         }
                                                     }
                                                 }

@@ -4,7 +4,7 @@
 // dtype, plus one per kernel). Needs `tilegen-runtime`, `cudarc` (its driver API) and `half`.
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 61cf16268b5ca63b
+// content sha256 f864bd7bc5d1faa6
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -387,7 +387,16 @@ impl Kernels {
     /// cudarc's stream ordering: that is what makes the `unsafe` launch sound.
     fn run_fma_bias_gelu_bf16(
         &self,
-        checks: fn(u32, Buf, Buf, Buf, Buf, Buf, usize, usize) -> Result<Plan, ArgError>,
+        checks: fn(
+            &loader::Device,
+            Buf,
+            Buf,
+            Buf,
+            Buf,
+            Buf,
+            usize,
+            usize,
+        ) -> Result<Plan, ArgError>,
         stream: &::cudarc::driver::CudaStream,
         x: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
         w: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
@@ -414,7 +423,7 @@ impl Kernels {
         let (bias_ptr, _bias_sync) = bias.device_ptr(stream);
         let (out_ptr, _out_sync) = out.device_ptr_mut(stream);
         let plan = checks(
-            self.loader.device().sm_count,
+            &self.loader.device(),
             call_checks::Buf::of::<::half::bf16>("x", x_len, x_ptr),
             call_checks::Buf::of::<::half::bf16>("w", w_len, w_ptr),
             call_checks::Buf::of::<::half::bf16>("b", b_len, b_ptr),
@@ -572,7 +581,7 @@ impl Kernels {
     fn run_gemm_nn_bf16(
         &self,
         checks: fn(
-            u32,
+            &loader::Device,
             Buf,
             Buf,
             Buf,
@@ -605,7 +614,7 @@ impl Kernels {
         let (b_ptr, _b_sync) = b.device_ptr(stream);
         let (d_ptr, _d_sync) = d.device_ptr_mut(stream);
         let plan = checks(
-            self.loader.device().sm_count,
+            &self.loader.device(),
             call_checks::Buf::of::<::half::bf16>("a", a_len, a_ptr),
             call_checks::Buf::of::<::half::bf16>("b", b_len, b_ptr),
             call_checks::Buf::of::<::half::bf16>("d", d_len, d_ptr),
@@ -748,7 +757,7 @@ impl Kernels {
     fn run_gemm_nn_scale_bias_gelu_residual_bf16(
         &self,
         checks: fn(
-            u32,
+            &loader::Device,
             Buf,
             Buf,
             Buf,
@@ -794,7 +803,7 @@ impl Kernels {
         let (c_ptr, _c_sync) = c.device_ptr(stream);
         let (d_ptr, _d_sync) = d.device_ptr_mut(stream);
         let plan = checks(
-            self.loader.device().sm_count,
+            &self.loader.device(),
             call_checks::Buf::of::<::half::bf16>("a", a_len, a_ptr),
             call_checks::Buf::of::<::half::bf16>("b", b_len, b_ptr),
             call_checks::Buf::of::<::half::bf16>("bias", bias_len, bias_ptr),
@@ -920,7 +929,15 @@ impl Kernels {
     /// cudarc's stream ordering: that is what makes the `unsafe` launch sound.
     fn run_layernorm_f16(
         &self,
-        checks: fn(u32, Buf, Buf, Buf, Buf, usize, usize) -> Result<Plan, ArgError>,
+        checks: fn(
+            &loader::Device,
+            Buf,
+            Buf,
+            Buf,
+            Buf,
+            usize,
+            usize,
+        ) -> Result<Plan, ArgError>,
         stream: &::cudarc::driver::CudaStream,
         x: &impl ::cudarc::driver::DevicePtr<::half::f16>,
         weight: &impl ::cudarc::driver::DevicePtr<::half::f16>,
@@ -944,7 +961,7 @@ impl Kernels {
         let (bias_ptr, _bias_sync) = bias.device_ptr(stream);
         let (out_ptr, _out_sync) = out.device_ptr_mut(stream);
         let plan = checks(
-            self.loader.device().sm_count,
+            &self.loader.device(),
             call_checks::Buf::of::<::half::f16>("x", x_len, x_ptr),
             call_checks::Buf::of::<::half::f16>("weight", weight_len, weight_ptr),
             call_checks::Buf::of::<::half::f16>("bias", bias_len, bias_ptr),
@@ -1045,7 +1062,7 @@ impl Kernels {
     /// cudarc's stream ordering: that is what makes the `unsafe` launch sound.
     fn run_layernorm_noaffine_f16(
         &self,
-        checks: fn(u32, Buf, Buf, usize, usize) -> Result<Plan, ArgError>,
+        checks: fn(&loader::Device, Buf, Buf, usize, usize) -> Result<Plan, ArgError>,
         stream: &::cudarc::driver::CudaStream,
         x: &impl ::cudarc::driver::DevicePtr<::half::f16>,
         out: &mut impl ::cudarc::driver::DevicePtrMut<::half::f16>,
@@ -1061,7 +1078,7 @@ impl Kernels {
         let (x_ptr, _x_sync) = x.device_ptr(stream);
         let (out_ptr, _out_sync) = out.device_ptr_mut(stream);
         let plan = checks(
-            self.loader.device().sm_count,
+            &self.loader.device(),
             call_checks::Buf::of::<::half::f16>("x", x_len, x_ptr),
             call_checks::Buf::of::<::half::f16>("out", out_len, out_ptr),
             rows,
@@ -1204,7 +1221,7 @@ impl Kernels {
     /// cudarc's stream ordering: that is what makes the `unsafe` launch sound.
     fn run_softmax_f32(
         &self,
-        checks: fn(u32, Buf, Buf, usize, usize) -> Result<Plan, ArgError>,
+        checks: fn(&loader::Device, Buf, Buf, usize, usize) -> Result<Plan, ArgError>,
         stream: &::cudarc::driver::CudaStream,
         x: &impl ::cudarc::driver::DevicePtr<f32>,
         out: &mut impl ::cudarc::driver::DevicePtrMut<f32>,
@@ -1219,7 +1236,7 @@ impl Kernels {
         let (x_ptr, _x_sync) = x.device_ptr(stream);
         let (out_ptr, _out_sync) = out.device_ptr_mut(stream);
         let plan = checks(
-            self.loader.device().sm_count,
+            &self.loader.device(),
             call_checks::Buf::of::<f32>("x", x_len, x_ptr),
             call_checks::Buf::of::<f32>("out", out_len, out_ptr),
             rows,
@@ -1319,7 +1336,7 @@ impl Kernels {
     /// cudarc's stream ordering: that is what makes the `unsafe` launch sound.
     fn run_vector_add_f32(
         &self,
-        checks: fn(u32, Buf, Buf, Buf, usize) -> Result<Plan, ArgError>,
+        checks: fn(&loader::Device, Buf, Buf, Buf, usize) -> Result<Plan, ArgError>,
         stream: &::cudarc::driver::CudaStream,
         a: &impl ::cudarc::driver::DevicePtr<f32>,
         b: &impl ::cudarc::driver::DevicePtr<f32>,
@@ -1337,7 +1354,7 @@ impl Kernels {
         let (b_ptr, _b_sync) = b.device_ptr(stream);
         let (out_ptr, _out_sync) = out.device_ptr_mut(stream);
         let plan = checks(
-            self.loader.device().sm_count,
+            &self.loader.device(),
             call_checks::Buf::of::<f32>("a", a_len, a_ptr),
             call_checks::Buf::of::<f32>("b", b_len, b_ptr),
             call_checks::Buf::of::<f32>("out", out_len, out_ptr),
@@ -1366,14 +1383,16 @@ impl Kernels {
 }
 /// The checks every method runs before it launches, as pure functions of lengths,
 /// device addresses and sizes (no GPU needed): which kernel a call would launch with
-/// which geometry, or why it is refused. `sm_count` is the device's SM count.
+/// which geometry, or why it is refused. `device` is what [`super::Kernels::device`]
+/// reads (compute capability, SM count, driver version): tests pass made-up ones.
 #[allow(dead_code, unused_imports, clippy::too_many_arguments)]
 pub mod plan {
     use ::tilegen_runtime::call_checks::{self, Buf, GemmCall, GemmNeeds, Matrix, Plan};
     use ::tilegen_runtime::launch_rules::{ArgError, LaunchDims};
+    use ::tilegen_runtime::loader::Device;
     /// Checks a [`super::Kernels::fma_bias_gelu_bf16`] call and picks its instance.
     pub fn fma_bias_gelu_bf16(
-        sm_count: u32,
+        device: &Device,
         x: Buf,
         w: Buf,
         b: Buf,
@@ -1382,11 +1401,11 @@ pub mod plan {
         n: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
-        bias_gelu_bf16_b256_i4(sm_count, x, w, b, bias, out, n, cols)
+        bias_gelu_bf16_b256_i4(device, x, w, b, bias, out, n, cols)
     }
     /// Checks a [`super::Kernels::bias_gelu_bf16_b256_i4`] call.
     pub fn bias_gelu_bf16_b256_i4(
-        _sm_count: u32,
+        _device: &Device,
         x: Buf,
         w: Buf,
         b: Buf,
@@ -1401,7 +1420,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::gemm_nn_bf16`] call and picks its instance.
     pub fn gemm_nn_bf16(
-        sm_count: u32,
+        device: &Device,
         a: Buf,
         b: Buf,
         d: Buf,
@@ -1413,25 +1432,30 @@ pub mod plan {
         ldd: usize,
     ) -> Result<Plan, ArgError> {
         let mut refused = None;
-        for i in call_checks::tile_order(m, n, sm_count, &[(64, 64), (128, 128)]) {
+        for i in call_checks::gemm_order(
+            m,
+            n,
+            device,
+            &[
+                call_checks::GemmOption {
+                    tile: (64, 64),
+                    tensor_maps: false,
+                    runs: super::KERNELS[2].runs_on(device, false),
+                },
+                call_checks::GemmOption {
+                    tile: (128, 128),
+                    tensor_maps: false,
+                    runs: super::KERNELS[1].runs_on(device, false),
+                },
+            ],
+        ) {
             match match i {
                 0 => {
-                    gemm_bf16_64x64x32_w32x32_nn(
-                        sm_count,
-                        a,
-                        b,
-                        d,
-                        m,
-                        n,
-                        k,
-                        lda,
-                        ldb,
-                        ldd,
-                    )
+                    gemm_bf16_64x64x32_w32x32_nn(device, a, b, d, m, n, k, lda, ldb, ldd)
                 }
                 _ => {
                     gemm_bf16_128x128x32_w32x32_nn(
-                        sm_count,
+                        device,
                         a,
                         b,
                         d,
@@ -1460,7 +1484,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::gemm_bf16_64x64x32_w32x32_nn`] call.
     pub fn gemm_bf16_64x64x32_w32x32_nn(
-        _sm_count: u32,
+        _device: &Device,
         a: Buf,
         b: Buf,
         d: Buf,
@@ -1506,7 +1530,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::gemm_bf16_128x128x32_w32x32_nn`] call.
     pub fn gemm_bf16_128x128x32_w32x32_nn(
-        _sm_count: u32,
+        _device: &Device,
         a: Buf,
         b: Buf,
         d: Buf,
@@ -1552,7 +1576,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::gemm_nn_scale_bias_gelu_residual_bf16`] call and picks its instance.
     pub fn gemm_nn_scale_bias_gelu_residual_bf16(
-        sm_count: u32,
+        device: &Device,
         a: Buf,
         b: Buf,
         bias: Buf,
@@ -1567,7 +1591,7 @@ pub mod plan {
         ldd: usize,
     ) -> Result<Plan, ArgError> {
         gemm_fused_bf16_64x64x32_w32x32_nn(
-            sm_count,
+            device,
             a,
             b,
             bias,
@@ -1584,7 +1608,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::gemm_fused_bf16_64x64x32_w32x32_nn`] call.
     pub fn gemm_fused_bf16_64x64x32_w32x32_nn(
-        _sm_count: u32,
+        _device: &Device,
         a: Buf,
         b: Buf,
         bias: Buf,
@@ -1637,7 +1661,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::layernorm_f16`] call and picks its instance.
     pub fn layernorm_f16(
-        sm_count: u32,
+        device: &Device,
         x: Buf,
         weight: Buf,
         bias: Buf,
@@ -1645,11 +1669,11 @@ pub mod plan {
         rows: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
-        layernorm_f16_b256_i2(sm_count, x, weight, bias, out, rows, cols)
+        layernorm_f16_b256_i2(device, x, weight, bias, out, rows, cols)
     }
     /// Checks a [`super::Kernels::layernorm_f16_b256_i2`] call.
     pub fn layernorm_f16_b256_i2(
-        _sm_count: u32,
+        _device: &Device,
         x: Buf,
         weight: Buf,
         bias: Buf,
@@ -1671,17 +1695,17 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::layernorm_noaffine_f16`] call and picks its instance.
     pub fn layernorm_noaffine_f16(
-        sm_count: u32,
+        device: &Device,
         x: Buf,
         out: Buf,
         rows: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
-        layernorm_f16_b256_i2_noaffine(sm_count, x, out, rows, cols)
+        layernorm_f16_b256_i2_noaffine(device, x, out, rows, cols)
     }
     /// Checks a [`super::Kernels::layernorm_f16_b256_i2_noaffine`] call.
     pub fn layernorm_f16_b256_i2_noaffine(
-        _sm_count: u32,
+        _device: &Device,
         x: Buf,
         out: Buf,
         rows: usize,
@@ -1692,21 +1716,21 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::softmax_f32`] call and picks its instance.
     pub fn softmax_f32(
-        sm_count: u32,
+        device: &Device,
         x: Buf,
         out: Buf,
         rows: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
         match call_checks::pick_rows(cols, &[Some(1024), Some(4096), None])? {
-            0 => softmax_f32_onepass_b128_i2(sm_count, x, out, rows, cols),
-            1 => softmax_f32_onepass_b512_i2(sm_count, x, out, rows, cols),
-            _ => softmax_f32_online_b256_i2(sm_count, x, out, rows, cols),
+            0 => softmax_f32_onepass_b128_i2(device, x, out, rows, cols),
+            1 => softmax_f32_onepass_b512_i2(device, x, out, rows, cols),
+            _ => softmax_f32_online_b256_i2(device, x, out, rows, cols),
         }
     }
     /// Checks a [`super::Kernels::softmax_f32_onepass_b128_i2`] call.
     pub fn softmax_f32_onepass_b128_i2(
-        _sm_count: u32,
+        _device: &Device,
         x: Buf,
         out: Buf,
         rows: usize,
@@ -1717,7 +1741,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::softmax_f32_onepass_b512_i2`] call.
     pub fn softmax_f32_onepass_b512_i2(
-        _sm_count: u32,
+        _device: &Device,
         x: Buf,
         out: Buf,
         rows: usize,
@@ -1728,7 +1752,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::softmax_f32_online_b256_i2`] call.
     pub fn softmax_f32_online_b256_i2(
-        _sm_count: u32,
+        _device: &Device,
         x: Buf,
         out: Buf,
         rows: usize,
@@ -1739,20 +1763,20 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::vector_add_f32`] call and picks its instance.
     pub fn vector_add_f32(
-        sm_count: u32,
+        device: &Device,
         a: Buf,
         b: Buf,
         out: Buf,
         n: usize,
     ) -> Result<Plan, ArgError> {
-        match call_checks::pick_elements(n, sm_count, &[4096, 8192]) {
-            0 => vector_add_f32_b256_i4(sm_count, a, b, out, n),
-            _ => vector_add_f32_b512_i4(sm_count, a, b, out, n),
+        match call_checks::pick_elements(n, device.sm_count, &[4096, 8192]) {
+            0 => vector_add_f32_b256_i4(device, a, b, out, n),
+            _ => vector_add_f32_b512_i4(device, a, b, out, n),
         }
     }
     /// Checks a [`super::Kernels::vector_add_f32_b256_i4`] call.
     pub fn vector_add_f32_b256_i4(
-        _sm_count: u32,
+        _device: &Device,
         a: Buf,
         b: Buf,
         out: Buf,
@@ -1763,7 +1787,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::vector_add_f32_b512_i4`] call.
     pub fn vector_add_f32_b512_i4(
-        _sm_count: u32,
+        _device: &Device,
         a: Buf,
         b: Buf,
         out: Buf,

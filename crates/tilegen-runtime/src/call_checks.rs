@@ -4,6 +4,7 @@
 //! Standard library only.
 
 use crate::launch_rules::{self, ArgError, LaunchDims};
+use crate::loader::Device;
 
 /// Bytes of one vector access in every tilegen kernel.
 pub const VECTOR_BYTES: u64 = 16;
@@ -119,6 +120,39 @@ pub fn rows(
         aligned(b, vectors)?;
     }
     Ok((area > 0).then(|| launch_rules::rows_dims(rows, rows_per_block, threads)))
+}
+
+/// A row kernel with several outputs (add_rmsnorm's `h` and `y`, `rows * cols` elements
+/// each): no output overlaps another or an input in the elements the kernel touches
+/// (`rows * cols` of the `full` inputs, `cols` of the `per_col` ones). Kernels read an input
+/// row after other blocks have written theirs, so any shared byte can change a result.
+pub fn rows_disjoint(
+    rows: usize,
+    cols: usize,
+    outputs: &[Buf],
+    full: &[Buf],
+    per_col: &[Buf],
+) -> Result<(), ArgError> {
+    let area = (rows as u128) * (cols as u128);
+    // Byte ranges in u128: no address plus length can wrap.
+    let span = |b: &Buf, elems: u128| {
+        let start = b.address as u128;
+        (start, start + elems * b.elem_bytes as u128)
+    };
+    let spans: Vec<(&'static str, (u128, u128))> = outputs
+        .iter()
+        .chain(full)
+        .map(|b| (b.arg, span(b, area)))
+        .chain(per_col.iter().map(|b| (b.arg, span(b, cols as u128))))
+        .collect();
+    for (i, &(arg, (o0, o1))) in spans.iter().enumerate().take(outputs.len()) {
+        for &(other, (b0, b1)) in &spans[i + 1..] {
+            if o0 < o1 && b0 < b1 && o0 < b1 && b0 < o1 {
+                return Err(ArgError::Overlap { arg, other });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Which instance of a row op handles rows of `cols` elements, given each instance's
@@ -260,6 +294,50 @@ pub fn gemm(
     threads: u32,
     shared_bytes: u32,
 ) -> Result<Option<LaunchDims>, ArgError> {
+    if !gemm_operands(call, needs)? {
+        return Ok(None);
+    }
+    launch_rules::tiles_dims(
+        call.m as u64,
+        call.n as u64,
+        tile.0,
+        tile.1,
+        threads,
+        shared_bytes,
+    )
+    .map(Some)
+}
+
+/// [`gemm`]'s checks for a persistent kernel ([`launch_rules::persistent_dims`]): at most
+/// `ctas_per_sm` blocks on each of the device's `sm_count` SMs.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_persistent(
+    call: &GemmCall,
+    needs: &GemmNeeds,
+    tile: (u32, u32),
+    ctas_per_sm: u32,
+    sm_count: u32,
+    threads: u32,
+    shared_bytes: u32,
+) -> Result<Option<LaunchDims>, ArgError> {
+    if !gemm_operands(call, needs)? {
+        return Ok(None);
+    }
+    launch_rules::persistent_dims(
+        call.m as u64,
+        call.n as u64,
+        tile.0,
+        tile.1,
+        ctas_per_sm,
+        sm_count,
+        threads,
+        shared_bytes,
+    )
+    .map(Some)
+}
+
+/// The checks of both GEMM grids; false when the output is empty (nothing to launch).
+fn gemm_operands(call: &GemmCall, needs: &GemmNeeds) -> Result<bool, ArgError> {
     let m = call.m as u64;
     let n = call.n as u64;
     let k = call.k as u64;
@@ -279,10 +357,45 @@ pub fn gemm(
         launch_rules::check_len(bias.arg, bias.len, n)?;
         aligned(bias, false)?;
     }
-    if m == 0 || n == 0 {
-        return Ok(None);
+    Ok(m > 0 && n > 0)
+}
+
+/// One GEMM instance as a group's dispatch sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmOption {
+    /// Output tile (m, n).
+    pub tile: (u32, u32),
+    /// A tensor-map (TMA + wgmma) instance.
+    pub tensor_maps: bool,
+    /// Whether it runs on the device: a binary for it, and for tensor maps a driver that
+    /// encodes them ([`crate::loader::KernelInfo::runs_on`]).
+    pub runs: bool,
+}
+
+/// The order in which a GEMM group tries its instances on `device` for an m×n output: only
+/// instances that run there (all of them when none does, so that loading names what is
+/// missing); tensor-map instances first (they run only on sm_90, where they are the fast
+/// path), each part in [`tile_order`].
+pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -> Vec<usize> {
+    let mut usable: Vec<usize> = (0..options.len()).filter(|&i| options[i].runs).collect();
+    if usable.is_empty() {
+        usable = (0..options.len()).collect();
     }
-    launch_rules::tiles_dims(m, n, tile.0, tile.1, threads, shared_bytes).map(Some)
+    let mut out = Vec::with_capacity(usable.len());
+    for maps in [true, false] {
+        let part: Vec<usize> = usable
+            .iter()
+            .copied()
+            .filter(|&i| options[i].tensor_maps == maps)
+            .collect();
+        let tiles: Vec<(u32, u32)> = part.iter().map(|&i| options[i].tile).collect();
+        out.extend(
+            tile_order(m, n, device.sm_count, &tiles)
+                .into_iter()
+                .map(|j| part[j]),
+        );
+    }
+    out
 }
 
 /// The order in which to try GEMM instances with these output tiles for an m×n output:
@@ -302,4 +415,153 @@ pub fn tile_order(m: usize, n: usize, sm_count: u32, tiles: &[(u32, u32)]) -> Ve
     rest.sort_by_key(|&i| area(&tiles[i]));
     fill.extend(rest);
     fill
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loader::{Binary, BinaryKind, KernelInfo, Version};
+
+    const fn cubin(arch: &'static str) -> Binary {
+        Binary {
+            arch,
+            kind: BinaryKind::Cubin,
+            ptx_isa: None,
+            bytes: b"",
+        }
+    }
+
+    const fn ptx(arch: &'static str) -> Binary {
+        Binary {
+            arch,
+            kind: BinaryKind::Ptx,
+            ptx_isa: Some(Version::new(9, 0)),
+            bytes: b"",
+        }
+    }
+
+    /// A GEMM group as a default library has it: two mma.sync instances for sm_80 and sm_90,
+    /// and a wgmma instance that exists only for sm_90a.
+    const KERNELS: &[KernelInfo] = &[
+        KernelInfo {
+            name: "gemm_128x128",
+            entry_point: "tg_a",
+            shared_bytes: 0,
+            binaries: &[cubin("sm_80"), ptx("sm_80"), cubin("sm_90"), ptx("sm_90")],
+        },
+        KernelInfo {
+            name: "gemm_128x256",
+            entry_point: "tg_b",
+            shared_bytes: 0,
+            binaries: &[cubin("sm_80"), ptx("sm_80"), cubin("sm_90"), ptx("sm_90")],
+        },
+        KernelInfo {
+            name: "gemm_128x256_wgmma",
+            entry_point: "tg_c",
+            shared_bytes: 0,
+            binaries: &[cubin("sm_90a"), ptx("sm_90a")],
+        },
+    ];
+    const TILES: [(u32, u32); 3] = [(128, 128), (128, 256), (128, 256)];
+    const MAPS: [bool; 3] = [false, false, true];
+
+    fn device(major: u32, minor: u32, sm_count: u32) -> Device {
+        Device {
+            major,
+            minor,
+            sm_count,
+            driver: Some(Version::new(13, 0)),
+        }
+    }
+
+    fn order(m: usize, n: usize, d: &Device) -> Vec<usize> {
+        let options: Vec<GemmOption> = (0..3)
+            .map(|i| GemmOption {
+                tile: TILES[i],
+                tensor_maps: MAPS[i],
+                runs: KERNELS[i].runs_on(d, MAPS[i]),
+            })
+            .collect();
+        gemm_order(m, n, d, &options)
+    }
+
+    #[test]
+    fn wgmma_first_on_sm_90_only() {
+        // sm_90 (H100/H200): the wgmma instance first, whatever the shape, then mma.sync.
+        let h200 = device(9, 0, 132);
+        assert_eq!(order(8192, 8192, &h200), [2, 1, 0]);
+        assert_eq!(order(16, 4096, &h200), [2, 0, 1]);
+        // An sm_90 whose driver cannot encode tensor maps (or says nothing): mma.sync only.
+        for driver in [Some(Version::new(11, 8)), None] {
+            let old = Device { driver, ..h200 };
+            assert_eq!(order(8192, 8192, &old), [1, 0]);
+        }
+        // Ampere, Ada and sm_86 never see the wgmma instance; the mma.sync ones plan as before.
+        for d in [device(8, 0, 108), device(8, 6, 84), device(8, 9, 128)] {
+            assert_eq!(order(8192, 8192, &d), [1, 0], "{d:?}");
+            assert_eq!(order(16, 4096, &d), [0, 1], "{d:?}");
+            assert_eq!(
+                order(8192, 8192, &d),
+                tile_order(8192, 8192, d.sm_count, &TILES[..2])
+            );
+        }
+        // A device nothing runs on: every instance stays, so loading names what is missing.
+        assert_eq!(order(8192, 8192, &device(7, 5, 40)), [2, 1, 0]);
+    }
+
+    fn bf16(arg: &'static str, len: usize, address: u64) -> Buf {
+        Buf::of::<u16>(arg, len, address)
+    }
+
+    #[test]
+    fn persistent_gemm_checks_as_the_tiled_one() {
+        let needs = GemmNeeds {
+            align: 16,
+            ld_in_multiple: 8,
+            ld_out_multiple: 8,
+            m_multiple: 1,
+            n_multiple: 1,
+            k_multiple: 1,
+        };
+        let base = 0x7f00_0000_0010; // 16-byte but not 128-byte aligned
+        let call = |m: usize, n: usize, k: usize, lda: usize| GemmCall {
+            m,
+            n,
+            k,
+            a: Matrix {
+                buf: bf16("a", m * lda, base),
+                ld: lda,
+                transposed: false,
+            },
+            b: Matrix {
+                buf: bf16("b", k * n, base),
+                ld: n,
+                transposed: false,
+            },
+            c: None,
+            d: Matrix {
+                buf: bf16("d", m * n, base),
+                ld: n,
+                transposed: false,
+            },
+            bias: None,
+        };
+        let p = |c: &GemmCall| gemm_persistent(c, &needs, (128, 256), 1, 132, 384, 200_000);
+        let dims = p(&call(8192, 8192, 8192, 8192)).unwrap().unwrap();
+        assert_eq!(dims.grid, (132, 1, 1));
+        assert_eq!(dims.block, (384, 1, 1));
+        assert_eq!(dims.shared_bytes, 200_000);
+        assert_eq!(p(&call(129, 264, 72, 80)).unwrap().unwrap().grid.0, 4);
+        assert_eq!(p(&call(0, 264, 72, 80)).unwrap(), None);
+        assert!(matches!(
+            p(&call(129, 264, 72, 76)),
+            Err(ArgError::NotMultiple { what: "lda", .. })
+        ));
+        let mut short = call(129, 264, 72, 80);
+        short.d.buf.len -= 1;
+        assert!(matches!(
+            p(&short),
+            Err(ArgError::TooShort { arg: "d", .. })
+        ));
+    }
 }

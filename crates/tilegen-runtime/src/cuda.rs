@@ -12,6 +12,9 @@ use cudarc::driver::{result, sys, CudaContext, CudaStream, DeviceRepr, DriverErr
 
 use crate::launch_rules::{ArgError, LaunchDims};
 use crate::loader::{Binary, BinaryKind, Device, KernelInfo, NoFit, Version};
+use crate::tensor_map::{
+    self, Interleave, KernelMaps, L2Promotion, MapDtype, OobFill, Swizzle, TiledMap,
+};
 
 /// Why a call failed.
 #[derive(Debug)]
@@ -204,12 +207,92 @@ impl<'a> Arg<'a> {
     }
 }
 
+impl Arg<'_> {
+    fn tensor_map(map: &TensorMap) -> Arg<'_> {
+        Arg {
+            value: (map as *const TensorMap).cast(),
+            _borrow: PhantomData,
+        }
+    }
+}
+
+/// An encoded tensor map (`CUtensorMap`): 128 opaque bytes the kernel takes by value.
+/// 128-byte aligned, as CUDA 13 declares it (64 before 13.0; 128 satisfies both), whatever
+/// CUDA version cudarc was built for.
+#[repr(C, align(128))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorMap(pub [u64; 16]);
+
+// SAFETY: plain bytes with no pointers into host memory, passed to kernels by value.
+unsafe impl DeviceRepr for TensorMap {}
+
+/// Encodes a checked map ([`crate::tensor_map::TensorMapRule::resolve`]) with
+/// `cuTensorMapEncodeTiled`. The driver must support CUDA 12.0 or newer
+/// ([`crate::tensor_map::driver_encodes`]): older ones lack the function.
+pub fn encode_tensor_map(map: &TiledMap) -> Result<TensorMap, Error> {
+    use sys::CUtensorMapDataType as T;
+    let dtype = match map.dtype {
+        MapDtype::F16 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        MapDtype::Bf16 => T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        MapDtype::F32 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    };
+    use sys::CUtensorMapSwizzle as S;
+    let swizzle = match map.swizzle {
+        Swizzle::None => S::CU_TENSOR_MAP_SWIZZLE_NONE,
+        Swizzle::B32 => S::CU_TENSOR_MAP_SWIZZLE_32B,
+        Swizzle::B64 => S::CU_TENSOR_MAP_SWIZZLE_64B,
+        Swizzle::B128 => S::CU_TENSOR_MAP_SWIZZLE_128B,
+    };
+    use sys::CUtensorMapInterleave as I;
+    let interleave = match map.interleave {
+        Interleave::None => I::CU_TENSOR_MAP_INTERLEAVE_NONE,
+        Interleave::B16 => I::CU_TENSOR_MAP_INTERLEAVE_16B,
+        Interleave::B32 => I::CU_TENSOR_MAP_INTERLEAVE_32B,
+    };
+    use sys::CUtensorMapL2promotion as L;
+    let l2 = match map.l2_promotion {
+        L2Promotion::None => L::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        L2Promotion::B64 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+        L2Promotion::B128 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        L2Promotion::B256 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    };
+    use sys::CUtensorMapFloatOOBfill as F;
+    let oob = match map.oob_fill {
+        OobFill::Zero => F::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        OobFill::Nan => F::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
+    };
+    let element_strides = [1u32; tensor_map::MAX_RANK];
+    let mut raw = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: every array holds at least `rank` entries (`strides` rank - 1), `raw` is a
+    // writable CUtensorMap; the address is only recorded, never dereferenced here.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            raw.as_mut_ptr(),
+            dtype,
+            map.rank as u32,
+            map.address as *mut c_void,
+            map.dims.as_ptr(),
+            map.strides.as_ptr(),
+            map.box_dims.as_ptr(),
+            element_strides.as_ptr(),
+            interleave,
+            swizzle,
+            l2,
+            oob,
+        )
+        .result()?;
+        Ok(TensorMap(raw.assume_init().opaque))
+    }
+}
+
 /// A library's kernels in one CUDA context, each module loaded on first use and kept.
 #[derive(Debug)]
 pub struct Loader {
     ctx: Arc<CudaContext>,
     device: Device,
     table: &'static [KernelInfo],
+    /// The tensor-map parameters of the kernels that take them.
+    maps: &'static [KernelMaps],
     loaded: Vec<OnceLock<Function>>,
 }
 
@@ -234,8 +317,16 @@ impl Loader {
                 driver,
             },
             table,
+            maps: &[],
             loaded: (0..table.len()).map(|_| OnceLock::new()).collect(),
         })
+    }
+
+    /// The tensor-map parameters of the table's kernels that take them (bindings of a library
+    /// with TMA kernels pass their `TENSOR_MAPS`); [`Loader::launch_mapped`] encodes them.
+    pub fn with_tensor_maps(mut self, maps: &'static [KernelMaps]) -> Loader {
+        self.maps = maps;
+        self
     }
 
     pub fn context(&self) -> &Arc<CudaContext> {
@@ -274,9 +365,16 @@ impl Loader {
         Ok(self.loaded[index].get_or_init(|| function))
     }
 
-    /// Loads every kernel now, so that a missing binary shows at start-up.
+    /// Loads every kernel now, so that a missing binary shows at start-up. Tensor-map
+    /// kernels that cannot run on this device are skipped: they are an arch-specific fast
+    /// path (sm_90a) that dispatch passes over elsewhere.
     pub fn load_all(&self) -> Result<(), Error> {
-        (0..self.table.len()).try_for_each(|i| self.function(i).map(|_| ()))
+        (0..self.table.len())
+            .filter(|&i| {
+                tensor_map::maps_of(self.maps, i).is_empty()
+                    || self.table[i].runs_on(&self.device, true)
+            })
+            .try_for_each(|i| self.function(i).map(|_| ()))
     }
 
     /// Checks that a buffer or stream (named `arg`) lives in this loader's context.
@@ -320,6 +418,49 @@ impl Loader {
             )
         }?;
         Ok(())
+    }
+}
+
+impl Loader {
+    /// [`Loader::launch`] for a kernel that may take tensor maps: encodes each of its maps
+    /// from the call's argument values (`values`: every argument of `args` as a `u64`, device
+    /// addresses and sizes; others 0) and passes them before `args`. A kernel without maps is
+    /// launched as by [`Loader::launch`]. Maps are encoded anew for every launch: about a
+    /// microsecond each on the host, and nothing to keep in step with the buffers.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Loader::launch`]; the maps cover exactly the memory the kernel's own pointer
+    /// arguments and sizes describe, which the plan checked.
+    pub unsafe fn launch_mapped(
+        &self,
+        index: usize,
+        stream: &CudaStream,
+        dims: LaunchDims,
+        values: &[u64],
+        args: &[Arg<'_>],
+    ) -> Result<(), Error> {
+        let rules = tensor_map::maps_of(self.maps, index);
+        if rules.is_empty() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.launch(index, stream, dims, args) };
+        }
+        if !tensor_map::driver_encodes(&self.device) {
+            return Err(Error::Driver(DriverError(
+                sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            )));
+        }
+        let maps = tensor_map::resolve_all(rules, values)?
+            .iter()
+            .map(encode_tensor_map)
+            .collect::<Result<Vec<TensorMap>, Error>>()?;
+        let all: Vec<Arg<'_>> = maps
+            .iter()
+            .map(Arg::tensor_map)
+            .chain(args.iter().copied())
+            .collect();
+        // SAFETY: the caller's contract; `maps` outlives the launch call, which copies them.
+        unsafe { self.launch(index, stream, dims, &all) }
     }
 }
 

@@ -50,6 +50,11 @@ pub enum ArgError {
         op: &'static str,
         reason: &'static str,
     },
+    /// An output shares device memory with an input or another output.
+    Overlap {
+        arg: &'static str,
+        other: &'static str,
+    },
 }
 
 impl core::fmt::Display for ArgError {
@@ -69,6 +74,10 @@ impl core::fmt::Display for ArgError {
                 write!(f, "{what} = {value} must be a multiple of {of}")
             }
             ArgError::NoInstance { op, reason } => write!(f, "no {op} kernel in this library {reason}"),
+            ArgError::Overlap { arg, other } => write!(
+                f,
+                "`{arg}` overlaps `{other}` in device memory (an output may share memory with no input and no other output)"
+            ),
         }
     }
 }
@@ -169,6 +178,31 @@ pub fn tiles_dims(
     })
 }
 
+/// Persistent tiled kernels: one block per output tile up to `ctas_per_sm` blocks per SM
+/// (each block loops over the tiles), so `min(tiles, sm_count * ctas_per_sm)` blocks.
+#[allow(clippy::too_many_arguments)]
+pub fn persistent_dims(
+    m: u64,
+    n: u64,
+    tile_m: u32,
+    tile_n: u32,
+    ctas_per_sm: u32,
+    sm_count: u32,
+    threads: u32,
+    shared_bytes: u32,
+) -> Result<LaunchDims, ArgError> {
+    let tiles = m
+        .div_ceil(tile_m.max(1) as u64)
+        .saturating_mul(n.div_ceil(tile_n.max(1) as u64));
+    check_range("number of output tiles", tiles, 1, u64::MAX)?;
+    let resident = (sm_count.max(1) as u64).saturating_mul(ctas_per_sm.max(1) as u64);
+    Ok(LaunchDims {
+        grid: (tiles.min(resident).min(MAX_GRID_X) as u32, 1, 1),
+        block: (threads, 1, 1),
+        shared_bytes,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +217,21 @@ mod tests {
         );
         assert_eq!(rows_dims(65536, 1, 128).grid.0, 65536);
         assert_eq!(tiles_dims(129, 256, 128, 128, 256, 0).unwrap().grid.0, 4);
+        // Persistent: the tiles while fewer than the resident blocks, else the SMs' worth.
+        let p = |m, n, sms| persistent_dims(m, n, 128, 256, 1, sms, 384, 1 << 17).unwrap();
+        assert_eq!(p(129, 256, 132).grid.0, 2);
+        assert_eq!(p(4096, 4096, 132).grid, (132, 1, 1));
+        assert_eq!(p(1, 1, 132).grid.0, 1);
+        assert_eq!(p(1 << 31, 1 << 31, 132).grid.0, 132);
+        assert_eq!(p(4096, 4096, 132).shared_bytes, 1 << 17);
+        assert_eq!(
+            persistent_dims(4096, 4096, 128, 128, 2, 108, 256, 0)
+                .unwrap()
+                .grid
+                .0,
+            216
+        );
+        assert!(persistent_dims(0, 4096, 128, 256, 1, 132, 384, 0).is_err());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The runtime of the Rust bindings that [tilegen](https://crates.io/crates/tilegen) generates
 //! for a kernel library: which embedded binary runs on the device and loading it
 //! ([`loader`]), the checks every call passes before it launches ([`call_checks`]) and the
-//! launch geometry of each kind of kernel ([`launch_rules`]).
+//! launch geometry of each kind of kernel ([`launch_rules`]), and the tensor maps (TMA
+//! descriptors) of the kernels that take them ([`tensor_map`]).
 //!
 //! A generated `bindings.rs` holds only what is particular to its library (the kernel table
 //! with the binaries embedded, typed methods, their `plan` checks) and imports everything else
@@ -53,11 +54,13 @@
 //! - `cuda` (default): [`loader::Loader`], [`loader::Error`] and launching, through cudarc's
 //!   driver API. Without it the crate is the pure rules only and needs no cudarc.
 
+pub mod attention;
 pub mod call_checks;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod launch_rules;
 pub mod loader;
+pub mod tensor_map;
 
 /// This crate's version. Generated bindings compare it with the version of the tilegen that
 /// generated them ([`compatible`]).

@@ -6,7 +6,7 @@
 use std::fmt;
 
 #[cfg(feature = "cuda")]
-pub use crate::cuda::{launch_config, Arg, Error, Function, Loader};
+pub use crate::cuda::{encode_tensor_map, launch_config, Arg, Error, Function, Loader, TensorMap};
 
 /// How a kernel binary is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -342,6 +342,17 @@ impl KernelInfo {
             .collect();
         let available: Vec<Candidate> = parsed.iter().map(|(_, c)| *c).collect();
         choose_binary(major, minor, driver, &available).map(|i| parsed[i].0)
+    }
+}
+
+impl KernelInfo {
+    /// Whether the kernel can run on `device`: a binary of it loads there
+    /// ([`KernelInfo::binary_for`]) and, for a kernel that takes tensor maps (`tensor_maps`),
+    /// the driver can encode them ([`crate::tensor_map::driver_encodes`]).
+    pub fn runs_on(&self, device: &Device, tensor_maps: bool) -> bool {
+        self.binary_for(device.major, device.minor, device.driver)
+            .is_ok()
+            && (!tensor_maps || crate::tensor_map::driver_encodes(device))
     }
 }
 

@@ -1,0 +1,524 @@
+#!/usr/bin/env python3
+"""Build (NVRTC, sm_90, the sm_80 mma.sync path), check and time templates/attention.cu
+(FlashAttention-2 forward) against a float64 reference and torch's SDPA (flash and cuDNN backends).
+
+usage: run.py [--variants a,b] [--check-only] [--reps N] [--quick]
+       run.py --compile-only        (no GPU: ptxas report of every variant x dtype x causal)
+       run.py --sanitize VARIANT    (no torch: one small ragged case per mode, for compute-sanitizer)
+The template is compiled as is with -DTG_STANDALONE and -D overrides (prelude.cuh passed as a
+header), with tilegen's NVRTC options (-std=c++17 -default-device).
+"""
+import argparse, ctypes, math, os, re, statistics, sys, time
+from concurrent.futures import ThreadPoolExecutor
+
+try:
+    import numpy as np
+except ImportError:  # --compile-only needs no numpy
+    np = None
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SRC = os.path.join(ROOT, "templates", "attention.cu")
+PRELUDE = os.path.join(ROOT, "templates", "prelude.cuh")
+ARCH = os.environ.get("FA_ARCH", "sm_90")
+CUBIN_DIR = os.environ.get("FA_CUBINS", "/tmp/fa_cubins")
+
+
+def V(d, bm, bn, warps, stages=2, minb=1, **more):
+    return dict(TG_HEAD_DIM=d, TG_BM=bm, TG_BN=bn, TG_WARPS=warps, TG_STAGES=stages, TG_MIN_BLOCKS=minb, **more)
+
+
+VARIANTS = {
+    # round 1 (results-1.txt): m64w4 won at both head dims
+    "d128_m128w8_n64_s2": V(128, 128, 64, 8),
+    "d128_m64w4_n64_s2": V(128, 64, 64, 4),
+    "d128_m128w8_n64_s3": V(128, 128, 64, 8, 3),
+    "d64_m128w8_n128_s2": V(64, 128, 128, 8),
+    "d64_m64w4_n128_s2": V(64, 64, 128, 4),
+    "d64_m128w8_n64_s3": V(64, 128, 64, 8, 3),
+    # round 2: 3 blocks per SM (<= 168 registers), 32-row warps (MI = 2), a 3-stage ring (measured
+    # with two template changes since reverted, see NOTES.md)
+    "d128_m64w4_n64_s3": V(128, 64, 64, 4, 3),
+    "d128_m64w4_n32_s2_b3": V(128, 64, 32, 4, 2, 3),
+    "d128_m64w4_n32_s3_b3": V(128, 64, 32, 4, 3, 3),
+    "d128_m128w4_n32_s2": V(128, 128, 32, 4),
+    "d64_m64w4_n128_s2_b3": V(64, 64, 128, 4, 2, 3),
+    "d64_m64w4_n64_s2_b3": V(64, 64, 64, 4, 2, 3),
+    "d64_m64w4_n64_s3_b3": V(64, 64, 64, 4, 3, 3),
+    "d64_m128w4_n64_s2": V(64, 128, 64, 4),
+}
+# round 3 (results-3.txt): the template of round 1 with the best shapes of rounds 1 and 2
+DEFAULT_VARIANTS = ["d128_m64w4_n64_s2", "d128_m128w4_n32_s2", "d128_m64w4_n32_s2_b3", "d128_m64w4_n64_s3",
+                    "d64_m64w4_n128_s2", "d64_m128w4_n64_s2", "d64_m64w4_n128_s2_b3", "d64_m64w4_n64_s2_b3"]
+BAD_PTXAS = ("C7504", "C7508", "C7511", "C7515")
+
+
+def nvrtc_compile(defs):
+    from cuda.bindings import nvrtc
+    src, pre = open(SRC, "rb").read(), open(PRELUDE, "rb").read()
+    err, prog = nvrtc.nvrtcCreateProgram(src, b"attention.cu", 1, [pre], [b"prelude.cuh"])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    opts = [f"--gpu-architecture={ARCH}".encode(), b"-std=c++17", b"-default-device", b"--ptxas-options=-v",
+            b"-DTG_STANDALONE"] + [f"-D{k}={v}".encode() for k, v in defs.items()]
+    res = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+    _, n = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = b" " * n
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    log = log.decode(errors="replace").rstrip("\x00 \n")
+    if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError("NVRTC failed:\n" + log)
+    _, n = nvrtc.nvrtcGetCUBINSize(prog)
+    cubin = b" " * n
+    nvrtc.nvrtcGetCUBIN(prog, cubin)
+    regs = re.search(r"Used (\d+) registers", log)
+    spill = re.findall(r"(\d+) bytes spill (stores|loads)", log)
+    stack = re.search(r"(\d+) bytes stack frame", log)
+    info = dict(regs=int(regs.group(1)) if regs else -1, spill=sum(int(s[0]) for s in spill),
+                stack=int(stack.group(1)) if stack else -1, bad=[w for w in BAD_PTXAS if w in log])
+    return cubin, log, info
+
+
+def smem_bytes(d):
+    rowb = d["TG_HEAD_DIM"] * 2
+    return d["TG_BM"] * rowb + d["TG_STAGES"] * 2 * d["TG_BN"] * rowb
+
+
+def cu_check(r):
+    err = r[0] if isinstance(r, tuple) else r
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA driver error {err}")
+    if isinstance(r, tuple):
+        return r[1] if len(r) == 2 else r[1:]
+    return None
+
+
+def build(name, dtype, causal):
+    d = dict(VARIANTS[name])
+    d["TG_BF16"] = 1 if dtype == "bf16" else 0
+    d["TG_CAUSAL"] = 1 if causal else 0
+    t0 = time.time()
+    cache = os.path.join(CUBIN_DIR, f"{name}_{dtype}_c{int(causal)}")
+    if os.path.exists(cache + ".cubin"):  # a sanitizer run reuses the main run's builds
+        import json
+        cubin, info, log = open(cache + ".cubin", "rb").read(), json.load(open(cache + ".json")), ""
+    else:
+        cubin, log, info = nvrtc_compile(d)
+        os.makedirs(CUBIN_DIR, exist_ok=True)
+        import json
+        open(cache + ".cubin", "wb").write(cubin)
+        json.dump(info, open(cache + ".json", "w"))
+    return (name, dtype, causal), dict(defs=d, cubin=cubin, log=log, info=info, secs=time.time() - t0)
+
+
+class Kernel:
+    """One compiled instance; launched with raw device pointers and element strides."""
+
+    def __init__(self, key, b):
+        from cuda.bindings import driver as cu
+        self.cu, self.key, self.defs, self.info = cu, key, b["defs"], b["info"]
+        self.smem = smem_bytes(self.defs)
+        self.threads = 32 * self.defs["TG_WARPS"]
+        self.bm = self.defs["TG_BM"]
+        self.mod = cu_check(cu.cuModuleLoadData(b["cubin"]))
+        self.fn = cu_check(cu.cuModuleGetFunction(self.mod, b"attention_fwd"))
+        cu_check(cu.cuFuncSetAttribute(self.fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem))
+        self._keep = None
+
+    def prepare(self, p, stream):
+        """p: dict with q,k,v,o,lse,cu_q,cu_kv (ints), batch, hq, hkv, sq, skv (max for varlen),
+        strides (12 + 2 ints), scale. Returns a launch closure."""
+        assert p["hq"] % p["hkv"] == 0
+        for key in ("q", "k", "v", "o"):
+            assert p[key] % 16 == 0, f"{key} not 16-byte aligned"
+        for s in p["strides"][:12]:
+            assert s % 8 == 0, "strides must be multiples of 8 elements"
+        vals = [ctypes.c_uint64(p[x]) for x in ("q", "k", "v", "o", "lse", "cu_q", "cu_kv")]
+        vals += [ctypes.c_int32(p[x]) for x in ("hq", "hkv", "sq", "skv")]
+        vals += [ctypes.c_int64(s) for s in p["strides"]]
+        vals += [ctypes.c_float(p["scale"])]
+        arr = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(x) for x in vals])
+        grid = (max(1, -(-p["sq"] // self.bm)), p["hq"], p["batch"])
+        cu, fn, thr, smem = self.cu, self.fn, self.threads, self.smem
+        keep = (vals, arr)
+
+        def launch():
+            _ = keep
+            cu_check(cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], thr, 1, 1, smem, stream, ctypes.addressof(arr), 0))
+        return launch
+
+
+# ---------------- float64 reference (numpy) ----------------
+def ref_attn(q, k, v, causal, scale):
+    """q [B,Sq,Hq,D], k/v [B,Skv,Hkv,D] float64 -> o [B,Sq,Hq,D], lse [B,Hq,Sq]."""
+    B, Sq, Hq, D = q.shape
+    Skv, Hkv = k.shape[1], k.shape[2]
+    g = Hq // Hkv
+    qt = q.transpose(0, 2, 1, 3)
+    kt = np.repeat(k, g, axis=2).transpose(0, 2, 3, 1)
+    vt = np.repeat(v, g, axis=2).transpose(0, 2, 1, 3)
+    s = np.matmul(qt, kt) * scale
+    if causal:
+        r = np.arange(Sq)[:, None]
+        c = np.arange(Skv)[None, :]
+        s = np.where(c > r + (Skv - Sq), -np.inf, s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = s.max(-1, keepdims=True) if Skv > 0 else np.full(s.shape[:-1] + (1,), -np.inf)
+        ms = np.where(np.isfinite(m), m, 0.0)
+        e = np.exp(s - ms)
+        l = e.sum(-1, keepdims=True)
+        p = e / np.where(l > 0, l, 1.0)
+        o = np.matmul(p, vt).transpose(0, 2, 1, 3)
+        lse = np.where(l > 0, np.log(np.where(l > 0, l, 1.0)) + ms, -np.inf)[..., 0]
+    return o, lse
+
+
+TOL = {"bf16": dict(abs=2.5e-2, rel=1.2e-2), "f16": dict(abs=4e-3, rel=2.5e-3)}
+LSE_TOL = 2e-3
+
+
+def compare(o, o_ref, lse, lse_ref, dtype):
+    """o/o_ref float64 arrays of the valid region; returns (ok, max_abs, rel, lse_err, msg)."""
+    msg = []
+    nan = int(np.isnan(o).sum())
+    if nan:
+        msg.append(f"{nan} NaN")
+    err = np.abs(o - o_ref)
+    max_abs = float(np.nanmax(err)) if err.size else 0.0
+    den = float(np.linalg.norm(o_ref))
+    rel = float(np.linalg.norm(np.nan_to_num(o - o_ref, nan=1e9)) / den) if den > 0 else max_abs
+    t = TOL[dtype]
+    if not (max_abs <= t["abs"]):
+        msg.append(f"max_abs {max_abs:.2e}")
+    if not (rel <= t["rel"]):
+        msg.append(f"rel {rel:.2e}")
+    lse_err = 0.0
+    if lse is not None:
+        fin = np.isfinite(lse_ref)
+        if not np.array_equal(np.isfinite(lse), fin) or np.any(lse[~fin] != -np.inf):
+            msg.append("LSE -inf pattern differs")
+        if fin.any():
+            lse_err = float(np.nanmax(np.abs(lse[fin] - lse_ref[fin])))
+            if not (lse_err <= LSE_TOL):
+                msg.append(f"lse_err {lse_err:.2e}")
+    return (not msg), max_abs, rel, lse_err, ", ".join(msg)
+
+
+# ---------------- checks (torch) ----------------
+def check_cases(bm, bn):
+    """(name, batch, sq, skv, hq, hkv, layout) ; layout: 'sep' | 'fused' (views of one QKV buffer) | 'varlen'."""
+    c = [
+        ("s1", 1, 1, 1, 2, 2, "sep"),
+        ("s17", 2, 17, 17, 2, 1, "sep"),
+        ("bm-1/bn+1", 1, bm - 1, bn + 1, 2, 2, "sep"),
+        ("bm+1/bn-1", 1, bm + 1, bn - 1, 2, 2, "sep"),
+        ("primes q<kv", 1, 131, 257, 2, 2, "sep"),
+        ("primes q>kv", 2, 257, 131, 2, 2, "sep"),
+        ("q>>kv", 1, 300, 7, 2, 2, "sep"),
+        ("gqa4", 2, 100, 300, 8, 2, "sep"),
+        ("gqa8", 1, 77, 93, 16, 2, "sep"),
+        ("mqa", 1, 64, 200, 4, 1, "sep"),
+        ("fused qkv", 2, 190, 190, 4, 2, "fused"),
+        ("mid", 1, 1000, 1000, 4, 4, "sep"),
+        ("long kv", 1, 333, 2049, 2, 1, "sep"),
+        ("varlen", [5, 0, 130, 1, 64, 257], [7, 3, 130, 200, 0, 129], 4, 2, "varlen"),
+    ]
+    out = []
+    for x in c:
+        if x[-1] == "varlen":
+            out.append(dict(name=x[0], lq=x[1], lkv=x[2], hq=x[3], hkv=x[4], layout="varlen"))
+        else:
+            out.append(dict(name=x[0], batch=x[1], sq=x[2], skv=x[3], hq=x[4], hkv=x[5], layout=x[6]))
+    return out
+
+
+def run_case(torch, kern, case, dtype, causal, d, stream, seed, want_lse=True):
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    hq, hkv = case["hq"], case["hkv"]
+    scale = 1.0 / math.sqrt(d)
+    pad = 8  # output rows padded: the gap must stay NaN (no writes outside the view)
+    if case["layout"] == "varlen":
+        lq, lkv = case["lq"], case["lkv"]
+        tq, tkv = sum(lq), sum(lkv)
+        q = torch.randn(tq, hq, d, device="cuda", generator=g).to(tdt)
+        k = torch.randn(max(tkv, 1), hkv, d, device="cuda", generator=g).to(tdt)
+        v = torch.randn(max(tkv, 1), hkv, d, device="cuda", generator=g).to(tdt)
+        obuf = torch.full((tq, hq, d + pad), float("nan"), device="cuda", dtype=tdt)
+        o = obuf[..., :d]
+        lse = torch.full((hq, tq), float("nan"), device="cuda", dtype=torch.float32)
+        cq = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device="cuda")
+        ckv = torch.tensor(np.concatenate([[0], np.cumsum(lkv)]), dtype=torch.int32, device="cuda")
+        B = len(lq)
+        strides = [0, q.stride(0), q.stride(1), 0, k.stride(0), k.stride(1), 0, v.stride(0), v.stride(1),
+                   0, o.stride(0), o.stride(1), 0, lse.stride(0)]
+        p = dict(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if want_lse else 0,
+                 cu_q=cq.data_ptr(), cu_kv=ckv.data_ptr(), batch=B, hq=hq, hkv=hkv, sq=max(lq), skv=max(lkv),
+                 strides=strides, scale=scale)
+    else:
+        B, sq, skv = case["batch"], case["sq"], case["skv"]
+        if case["layout"] == "fused":
+            qkv = torch.randn(B, sq, hq + 2 * hkv, d, device="cuda", generator=g).to(tdt)
+            q, k, v = qkv[:, :, :hq], qkv[:, :, hq:hq + hkv], qkv[:, :, hq + hkv:]
+        else:
+            q = torch.randn(B, sq, hq, d, device="cuda", generator=g).to(tdt)
+            k = torch.randn(B, skv, hkv, d, device="cuda", generator=g).to(tdt)
+            v = torch.randn(B, skv, hkv, d, device="cuda", generator=g).to(tdt)
+        obuf = torch.full((B, sq, hq, d + pad), float("nan"), device="cuda", dtype=tdt)
+        o = obuf[..., :d]
+        lse = torch.full((B, hq, sq), float("nan"), device="cuda", dtype=torch.float32)
+        strides = [q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                   v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+                   lse.stride(0), lse.stride(1)]
+        p = dict(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if want_lse else 0,
+                 cu_q=0, cu_kv=0, batch=B, hq=hq, hkv=hkv, sq=sq, skv=skv, strides=strides, scale=scale)
+    kern.prepare(p, stream)()
+    torch.cuda.synchronize()
+    gap_ok = bool(torch.isnan(obuf[..., d:]).all().item())
+    O = o.double().cpu().numpy()
+    L = lse.double().cpu().numpy()
+    qn, kn, vn = q.double().cpu().numpy(), k.double().cpu().numpy(), v.double().cpu().numpy()
+    if case["layout"] == "varlen":
+        oks, worst = [], (0.0, 0.0, 0.0)
+        msgs = []
+        cqn, ckn = np.concatenate([[0], np.cumsum(case["lq"])]), np.concatenate([[0], np.cumsum(case["lkv"])])
+        for i in range(len(case["lq"])):
+            a, b_ = cqn[i], cqn[i + 1]
+            c0, c1 = ckn[i], ckn[i + 1]
+            if b_ == a:
+                continue
+            o_ref, l_ref = ref_attn(qn[None, a:b_], kn[None, c0:c1], vn[None, c0:c1], causal, scale)
+            ok, ma, rel, le, msg = compare(O[a:b_][None], o_ref, L[:, a:b_][None] if want_lse else None, l_ref, dtype)
+            oks.append(ok)
+            if msg:
+                msgs.append(f"seq{i}: {msg}")
+            worst = (max(worst[0], ma), max(worst[1], rel), max(worst[2], le))
+        ok = all(oks)
+        ma, rel, le, msg = worst[0], worst[1], worst[2], "; ".join(msgs)
+    else:
+        o_ref, l_ref = ref_attn(qn, kn, vn, causal, scale)
+        ok, ma, rel, le, msg = compare(O, o_ref, L if want_lse else None, l_ref, dtype)
+        yard_ref = o_ref
+    if not gap_ok:
+        ok = False
+        msg += " wrote outside the output view"
+    # yardstick: torch's flash SDPA on the same inputs (where its semantics match: no varlen, and
+    # causal only with sq == skv since SDPA's is_causal is top-left aligned)
+    yard = None
+    if case["layout"] != "varlen" and (not causal or case["sq"] == case["skv"]):
+        try:
+            from torch.nn.attention import sdpa_kernel, SDPBackend
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                yo = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, scale=scale,
+                    enable_gqa=hq != hkv).transpose(1, 2)
+            torch.cuda.synchronize()
+            yard = float(np.max(np.abs(yo.double().cpu().numpy() - yard_ref)))
+        except Exception as e:
+            yard = f"n/a ({type(e).__name__})"
+    return ok, ma, rel, le, msg, yard
+
+
+# ---------------- timing ----------------
+BENCH = [  # batch, hq, hkv, seq, d
+    (8, 16, 16, 4096, 128), (4, 32, 32, 8192, 128), (16, 16, 16, 2048, 64), (4, 32, 8, 8192, 128),
+    (16, 32, 32, 512, 128), (8, 16, 16, 1024, 64), (4, 16, 16, 8192, 64),
+]
+
+
+def bench_shape(torch, kerns, B, hq, hkv, S, d, causal, stream, reps, inner=3):
+    tdt = torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q = torch.randn(B, S, hq, d, device="cuda", generator=g).to(tdt)
+    k = torch.randn(B, S, hkv, d, device="cuda", generator=g).to(tdt)
+    v = torch.randn(B, S, hkv, d, device="cuda", generator=g).to(tdt)
+    o = torch.empty(B, S, hq, d, device="cuda", dtype=tdt)
+    lse = torch.empty(B, hq, S, device="cuda", dtype=torch.float32)
+    scale = 1.0 / math.sqrt(d)
+    strides = [q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0),
+               v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1)]
+    p = dict(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(), cu_q=0, cu_kv=0,
+             batch=B, hq=hq, hkv=hkv, sq=S, skv=S, strides=strides, scale=scale)
+    fns = {name: kr.prepare(p, stream) for name, kr in kerns.items()}
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def sdpa(backend):
+        def f():
+            with sdpa_kernel([backend]):
+                torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=scale, enable_gqa=hq != hkv)
+        return f
+    for nm, be in (("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            sdpa(be)()
+            torch.cuda.synchronize()
+            fns[nm] = sdpa(be)
+        except Exception as e:
+            print(f"    {nm}: unavailable ({type(e).__name__}: {str(e)[:120]})", flush=True)
+    for f in fns.values():
+        f()
+    torch.cuda.synchronize()
+    times = {n: [] for n in fns}
+    names = list(fns)
+    for r in range(reps):
+        order = names if r % 2 == 0 else names[::-1]
+        for n in order:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(inner):
+                fns[n]()
+            e1.record()
+            e1.synchronize()
+            times[n].append(e0.elapsed_time(e1) / inner)
+    flops = 4.0 * B * hq * S * S * d * (0.5 if causal else 1.0)
+    return {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
+
+
+# ---------------- sanitizer mode (no torch) ----------------
+def sanitize(names):
+    from cuda.bindings import driver as cu
+    cu_check(cu.cuInit(0))
+    dev = cu_check(cu.cuDeviceGet(0))
+    ctx = cu_check(cu.cuDevicePrimaryCtxRetain(dev))
+    cu_check(cu.cuCtxSetCurrent(ctx))
+    rng = np.random.default_rng(3)
+
+    def to_bf16_bits(x):
+        u = x.astype(np.float32).view(np.uint32)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+    def from_bf16_bits(b):
+        return (b.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+    def dev_put(a):
+        ptr = cu_check(cu.cuMemAlloc(max(a.nbytes, 16)))
+        if a.nbytes:
+            cu_check(cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes))
+        return ptr
+
+    def dev_get(ptr, shape, dt):
+        a = np.empty(shape, dtype=dt)
+        cu_check(cu.cuMemcpyDtoH(a.ctypes.data, ptr, a.nbytes))
+        return a
+    allok = True
+    for name, causal in [(n, c) for n in names.split(",") for c in (False, True)]:
+        d = VARIANTS[name]["TG_HEAD_DIM"]
+        key, b = build(name, "bf16", causal)
+        kern = Kernel(key, b)
+        for (B, sq, skv, hq, hkv) in ((2, 67, 45, 4, 2), (1, 45, 131, 2, 1)):
+            qf = rng.standard_normal((B, sq, hq, d))
+            kf = rng.standard_normal((B, skv, hkv, d))
+            vf = rng.standard_normal((B, skv, hkv, d))
+            qb, kb, vb = to_bf16_bits(qf), to_bf16_bits(kf), to_bf16_bits(vf)
+            qp, kp, vp = dev_put(qb), dev_put(kb), dev_put(vb)
+            op = dev_put(np.full((B, sq, hq, d), 0x7FC0, dtype=np.uint16))
+            lp = dev_put(np.full((B, hq, sq), np.nan, dtype=np.float32))
+            st = [sq * hq * d, hq * d, d, skv * hkv * d, hkv * d, d, skv * hkv * d, hkv * d, d,
+                  sq * hq * d, hq * d, d, hq * sq, sq]
+            p = dict(q=int(qp), k=int(kp), v=int(vp), o=int(op), lse=int(lp), cu_q=0, cu_kv=0, batch=B, hq=hq,
+                     hkv=hkv, sq=sq, skv=skv, strides=st, scale=1.0 / math.sqrt(d))
+            kern.prepare(p, cu.CUstream(0))()
+            cu_check(cu.cuCtxSynchronize())
+            O = from_bf16_bits(dev_get(op, (B, sq, hq, d), np.uint16))
+            L = dev_get(lp, (B, hq, sq), np.float32).astype(np.float64)
+            o_ref, l_ref = ref_attn(from_bf16_bits(qb), from_bf16_bits(kb), from_bf16_bits(vb), causal, 1.0 / math.sqrt(d))
+            ok, ma, rel, le, msg = compare(O, o_ref, L, l_ref, "bf16")
+            allok &= ok
+            print(f"  sanitize {name} causal={int(causal)} B{B} sq{sq} skv{skv} hq{hq}/{hkv}: "
+                  f"{'ok' if ok else 'FAIL ' + msg} max_abs={ma:.2e} lse_err={le:.2e}", flush=True)
+            for x in (qp, kp, vp, op, lp):
+                cu_check(cu.cuMemFree(x))
+    print("sanitize-run", "ok" if allok else "FAIL")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
+    ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--sanitize", default=None)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--dtypes", default="bf16,f16")
+    ap.add_argument("--quick", action="store_true", help="check bf16 non-fused cases only")
+    a = ap.parse_args()
+    if a.sanitize:
+        sanitize(a.sanitize)
+        return
+    names = a.variants.split(",")
+    dtypes = a.dtypes.split(",")
+    jobs = [(n, dt, c) for n in names for dt in dtypes for c in (False, True)]
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 2)) as ex:
+        built = dict(ex.map(lambda j: build(*j), jobs))
+    for key, b in built.items():
+        i = b["info"]
+        print(f"build {key[0]:22s} {key[1]:4s} causal={int(key[2])}: regs={i['regs']} spill={i['spill']} "
+              f"stack={i['stack']} bad={i['bad']} smem={smem_bytes(b['defs'])} ({b['secs']:.1f}s)", flush=True)
+    if a.compile_only:
+        return
+
+    import torch
+    from cuda.bindings import driver as cu
+    torch.zeros(1, device="cuda")
+    cu_check(cu.cuInit(0))
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "SMs",
+          torch.cuda.get_device_properties(0).multi_processor_count, flush=True)
+    stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+    import faulthandler
+    kerns = {}
+    for key, b in built.items():
+        if b["info"]["spill"] or b["info"]["stack"] > 0 or b["info"]["bad"]:
+            print(f"skip {key}: spills/stack", flush=True)
+            continue
+        kerns[key] = Kernel(key, b)
+    correct = {}
+    for key, kern in kerns.items():
+        faulthandler.dump_traceback_later(120, exit=True)
+        name, dtype, causal = key
+        d = kern.defs["TG_HEAD_DIM"]
+        n_ok, n_all, worst, fails = 0, 0, [0.0, 0.0, 0.0], []
+        yards = []
+        for i, case in enumerate(check_cases(kern.bm, kern.defs["TG_BN"])):
+            try:
+                ok, ma, rel, le, msg, yard = run_case(torch, kern, case, dtype, causal, d, stream, 1000 + i)
+            except Exception as e:
+                ok, ma, rel, le, msg, yard = False, 0, 0, 0, f"EXCEPTION {e}", None
+            n_all += 1
+            n_ok += ok
+            worst = [max(worst[0], ma), max(worst[1], rel), max(worst[2], le)]
+            if isinstance(yard, float):
+                yards.append((ma, yard))
+            if not ok:
+                fails.append(f"{case['name']}: {msg}")
+        # also once without LSE (lse == nullptr path)
+        ok2 = run_case(torch, kern, check_cases(kern.bm, kern.defs["TG_BN"])[5], dtype, causal, d, stream, 77, want_lse=False)[0]
+        n_all += 1
+        n_ok += ok2
+        if not ok2:
+            fails.append("no-lse: FAIL")
+        ymax = max((y for _, y in yards), default=float("nan"))
+        print(f"check {name:22s} {dtype:4s} causal={int(causal)}: {n_ok}/{n_all} ok  max_abs={worst[0]:.2e} "
+              f"rel={worst[1]:.2e} lse_err={worst[2]:.2e}  (torch-flash max_abs on comparable cases {ymax:.2e})"
+              + ("" if not fails else "\n    FAIL " + "\n    FAIL ".join(fails)), flush=True)
+        correct[key] = n_ok == n_all
+    faulthandler.cancel_dump_traceback_later()
+    if a.check_only:
+        return
+    print("\n=== timing (bf16, TFLOP/s = 4*B*H*S*S*D / t, halved for causal; interleaved medians) ===", flush=True)
+    for (B, hq, hkv, S, d) in BENCH:
+        for causal in (False, True):
+            ks = {k[0]: kr for k, kr in kerns.items() if k[1] == "bf16" and k[2] == causal
+                  and kr.defs["TG_HEAD_DIM"] == d and correct.get(k)}
+            if not ks:
+                continue
+            faulthandler.dump_traceback_later(120, exit=True)
+            res = bench_shape(torch, ks, B, hq, hkv, S, d, causal, stream, a.reps)
+            fl = res.get("torch-flash", float("nan"))
+            ours = {n: t for n, t in res.items() if not n.startswith("torch")}
+            best = max(ours, key=ours.get)
+            line = "  ".join(f"{n}={t:.1f}" for n, t in res.items())
+            print(f"B{B} H{hq}/{hkv} S{S} d{d} causal={int(causal)}: best {best} {ours[best]:.1f} TF/s, "
+                  f"vs flash {ours[best] / fl:.3f}x | {line}", flush=True)
+    faulthandler.cancel_dump_traceback_later()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,594 @@
+//! The GEMM's `wgmma` engine for sm_90a (H100/H200): TMA loads with 128-byte swizzle into a
+//! ring of shared-memory stages guarded by mbarriers, one producer warpgroup and two consumer
+//! warpgroups (`setmaxnreg` moves registers to the consumers), `wgmma.mma_async` from
+//! shared-memory descriptors, a persistent grid walking the output tiles in a grouped order,
+//! and the epilogue through swizzled shared memory and TMA stores.
+//!
+//! Same op, arguments and epilogue chain as the mma.sync path (`gemm.rs`); the kernel also
+//! takes the tensor maps listed here, which the host encodes per call.
+
+use super::tma::{Swizzle, TensorMap};
+use super::{Field, GridRule, Launch};
+use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
+
+/// Rows of the block tile: two consumer warpgroups of one m64 wgmma row each.
+pub const TILE_M: u32 = 128;
+/// k per stage: one 128-byte swizzle row of 16-bit elements.
+pub const TILE_K: u32 = 64;
+/// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256.
+pub const TILE_NS: &[u32] = &[64, 128, 192, 256];
+/// One producer and two consumer warpgroups.
+pub const THREADS: u32 = 384;
+const CONSUMER_ROWS: u32 = 64;
+/// Tile rows walked together in the persistent order (16 measured best, NOTES.md).
+const GROUP_M: u32 = 16;
+/// Registers after `setmaxnreg`: 40 × 128 + 2 × 232 × 128 ≤ 64 Ki.
+const PRODUCER_REGS: u32 = 40;
+const CONSUMER_REGS: u32 = 232;
+/// Shared memory each consumer stages its output in per round (bf16 128×256 in one round,
+/// f32 in two): 2 × 32 KiB beside 3 stages of 48 KiB fits sm_90's 227 KiB.
+const STAGING_BYTES: u32 = 32 * 1024;
+/// The swizzle span: TMA boxes are 128 bytes wide.
+const SPAN: u32 = 128;
+/// Widest tile whose consumers have registers left for `gelu_erf` (erfcf).
+const MAX_TILE_N_GELU_ERF: u32 = 128;
+/// Slack to align the dynamic shared memory to 1024 bytes (128-byte swizzle atoms).
+const ALIGN_SLACK: u32 = 1024;
+
+pub fn defaults(p: &mut Params) {
+    p.tile.get_or_insert([TILE_M, 256, TILE_K]);
+    p.layout.get_or_insert(Layout::Nn);
+    p.tf32.get_or_insert(false);
+}
+
+/// Everything derived from an instance's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    tile_n: u32,
+    stages: u32,
+    /// A row-major (nn, nt): k contiguous, the wgmma "K-major" A; else M-major (transposed).
+    a_k_major: bool,
+    /// B stored N×K (nt, tt): K-major; else N-major (transposed).
+    b_k_major: bool,
+    in_elem: u32,
+    out_elem: u32,
+    /// TMA boxes per stage for A and B, and A's box rows.
+    a_box_outer: u32,
+    a_loads: u32,
+    b_loads: u32,
+    /// Output columns per TMA store box, columns staged per round, rounds per tile.
+    d_box_cols: u32,
+    epi_cols: u32,
+    epi_rounds: u32,
+    has_bias: bool,
+}
+
+impl Plan {
+    fn new(inst: &Instance) -> Plan {
+        let p = &inst.params;
+        let [_, tile_n, _] = p.tile.unwrap_or([TILE_M, 256, TILE_K]);
+        let tile_n = tile_n.max(64);
+        let layout = p.layout.unwrap_or(Layout::Nn);
+        let out_elem = inst.out_dtype.size();
+        let a_k_major = !layout.a_transposed();
+        let d_box_cols = SPAN / out_elem;
+        // Fewest rounds whose staging fits the budget and whose columns are whole boxes.
+        let mut epi_rounds = 1;
+        while CONSUMER_ROWS * (tile_n / epi_rounds) * out_elem > STAGING_BYTES
+            || !(tile_n / epi_rounds).is_multiple_of(d_box_cols)
+            || !tile_n.is_multiple_of(epi_rounds)
+        {
+            if epi_rounds >= tile_n / d_box_cols {
+                break;
+            }
+            epi_rounds += 1;
+        }
+        Plan {
+            tile_n,
+            stages: p.stages.unwrap_or(if tile_n > 128 { 3 } else { 4 }),
+            a_k_major,
+            b_k_major: layout.b_transposed(),
+            in_elem: inst.dtype.size(),
+            out_elem,
+            // K-major A: one box of all the tile's rows; M-major A: one 64-row box per consumer.
+            a_box_outer: if a_k_major { TILE_M } else { TILE_K },
+            a_loads: if a_k_major { 1 } else { TILE_M / 64 },
+            b_loads: tile_n / 64,
+            d_box_cols,
+            epi_cols: tile_n / epi_rounds,
+            epi_rounds,
+            has_bias: inst.has_epilogue(Epilogue::Bias),
+        }
+    }
+
+    fn a_stage_bytes(&self) -> u32 {
+        TILE_M * TILE_K * self.in_elem
+    }
+    fn b_stage_bytes(&self) -> u32 {
+        self.tile_n * TILE_K * self.in_elem
+    }
+    /// One consumer's output staging buffer.
+    fn staging_bytes(&self) -> u32 {
+        CONSUMER_ROWS * self.epi_cols * self.out_elem
+    }
+    /// Two slots of a tile's bias columns as f32 (bias instances only).
+    fn bias_slot_bytes(&self) -> u32 {
+        if self.has_bias {
+            self.tile_n * 4
+        } else {
+            0
+        }
+    }
+    fn bias_offset(&self) -> u32 {
+        self.stages * (self.a_stage_bytes() + self.b_stage_bytes()) + 2 * self.staging_bytes()
+    }
+    fn barrier_offset(&self) -> u32 {
+        self.bias_offset() + 2 * self.bias_slot_bytes()
+    }
+    /// Dynamic shared memory: alignment slack, the stages (A then B), two staging buffers,
+    /// two bias slots, then mbarriers: a full and an empty one per stage, one per consumer
+    /// (its staged C), a full and an empty one per bias slot.
+    fn shared_bytes(&self) -> u32 {
+        ALIGN_SLACK + self.barrier_offset() + 8 * (2 * self.stages + 6)
+    }
+}
+
+pub fn check(inst: &Instance) -> Vec<(Field, String)> {
+    let mut out = Vec::new();
+    let p = &inst.params;
+    if inst.dtype == DType::F32 {
+        out.push((
+            Field::Engine,
+            "engine wgmma takes f16 or bf16 inputs, not f32 (f32 GEMMs run on the mma_sync engine)"
+                .to_string(),
+        ));
+    }
+    if p.tf32 == Some(true) {
+        out.push((
+            Field::Tf32,
+            "tf32 applies to f32 inputs on the mma_sync engine, not to engine wgmma".to_string(),
+        ));
+    }
+    if let Some([m, n]) = p.warp {
+        out.push((
+            Field::Warp,
+            format!(
+                "`warp` does not apply to engine wgmma (two consumer warpgroups of {CONSUMER_ROWS} rows \
+                 split the tile), found {m}x{n}: leave it out"
+            ),
+        ));
+    }
+    let [tm, tn, tk] = p.tile.unwrap_or([TILE_M, 256, TILE_K]);
+    if tm != TILE_M || tk != TILE_K || !TILE_NS.contains(&tn) {
+        let ns: Vec<String> = TILE_NS.iter().map(|n| n.to_string()).collect();
+        out.push((
+            Field::Tile,
+            format!(
+                "engine wgmma takes tile [{TILE_M}, n, {TILE_K}] with n one of {}, not [{tm}, {tn}, {tk}]",
+                ns.join(", ")
+            ),
+        ));
+    }
+    // erfc's code beside 128 accumulators per thread spills (ptxas allocates the consumers
+    // within the launch's 168 registers); 64 accumulators leave room.
+    if inst.has_epilogue(Epilogue::GeluErf) && tn > MAX_TILE_N_GELU_ERF {
+        out.push((
+            Field::Epilogue,
+            format!(
+                "gelu_erf on engine wgmma needs tile n {MAX_TILE_N_GELU_ERF} or less (erfc beside {} \
+                 accumulators per thread would spill), not {tn}; or use gelu (tanh form)",
+                tn / 2
+            ),
+        ));
+    }
+    if let Some(s) = p.stages {
+        if !(2..=8).contains(&s) {
+            out.push((
+                Field::Stages,
+                format!("stages must be from 2 to 8, not {s}"),
+            ));
+        }
+    }
+    out
+}
+
+pub fn arch_problem(arch: Arch) -> Option<String> {
+    (arch != Arch::Sm90a).then(|| {
+        format!(
+            "engine wgmma uses wgmma.mma_async and setmaxnreg, which only sm_90a has (and sm_90a \
+             code runs on no other GPU): give `archs: [sm_90a]`, not {arch}"
+        )
+    })
+}
+
+/// The maps the kernel takes before its arguments: A, B, D (see `TensorMap` for the terms).
+pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
+    let plan = Plan::new(inst);
+    let (t, o) = (inst.dtype, inst.out_dtype);
+    let a = if plan.a_k_major {
+        TensorMap::tiled_2d(
+            "a_map",
+            "a",
+            t,
+            ["k", "m"],
+            "lda",
+            [TILE_K, plan.a_box_outer],
+            Swizzle::B128,
+        )
+    } else {
+        TensorMap::tiled_2d(
+            "a_map",
+            "a",
+            t,
+            ["m", "k"],
+            "lda",
+            [64, TILE_K],
+            Swizzle::B128,
+        )
+    };
+    let b = if plan.b_k_major {
+        TensorMap::tiled_2d(
+            "b_map",
+            "b",
+            t,
+            ["k", "n"],
+            "ldb",
+            [TILE_K, 64],
+            Swizzle::B128,
+        )
+    } else {
+        TensorMap::tiled_2d(
+            "b_map",
+            "b",
+            t,
+            ["n", "k"],
+            "ldb",
+            [64, TILE_K],
+            Swizzle::B128,
+        )
+    };
+    let out_map = |name: &str, tensor: &str, ld: &str| {
+        TensorMap::tiled_2d(
+            name,
+            tensor,
+            o,
+            ["n", "m"],
+            ld,
+            [plan.d_box_cols, CONSUMER_ROWS],
+            Swizzle::B128,
+        )
+    };
+    let mut maps = vec![a, b];
+    // The residual C is read through the staging buffer, in D's layout.
+    if inst.has_epilogue(Epilogue::Residual) {
+        maps.push(out_map("c_map", "c", "ldc"));
+    }
+    maps.push(out_map("d_map", "d", "ldd"));
+    maps
+}
+
+pub fn launch(inst: &Instance) -> Launch {
+    let plan = Plan::new(inst);
+    Launch {
+        threads: THREADS,
+        grid: GridRule::Persistent {
+            tile_m: TILE_M,
+            tile_n: plan.tile_n,
+            ctas_per_sm: 1,
+        },
+        shared_bytes: plan.shared_bytes(),
+    }
+}
+
+/// What a launcher must check and do before calling a wgmma GEMM instance, in words (the same
+/// list heads the rendered kernel). Sizes in elements.
+pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
+    let plan = Plan::new(inst);
+    let layout = inst.params.layout.unwrap_or(Layout::Nn);
+    let in_vec = inst.dtype.per_16_bytes();
+    let out_vec = inst.out_dtype.per_16_bytes();
+    let has_bias = inst.has_epilogue(Epilogue::Bias);
+    let has_c = inst.has_epilogue(Epilogue::Residual);
+    let (a_desc, a_ld) = if plan.a_k_major {
+        ("A (M x K) is row-major", "lda >= K")
+    } else {
+        ("A (M x K) is column-major, stored K x M", "lda >= M")
+    };
+    let (b_desc, b_ld) = if plan.b_k_major {
+        ("B (K x N) is column-major, stored N x K", "ldb >= K")
+    } else {
+        ("B (K x N) is row-major", "ldb >= N")
+    };
+    let mut r = vec![
+        "runs only on compute capability 9.0 devices (sm_90a code: H100, H200)".to_string(),
+        format!(
+            "launch: grid = (min(ceil(M / {TILE_M}) * ceil(N / {}), SMs), 1, 1) (persistent: each block \
+             loops over tiles), block = ({THREADS}, 1, 1), {} bytes of dynamic shared memory (over 48 KiB: \
+             raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)",
+            plan.tile_n,
+            plan.shared_bytes()
+        ),
+        format!(
+            "parameters: the tensor maps {} (128-byte CUtensorMap values from cuTensorMapEncodeTiled, as \
+             the manifest's tensor_maps give them), then the arguments",
+            tensor_maps(inst)
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        "M, N, K >= 1 (a tensor map has no empty dimension) and <= 2^31 - 1".to_string(),
+        format!(
+            "N a multiple of {out_vec} (16 bytes of {}): TMA stores write whole 16-byte chunks at the \
+             right edge, so a ragged N would change the bytes after column N - 1 when ldd > N",
+            inst.out_dtype
+        ),
+        format!(
+            "{} 16-byte aligned{}",
+            if has_c { "a, b, c and d" } else { "a, b and d" },
+            if has_bias { "; bias aligned to its element size" } else { "" }
+        ),
+        format!(
+            "lda and ldb multiples of {in_vec} (16 bytes of {}), below 2^40 bytes",
+            inst.dtype
+        ),
+        format!(
+            "{} {out_vec} (16 bytes of {}), below 2^40 bytes",
+            if has_c { "ldc and ldd multiples of" } else { "ldd a multiple of" },
+            inst.out_dtype
+        ),
+        format!("layout {layout}: {a_desc}, {a_ld}; {b_desc}, {b_ld}"),
+    ];
+    r.extend(super::gemm::output_requirements(has_bias, has_c));
+    r
+}
+
+/// The wgmma `.atype` of the inputs.
+fn wgmma_type(t: DType) -> &'static str {
+    match t {
+        DType::F16 => "f16",
+        _ => "bf16",
+    }
+}
+
+pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
+    let plan = Plan::new(inst);
+    let maps: Vec<String> = tensor_maps(inst)
+        .iter()
+        .map(|m| {
+            format!(
+                "{}: {} over {}, dims [{}], strides [{}], box [{}]",
+                m.name,
+                m.dtype,
+                m.tensor,
+                m.dims.join(", "),
+                m.strides.join(", "),
+                m.box_dims
+                    .iter()
+                    .map(|b| b.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .collect();
+    vec![
+        ("tile_m", TILE_M.into()),
+        ("tile_n", plan.tile_n.into()),
+        ("tile_k", TILE_K.into()),
+        ("stages", plan.stages.into()),
+        ("group_m", GROUP_M.into()),
+        (
+            "layout",
+            inst.params.layout.unwrap_or(Layout::Nn).as_str().into(),
+        ),
+        ("a_k_major", plan.a_k_major.into()),
+        ("b_k_major", plan.b_k_major.into()),
+        ("a_box_outer", plan.a_box_outer.into()),
+        ("a_loads", plan.a_loads.into()),
+        ("b_loads", plan.b_loads.into()),
+        ("a_stage_bytes", plan.a_stage_bytes().into()),
+        ("b_stage_bytes", plan.b_stage_bytes().into()),
+        ("d_box_cols", plan.d_box_cols.into()),
+        ("epi_cols", plan.epi_cols.into()),
+        ("epi_rounds", plan.epi_rounds.into()),
+        ("staging_bytes", plan.staging_bytes().into()),
+        ("bias_offset", plan.bias_offset().into()),
+        ("bias_slot_bytes", plan.bias_slot_bytes().into()),
+        ("barrier_offset", plan.barrier_offset().into()),
+        ("shared_bytes", plan.shared_bytes().into()),
+        ("producer_regs", PRODUCER_REGS.into()),
+        ("consumer_regs", CONSUMER_REGS.into()),
+        ("wgmma_type", wgmma_type(inst.dtype).into()),
+        ("acc_regs", (plan.tile_n / 2).into()),
+        ("a_trans", u32::from(!plan.a_k_major).into()),
+        ("b_trans", u32::from(!plan.b_k_major).into()),
+        ("has_bias", inst.has_epilogue(Epilogue::Bias).into()),
+        ("has_residual", inst.has_epilogue(Epilogue::Residual).into()),
+        ("has_scale", inst.has_epilogue(Epilogue::Scale).into()),
+        ("requirements", runtime_requirements(inst).into()),
+        ("tensor_maps", maps.into()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::model::{Engine, Op};
+
+    fn inst(dtype: DType, out: DType, tile_n: u32, layout: Layout) -> Instance {
+        let mut params = Params {
+            tile: Some([TILE_M, tile_n, TILE_K]),
+            layout: Some(layout),
+            engine: Some(Engine::Wgmma),
+            ..Default::default()
+        };
+        defaults(&mut params);
+        let mut i = Instance::for_test(Op::Gemm, dtype, params);
+        i.out_dtype = out;
+        i.archs = vec![Arch::Sm90a];
+        i
+    }
+
+    #[test]
+    fn plan_and_shared_memory() {
+        // bf16 128x256, 3 stages of 16 + 32 KiB, two 64x256 bf16 staging buffers, 12 barriers.
+        let i = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
+        let l = launch(&i);
+        assert_eq!(l.threads, 384);
+        assert_eq!(l.shared_bytes, 1024 + 3 * 49152 + 2 * 32768 + 8 * 12);
+        // A bias adds two slots of 256 f32 columns.
+        let mut b = i.clone();
+        b.epilogue = vec![Epilogue::Bias, Epilogue::Gelu];
+        assert_eq!(launch(&b).shared_bytes, l.shared_bytes + 2 * 1024);
+        assert!(crate::ops::check(&b).is_empty());
+        assert_eq!(
+            l.grid,
+            GridRule::Persistent {
+                tile_m: 128,
+                tile_n: 256,
+                ctas_per_sm: 1
+            }
+        );
+        assert!(check(&i).is_empty());
+        assert_eq!(crate::ops::check(&i), vec![]);
+        // f32 output stages half the tile per round: the same 64 KiB.
+        let f = inst(DType::Bf16, DType::F32, 256, Layout::Nn);
+        let pf = Plan::new(&f);
+        assert_eq!((pf.epi_rounds, pf.epi_cols, pf.d_box_cols), (2, 128, 32));
+        assert_eq!(launch(&f).shared_bytes, launch(&i).shared_bytes);
+        assert!(crate::ops::check(&f).is_empty());
+        // 128-wide tiles get 4 stages by default; f32 out then fits in one round.
+        let n = inst(DType::F16, DType::F32, 128, Layout::Nt);
+        let pn = Plan::new(&n);
+        assert_eq!((pn.stages, pn.epi_rounds), (4, 1));
+        assert!(crate::ops::check(&n).is_empty());
+        // 192 wide with f32 out: 64x192x4 = 48 KiB, two rounds of 96 columns (3 boxes).
+        let w = inst(DType::Bf16, DType::F32, 192, Layout::Nn);
+        let pw = Plan::new(&w);
+        assert_eq!((pw.epi_rounds, pw.epi_cols), (2, 96));
+        // Too deep a ring for sm_90's 227 KiB is refused at `stages`.
+        let mut deep = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
+        deep.params.stages = Some(4);
+        let p = crate::ops::check(&deep);
+        assert!(
+            p.iter()
+                .any(|(f, m)| *f == Field::Stages && m.contains("shared memory")),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn tensor_maps_per_layout() {
+        let dims = |m: &TensorMap| (m.dims.join(","), m.strides.join(","), m.box_dims.clone());
+        for (layout, a, b) in [
+            (
+                Layout::Nn,
+                ("k,m", "lda", vec![64, 128]),
+                ("n,k", "ldb", vec![64, 64]),
+            ),
+            (
+                Layout::Nt,
+                ("k,m", "lda", vec![64, 128]),
+                ("k,n", "ldb", vec![64, 64]),
+            ),
+            (
+                Layout::Tn,
+                ("m,k", "lda", vec![64, 64]),
+                ("n,k", "ldb", vec![64, 64]),
+            ),
+            (
+                Layout::Tt,
+                ("m,k", "lda", vec![64, 64]),
+                ("k,n", "ldb", vec![64, 64]),
+            ),
+        ] {
+            let i = inst(DType::F16, DType::F32, 256, layout);
+            let maps = tensor_maps(&i);
+            let names: Vec<&str> = maps.iter().map(|m| m.name.as_str()).collect();
+            assert_eq!(names, ["a_map", "b_map", "d_map"]);
+            assert_eq!(
+                dims(&maps[0]),
+                (a.0.to_string(), a.1.to_string(), a.2),
+                "{layout} A"
+            );
+            assert_eq!(
+                dims(&maps[1]),
+                (b.0.to_string(), b.1.to_string(), b.2),
+                "{layout} B"
+            );
+            // D: f32 boxes are 32 columns (128 bytes) by one consumer's 64 rows.
+            assert_eq!(
+                dims(&maps[2]),
+                ("n,m".to_string(), "ldd".to_string(), vec![32, 64])
+            );
+            assert_eq!(
+                (maps[0].dtype, maps[1].dtype, maps[2].dtype),
+                (DType::F16, DType::F16, DType::F32)
+            );
+            // Every box is one 128-byte swizzle span wide and at most 256 per dim.
+            for m in &maps {
+                assert_eq!(m.box_dims[0] * m.dtype.size(), 128, "{}", m.name);
+                assert!(m.box_dims.iter().all(|&b| b <= 256));
+                assert_eq!(m.swizzle, Swizzle::B128);
+            }
+        }
+        // A bf16 output box is 64 columns.
+        let i = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
+        assert_eq!(tensor_maps(&i)[2].box_dims, vec![64, 64]);
+    }
+
+    #[test]
+    fn rejects_what_the_engine_lacks() {
+        let has = |i: &Instance, field: Field, needle: &str| {
+            let p = crate::ops::check(i);
+            assert!(
+                p.iter().any(|(f, m)| *f == field && m.contains(needle)),
+                "{needle:?} at {field:?} not in {p:?}"
+            );
+        };
+        let mut f32_in = inst(DType::F32, DType::F32, 256, Layout::Nn);
+        has(&f32_in, Field::Engine, "f16 or bf16 inputs");
+        f32_in.params.tf32 = Some(true);
+        has(&f32_in, Field::Tf32, "not to engine wgmma");
+        let mut t = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
+        t.params.tile = Some([128, 256, 32]);
+        has(&t, Field::Tile, "tile [128, n, 64]");
+        t.params.tile = Some([128, 96, 64]);
+        has(&t, Field::Tile, "not [128, 96, 64]");
+        t.params.tile = Some([64, 256, 64]);
+        has(&t, Field::Tile, "not [64, 256, 64]");
+        let mut w = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
+        w.params.warp = Some([64, 64]);
+        has(&w, Field::Warp, "does not apply");
+        let mut s = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
+        s.params.stages = Some(1);
+        has(&s, Field::Stages, "from 2 to 8");
+        // Only sm_90a.
+        let mut a = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
+        a.archs = vec![Arch::Sm80, Arch::Sm90, Arch::Sm90a];
+        let archs: Vec<Arch> = crate::ops::arch_problems(&a)
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect();
+        assert_eq!(archs, [Arch::Sm80, Arch::Sm90]);
+    }
+
+    #[test]
+    fn same_arguments_as_the_mma_sync_engine() {
+        for epi in [
+            vec![],
+            vec![Epilogue::Bias, Epilogue::Gelu],
+            vec![Epilogue::Scale, Epilogue::Bias, Epilogue::Residual],
+        ] {
+            let mut w = inst(DType::Bf16, DType::Bf16, 256, Layout::Nt);
+            w.epilogue = epi.clone();
+            let mut m = w.clone();
+            m.params = Params {
+                layout: Some(Layout::Nt),
+                ..Default::default()
+            };
+            crate::ops::apply_defaults(Op::Gemm, &mut m.params);
+            assert_eq!(crate::ops::signature(&w), crate::ops::signature(&m));
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Tensor-memory-accelerator (TMA) descriptors as the manifest states them: which kernel
+//! parameters are `CUtensorMap`s and how a host encodes each one
+//! (`cuTensorMapEncodeTiled`) from the call's own arguments, so that a host in any language
+//! can launch a TMA kernel from `manifest.json` alone.
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::model::DType;
+
+/// Bytes of one encoded map (`CUtensorMap`), passed by value as a kernel parameter.
+pub const TENSOR_MAP_BYTES: u32 = 128;
+/// Alignment of a map parameter: CUDA 13's `cuda.h` declares `CUtensorMap` 128-byte aligned
+/// (64 before 13.0), and the kernel's stand-in type matches, so a host places each map
+/// parameter at a multiple of this in the parameter buffer.
+pub const TENSOR_MAP_ALIGN: u32 = 128;
+
+macro_rules! map_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(self) -> &'static str { match self { $($name::$variant => $text),+ } }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.pad(self.as_str()) }
+        }
+    };
+}
+
+map_enum!(
+    /// `CUtensorMapSwizzle`: NONE, 32B, 64B, 128B.
+    Swizzle { None = "none", B32 = "32b", B64 = "64b", B128 = "128b" }
+);
+map_enum!(
+    /// `CUtensorMapInterleave`: NONE, 16B, 32B.
+    Interleave { None = "none", B16 = "16b", B32 = "32b" }
+);
+map_enum!(
+    /// `CUtensorMapL2promotion`: NONE, L2_64B, L2_128B, L2_256B.
+    L2Promotion { None = "none", B64 = "64b", B128 = "128b", B256 = "256b" }
+);
+map_enum!(
+    /// `CUtensorMapFloatOOBfill`: `zero` = FLOAT_OOB_FILL_NONE (out-of-bounds elements read
+    /// as zero), `nan` = FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA.
+    OobFill { Zero = "zero", Nan = "nan" }
+);
+
+/// One tensor-map kernel parameter. Dims and strides name the call's size arguments (`m`,
+/// `n`, `k`, `lda`, ...), so the host computes them per call: `dims` innermost (contiguous)
+/// first, `strides` for dims 1.. in elements (bytes = value × dtype size); element strides
+/// are all 1; the map's base address is the pointer argument `tensor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorMap {
+    /// Kernel parameter name.
+    pub name: String,
+    /// The pointer argument (in `args`) whose memory the map covers.
+    pub tensor: String,
+    pub dtype: DType,
+    pub dims: Vec<String>,
+    pub strides: Vec<String>,
+    /// Box size in elements per dim, innermost first.
+    #[serde(rename = "box")]
+    pub box_dims: Vec<u32>,
+    pub swizzle: Swizzle,
+    pub interleave: Interleave,
+    pub l2_promotion: L2Promotion,
+    pub oob_fill: OobFill,
+}
+
+impl TensorMap {
+    /// A 2-D map over `tensor`: `dims = [inner, outer]`, one stride (the outer dim's), 128-byte
+    /// swizzle, no interleave, 256-byte L2 promotion, zero fill.
+    pub fn tiled_2d(
+        name: &str,
+        tensor: &str,
+        dtype: DType,
+        dims: [&str; 2],
+        stride: &str,
+        box_dims: [u32; 2],
+        swizzle: Swizzle,
+    ) -> TensorMap {
+        TensorMap {
+            name: name.into(),
+            tensor: tensor.into(),
+            dtype,
+            dims: dims.iter().map(|d| d.to_string()).collect(),
+            strides: vec![stride.into()],
+            box_dims: box_dims.to_vec(),
+            swizzle,
+            interleave: Interleave::None,
+            l2_promotion: L2Promotion::B256,
+            oob_fill: OobFill::Zero,
+        }
+    }
+
+    /// The C parameter declaration in the kernel's signature.
+    pub fn c_decl(&self) -> String {
+        format!("const __grid_constant__ TgTensorMap {}", self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_with_the_manifest_names() {
+        let m = TensorMap::tiled_2d(
+            "a_map",
+            "a",
+            DType::Bf16,
+            ["k", "m"],
+            "lda",
+            [64, 128],
+            Swizzle::B128,
+        );
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "name": "a_map", "tensor": "a", "dtype": "bf16", "dims": ["k", "m"],
+                "strides": ["lda"], "box": [64, 128], "swizzle": "128b", "interleave": "none",
+                "l2_promotion": "256b", "oob_fill": "zero"
+            })
+        );
+        let back: TensorMap = serde_json::from_value(v).unwrap();
+        assert_eq!(back, m);
+        for s in Swizzle::ALL {
+            let j = serde_json::to_string(s).unwrap();
+            assert_eq!(j, format!("\"{}\"", s.as_str()));
+        }
+    }
+}

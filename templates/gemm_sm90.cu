@@ -1,0 +1,429 @@
+{{ header }}
+//
+// gemm, engine wgmma (sm_90a only): D = epilogue(A . B) with A M x K and B K x N ({{ dtype }} in,
+// {{ out_dtype }} out, f32 accumulation), layout {{ layout }}, epilogue = [{{ epilogue | join(sep=", ") }}].
+// Block tile {{ tile_m }}x{{ tile_n }}x{{ tile_k }}: warpgroup 0 issues TMA loads into a {{ stages }}-stage ring of shared
+// memory (128-byte swizzle, full/empty mbarriers); warpgroups 1 and 2 each own 64 rows x {{ tile_n }} columns
+// and run wgmma.mma_async m64n{{ tile_n }}k16 from shared-memory descriptors. Persistent: each block
+// loops over output tiles in groups of {{ group_m }} tile rows. Epilogue: registers -> swizzled shared
+// memory -> TMA store ({{ epi_rounds }} round(s) of {{ epi_cols }} columns per consumer), while the producer
+// already loads the next tile.{% if has_bias %} Producer warp 1 stages each tile's bias in shared memory.{% endif %}
+//
+// Runtime requirements (the launcher checks them; sizes in elements):
+{%- for r in requirements %}
+//   - {{ r }}
+{%- endfor %}
+// Tensor maps (cuTensorMapEncodeTiled; dims innermost first, strides in elements; 128-byte
+// swizzle, no interleave, 256-byte L2 promotion, zero fill):
+{%- for m in tensor_maps %}
+//   - {{ m }}
+{%- endfor %}
+// Edges need no padding: TMA zero-fills what lies past M, N and K on the way in and clips the
+// stores on the way out.
+
+{% include "prelude.cuh" %}
+
+typedef {{ T }} T;    // A and B
+typedef {{ OT }} OT;  // D, C and bias
+
+// CUtensorMap as CUDA 13's cuda.h declares it (128-byte aligned), without the header.
+struct alignas(128) TgTensorMap { unsigned long long v[16]; };
+
+namespace cfg {
+constexpr int BM = {{ tile_m }}, BN = {{ tile_n }}, BK = {{ tile_k }};
+constexpr int STAGES = {{ stages }};
+constexpr int GROUP_M = {{ group_m }};
+constexpr int ACC = {{ acc_regs }};  // f32 accumulators per consumer thread (m64 x BN / 128)
+// Operand order in shared memory: K-major = k contiguous (128-byte rows of 64 k);
+// MN-major = m (or n) contiguous, read by wgmma with its transpose bit.
+constexpr bool A_K_MAJOR = {{ a_k_major }};
+constexpr bool B_K_MAJOR = {{ b_k_major }};
+constexpr int A_LOADS = {{ a_loads }};  // TMA boxes per stage
+constexpr int B_LOADS = {{ b_loads }};
+constexpr unsigned BOX_BYTES = 64 * 128;  // one 64-row box of 128-byte rows
+constexpr unsigned A_STAGE_BYTES = {{ a_stage_bytes }};
+constexpr unsigned B_STAGE_BYTES = {{ b_stage_bytes }};
+constexpr unsigned STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
+constexpr int D_BOX_COLS = {{ d_box_cols }};  // output columns per 128-byte store box
+constexpr int EPI_COLS = {{ epi_cols }};      // columns staged per round
+constexpr int EPI_ROUNDS = {{ epi_rounds }};
+constexpr unsigned STAGING_BYTES = {{ staging_bytes }};  // per consumer
+constexpr unsigned BIAS_OFFSET = {{ bias_offset }};  // two slots of a tile's bias as f32 (bias only)
+constexpr unsigned BIAS_SLOT_BYTES = {{ bias_slot_bytes }};
+constexpr unsigned BARRIER_OFFSET = {{ barrier_offset }};
+static_assert(A_STAGE_BYTES == (unsigned)(A_LOADS * (A_K_MAJOR ? 2 : 1)) * BOX_BYTES, "A boxes fill the stage");
+static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * BOX_BYTES, "B boxes fill the stage");
+static_assert(STAGING_BYTES == 64u * EPI_COLS * sizeof(OT), "staging holds 64 rows of a round");
+static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds cover the tile in whole boxes");
+}  // namespace cfg
+
+{% raw -%}
+// ---- sm_90 PTX helpers ----
+__device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Spins until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
+    unsigned ok;
+    do {
+        asm volatile(
+            "{\n.reg .pred P;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, P;\n}\n"
+            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    } while (!ok);
+}
+__device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// 2-D TMA box load into shared memory; completes `bar`'s transaction bytes. Out-of-bounds
+// elements arrive as zeros (and still count).
+__device__ __forceinline__ void tg_tma_load(unsigned dst, const TgTensorMap* map, unsigned bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+// 2-D TMA box store from shared memory; parts past the tensor's edges are not written.
+__device__ __forceinline__ void tg_tma_store(const TgTensorMap* map, unsigned src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
+                 "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tg_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// The committed stores have read their shared memory (it may be overwritten).
+__device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// The committed stores are complete.
+__device__ __forceinline__ void tg_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+// Generic-proxy writes to shared memory become visible to the TMA (async proxy).
+__device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void tg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void tg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void tg_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across the async wgmma.
+__device__ __forceinline__ void tg_reg_fence(float (&acc)[cfg::ACC]) {
+#pragma unroll
+    for (int i = 0; i < cfg::ACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte offsets
+// (each >> 4), swizzle mode 1 in bits 62-63.
+__device__ __forceinline__ unsigned long long tg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+{%- endraw %}
+
+// acc (+)= A(64 x 16, descriptor da) . B(16 x {{ tile_n }}, descriptor db); scale_d = 0 overwrites.
+// Transpose bits: A {{ a_trans }}, B {{ b_trans }} (1 = MN-major operand).
+__device__ __forceinline__ void tg_wgmma(float (&d)[cfg::ACC], unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %{{ acc_regs + 2 }}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{{ tile_n }}k16.f32.{{ wgmma_type }}.{{ wgmma_type }} "
+        "{ {% for i in range(end=acc_regs) %}%{{ i }}{% if not loop.last %}, {% endif %}{% endfor %} }, "
+        "%{{ acc_regs }}, %{{ acc_regs + 1 }}, p, 1, 1, {{ a_trans }}, {{ b_trans }};\n}\n"
+        : {% for i in range(end=acc_regs) %}"+f"(d[{{ i }}]){% if not loop.last %}, {% endif %}{% endfor %}
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// Two adjacent output-typed values from shared memory (the residual C, staged by TMA).
+__device__ __forceinline__ void tg_ld_shared_pair(unsigned addr, float& x, float& y) {
+{%- if out_dtype == "f32" %}
+    asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(x), "=f"(y) : "r"(addr) : "memory");
+{%- else %}
+    unsigned u;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(u) : "r"(addr) : "memory");
+    OT lo, hi;
+    lo.bits = (unsigned short)(u & 0xffffu);
+    hi.bits = (unsigned short)(u >> 16);
+    x = tg_to_float(lo);
+    y = tg_to_float(hi);
+{%- endif %}
+}
+
+// Two adjacent output values into shared memory (one 4- or 8-byte store).
+__device__ __forceinline__ void tg_st_shared_pair(unsigned addr, float x, float y) {
+{%- if out_dtype == "f32" %}
+    asm volatile("st.shared.v2.f32 [%0], { %1, %2 };" ::"r"(addr), "f"(x), "f"(y) : "memory");
+{%- else %}
+    unsigned u;  // cvt packs its first source into the upper half
+    asm("cvt.rn.{{ out_dtype }}x2.f32 %0, %1, %2;" : "=r"(u) : "f"(y), "f"(x));
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(u) : "memory");
+{%- endif %}
+}
+
+{% include "epilogue.cuh" %}
+{% raw %}
+// Grouped tile order: GROUP_M consecutive tile rows sweep the tile columns together, so the
+// blocks in flight share A and B panels in L2.
+__device__ __forceinline__ void tg_tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+    const int per_group = cfg::GROUP_M * tiles_n;
+    const int group = t / per_group;
+    const int first = group * cfg::GROUP_M;
+    const int rows = min(tiles_m - first, cfg::GROUP_M);
+    const int r = t - group * per_group;
+    tm = first + r % rows;
+    tn = r / rows;
+}
+
+// Byte address of output (row, col) in a consumer's staging buffer: 128-byte-wide boxes of 64
+// rows, 16-byte chunks XOR-swizzled by row as the TMA's 128-byte swizzle expects (the pair
+// stores of a warp then hit distinct banks).
+__device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int col) {
+    const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
+    const unsigned box = byte / 128u, within = byte % 128u;
+    const unsigned chunk = (within / 16u) ^ ((unsigned)row & 7u);
+    return base + box * cfg::BOX_BYTES + (unsigned)row * 128u + chunk * 16u + within % 16u;
+}
+{% endraw %}
+extern "C" __global__ void __launch_bounds__(384, 1)
+{{ kernel }}({{ params }}) {
+    using namespace cfg;
+    extern __shared__ __align__(1024) unsigned char tg_smem_raw[];
+    const unsigned base = (tg_smem_u32(tg_smem_raw) + 1023u) & ~1023u;  // 128-byte swizzle atoms
+    const unsigned sA = base;
+    const unsigned sB = sA + STAGES * A_STAGE_BYTES;
+    const unsigned sC = sB + STAGES * B_STAGE_BYTES;
+    const unsigned sBar = base + BARRIER_OFFSET;
+    auto full = [=](int s) { return sBar + 8u * (unsigned)s; };
+    auto empty = [=](int s) { return sBar + 8u * (unsigned)(STAGES + s); };
+    // One more per consumer: its staged residual tile has arrived.
+    [[maybe_unused]] auto c_full = [=](int cw) { return sBar + 8u * (unsigned)(2 * STAGES + cw); };
+    // A bias slot is filled (producer warp 1) / read by both consumers.
+    [[maybe_unused]] auto bias_full = [=](int slot) { return sBar + 8u * (unsigned)(2 * STAGES + 2 + slot); };
+    [[maybe_unused]] auto bias_empty = [=](int slot) { return sBar + 8u * (unsigned)(2 * STAGES + 4 + slot); };
+    [[maybe_unused]] const unsigned sBias = base + BIAS_OFFSET;
+
+    const int wg = threadIdx.x / 128;
+    const int tid = threadIdx.x % 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            tg_mbar_init(full(s), 1);   // the producer's expect_tx arrive
+            tg_mbar_init(empty(s), 2);  // one arrive per consumer warpgroup
+        }
+        tg_mbar_init(c_full(0), 1);
+        tg_mbar_init(c_full(1), 1);
+        for (int slot = 0; slot < 2; ++slot) {
+            tg_mbar_init(bias_full(slot), 32);  // every lane of producer warp 1
+            tg_mbar_init(bias_empty(slot), 2);  // one arrive per consumer warpgroup
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        tg_prefetch_map(&a_map);
+        tg_prefetch_map(&b_map);
+{%- if has_residual %}
+        tg_prefetch_map(&c_map);
+{%- endif %}
+        tg_prefetch_map(&d_map);
+    }
+    __syncthreads();
+
+    const int M = (int)m, N = (int)n, K = (int)k;
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_n = (N + BN - 1) / BN;
+    const int total = tiles_m * tiles_n;
+    const int nk = (K + BK - 1) / BK;  // the last k block's tail is zero-filled
+
+    if (wg == 0) {
+        // ---------------- producer: one thread issues every TMA load ----------------
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 {{ producer_regs }};");
+        if (tid == 0) {
+            int s = 0;
+            unsigned phase = 0;
+            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+                int tm, tn;
+                tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+                for (int kb = 0; kb < nk; ++kb) {
+                    tg_mbar_wait(empty(s), phase ^ 1u);  // a fresh barrier passes parity 1
+                    tg_mbar_expect_tx(full(s), STAGE_BYTES);
+                    const unsigned a_dst = sA + s * A_STAGE_BYTES, b_dst = sB + s * B_STAGE_BYTES;
+#pragma unroll
+                    for (int box = 0; box < A_LOADS; ++box) {
+                        if (A_K_MAJOR) {
+                            tg_tma_load(a_dst, &a_map, full(s), kb * BK, tm * BM);  // {64 k, BM rows}
+                        } else {
+                            tg_tma_load(a_dst + box * BOX_BYTES, &a_map, full(s), tm * BM + 64 * box, kb * BK);
+                        }
+                    }
+#pragma unroll
+                    for (int box = 0; box < B_LOADS; ++box) {
+                        if (B_K_MAJOR) {
+                            tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box);
+                        } else {
+                            tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), tn * BN + 64 * box, kb * BK);
+                        }
+                    }
+                    if (++s == STAGES) {
+                        s = 0;
+                        phase ^= 1u;
+                    }
+                }
+            }
+        }
+{%- if has_bias %}
+        else if (tid / 32 == 1) {
+            // Warp 1: each tile's bias columns, as f32 (0 past N), into a two-slot ring, up to
+            // two tiles ahead, so that the epilogue reads them from shared memory instead of
+            // waiting on global loads while the tensor cores idle.
+            const int lane = tid % 32;
+            int slot = 0;
+            unsigned bphase = 0;
+            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+                int tm, tn;
+                tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+                tg_mbar_wait(bias_empty(slot), bphase ^ 1u);
+                const unsigned dst = sBias + slot * BIAS_SLOT_BYTES;
+#pragma unroll
+                for (int i = lane; i < BN; i += 32) {
+                    const int col = tn * BN + i;
+                    const float v = col < N ? tg_to_float(bias[col]) : 0.0f;
+                    asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 4u * i), "f"(v) : "memory");
+                }
+                tg_mbar_arrive(bias_full(slot));  // releases this lane's stores
+                if (++slot == 2) {
+                    slot = 0;
+                    bphase ^= 1u;
+                }
+            }
+        }
+{%- endif %}
+    } else {
+        // ---------------- consumers: 64 rows x BN columns each ----------------
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 {{ consumer_regs }};");
+        const int cw = wg - 1;
+        const int warp = tid / 32, lane = tid % 32;
+        const unsigned staging = sC + cw * STAGING_BYTES;
+        const float alpha_v = {% if has_scale %}alpha{% else %}1.0f{% endif %};
+        float acc[ACC];
+        int s = 0;
+        unsigned phase = 0;
+        [[maybe_unused]] unsigned c_phase = 0;
+        [[maybe_unused]] int bias_slot = 0;
+        [[maybe_unused]] unsigned bias_phase = 0;
+        for (int t = blockIdx.x; t < total; t += gridDim.x) {
+            int tm, tn;
+            tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+            int prev = 0;
+            for (int kb = 0; kb < nk; ++kb) {
+                tg_mbar_wait(full(s), phase);
+                tg_reg_fence(acc);
+                tg_wgmma_fence();
+                const unsigned a_s = sA + s * A_STAGE_BYTES, b_s = sB + s * B_STAGE_BYTES;
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; ++kk) {
+                    // K-major: rows of 128 bytes, k16 = +32 bytes, 8-row atoms 1024 apart.
+                    // MN-major: k16 = 16 rows of 128 bytes, 64-wide chunks BOX_BYTES apart.
+                    const unsigned long long da = A_K_MAJOR
+                        ? tg_desc(a_s + cw * 64 * 128 + kk * 32, 16, 1024)
+                        : tg_desc(a_s + cw * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
+                    const unsigned long long db = B_K_MAJOR
+                        ? tg_desc(b_s + kk * 32, 16, 1024)
+                        : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
+                    tg_wgmma(acc, da, db, (kb | kk) != 0);
+                }
+                tg_wgmma_commit();
+                tg_reg_fence(acc);
+                // Keep one k block of wgmma in flight; release the stage the previous one read.
+                if (kb > 0) {
+                    tg_wgmma_wait<1>();
+                    tg_reg_fence(acc);
+                    if (tid == 0) tg_mbar_arrive(empty(prev));
+                }
+                prev = s;
+                if (++s == STAGES) {
+                    s = 0;
+                    phase ^= 1u;
+                }
+            }
+            // Unconditional, so that ptxas sees no wgmma in flight past this point on any path
+            // (it would inject a wait of its own, C7517).
+            tg_wgmma_wait<0>();
+            tg_reg_fence(acc);
+            if (nk > 0 && tid == 0) tg_mbar_arrive(empty(prev));
+            // K = 0: D = epilogue(0), selected in the epilogue rather than by zeroing acc:
+            // only wgmma may define the accumulators (ptxas would spill them otherwise).
+            const bool has_k = nk > 0;
+
+            // ---------------- epilogue ----------------
+            // Thread layout of an m64nBN accumulator: acc[4g + 2h + e] is row warp*16 + lane/4 + 8h,
+            // column 8g + 2(lane%4) + e.
+            const int row0 = tm * BM + cw * 64;
+            const int r_local = warp * 16 + lane / 4;
+{%- if has_bias %}
+            tg_mbar_wait(bias_full(bias_slot), bias_phase);
+            const unsigned bias_s = sBias + bias_slot * BIAS_SLOT_BYTES;
+{%- endif %}
+#pragma unroll
+            for (int round = 0; round < EPI_ROUNDS; ++round) {
+                if (tid == 0) tg_bulk_wait_read();  // the last stores have read the staging buffer
+                tg_named_barrier(1 + cw, 128);
+{%- if has_residual %}
+                // C's part of the round arrives by TMA in the layout D leaves in: each thread
+                // reads its pairs where it then writes D's.
+                if (tid == 0) {
+                    tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
+#pragma unroll
+                    for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
+                        tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + round * EPI_COLS + box * D_BOX_COLS, row0);
+                }
+                tg_mbar_wait(c_full(cw), c_phase);
+                c_phase ^= 1u;
+{%- endif %}
+#pragma unroll
+                for (int j = 0; j < EPI_COLS / 8; ++j) {
+                    const int g = round * (EPI_COLS / 8) + j;
+                    const int col_s = j * 8 + 2 * (lane % 4);           // column in the staging buffer
+                    [[maybe_unused]] const int col = tn * BN + round * EPI_COLS + col_s;  // column of D
+                    float b0 = 0.0f, b1 = 0.0f;
+{%- if has_bias %}
+                    asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];"
+                                 : "=f"(b0), "=f"(b1) : "r"(bias_s + 4u * (round * EPI_COLS + col_s)) : "memory");
+{%- endif %}
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int rs = r_local + 8 * h;
+                        const unsigned at = tg_staging_addr(staging, rs, col_s);
+                        float r0 = 0.0f, r1 = 0.0f;
+{%- if has_residual %}
+                        tg_ld_shared_pair(at, r0, r1);  // zeros past M and N
+{%- endif %}
+                        const float v0 = tg_epilogue(has_k ? acc[4 * g + 2 * h] : 0.0f, b0, r0, alpha_v);
+                        const float v1 = tg_epilogue(has_k ? acc[4 * g + 2 * h + 1] : 0.0f, b1, r1, alpha_v);
+                        tg_st_shared_pair(at, v0, v1);
+                    }
+                }
+                tg_fence_async_smem();
+                tg_named_barrier(1 + cw, 128);
+                if (tid == 0 && row0 < M) {
+#pragma unroll
+                    for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box) {
+                        const int col0 = tn * BN + round * EPI_COLS + box * D_BOX_COLS;
+                        if (col0 < N) tg_tma_store(&d_map, staging + box * BOX_BYTES, col0, row0);
+                    }
+                    tg_bulk_commit();
+                }
+            }
+{%- if has_bias %}
+            // Every thread of this warpgroup read its bias before the last named barrier.
+            if (tid == 0) tg_mbar_arrive(bias_empty(bias_slot));
+            if (++bias_slot == 2) {
+                bias_slot = 0;
+                bias_phase ^= 1u;
+            }
+{%- endif %}
+        }
+        if (tid == 0) tg_bulk_wait();
+    }
+}

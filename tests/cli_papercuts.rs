@@ -1,0 +1,161 @@
+//! The command line's small promises: `show` suggests a near name and refuses PTX for an arch
+//! the instance cannot run on, `check` refuses archs the pinned NVRTC cannot target,
+//! `generate --check` counts the files it found unchanged, `doctor` says in fields what it
+//! found and fails without NVRTC.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::tilegen_command;
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn spec(dir: &Path, archs: &str) -> PathBuf {
+    let p = dir.join("tiny.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "kernels:\n  - name: add\n    op: vector_add\n    dtype: [f32, bf16]\n    archs: {archs}\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn run(args: &[&str], dir: &Path) -> Output {
+    tilegen_command(args)
+        .env("TILEGEN_CACHE_DIR", dir.join("cache"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn show_suggests_a_near_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = spec(tmp.path(), "[sm_80]");
+    let o = run(
+        &["show", "add_f23_b256_i4", "--specs", s.to_str().unwrap()],
+        tmp.path(),
+    );
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("did you mean `add_f32_b256_i4`?"), "{t}");
+    let o = run(
+        &["show", "zzzz", "--specs", s.to_str().unwrap()],
+        tmp.path(),
+    );
+    assert!(!text(&o).contains("did you mean"), "{}", text(&o));
+}
+
+#[test]
+fn show_ptx_applies_the_arch_checks_of_generate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = spec(tmp.path(), "[sm_80]");
+    // bf16 needs sm_80: no PTX for sm_75, and no compile is attempted.
+    let o = run(
+        &[
+            "show",
+            "add_bf16_b256_i4",
+            "--ptx",
+            "sm_75",
+            "--specs",
+            s.to_str().unwrap(),
+        ],
+        tmp.path(),
+    );
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("bf16 needs sm_80+"), "{t}");
+    assert!(!tmp.path().join("cache").exists(), "nothing compiled: {t}");
+}
+
+#[test]
+fn check_refuses_archs_the_pinned_nvrtc_cannot_target() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = spec(tmp.path(), "[sm_70, sm_80]");
+    let o = run(&["check", "--specs", s.to_str().unwrap()], tmp.path());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{t}");
+    assert!(t.contains("sm_70 is not a target of NVRTC 13.0.88"), "{t}");
+    assert!(t.contains("tiny.yaml:"), "names the file: {t}");
+}
+
+#[test]
+fn generate_check_counts_unchanged_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = spec(tmp.path(), "[sm_80]");
+    let out = tmp.path().join("lib");
+    let (s, out_s) = (s.to_str().unwrap(), out.to_str().unwrap());
+    let generate = [
+        "generate", "--specs", s, "--out", out_s, "--filter", "add_f32",
+    ];
+    let o = run(&generate, tmp.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let files = walk(&out);
+    let o = run(&[&generate[..], &["--check"]].concat(), tmp.path());
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains(&format!("{files} unchanged")),
+        "{files} files: {t}"
+    );
+}
+
+fn walk(dir: &Path) -> usize {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter(|e| e.as_ref().unwrap().file_type().is_file())
+        .count()
+}
+
+#[test]
+fn doctor_reports_fields_and_fails_without_nvrtc() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A usable NVRTC: exit 0 (no GPU is required without --gpu), fields in JSON.
+    let o = run(&["--message-format", "json", "doctor"], tmp.path());
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["event"], "doctor");
+    assert_eq!(v["nvrtc"]["found"], true, "{t}");
+    assert!(
+        v["nvrtc"]["version"].as_str().unwrap().starts_with("13.0"),
+        "{t}"
+    );
+    assert!(
+        v["cache"]["path"].as_str().unwrap().ends_with("cache"),
+        "{t}"
+    );
+    assert!(v["gpu"]["driver"].is_boolean(), "{t}");
+    // No GPU here means `--gpu` fails; with one it passes.
+    let o = run(&["doctor", "--gpu"], tmp.path());
+    assert_eq!(
+        o.status.success(),
+        v["gpu"]["device"].is_object(),
+        "{}",
+        text(&o)
+    );
+
+    // An NVRTC that is not a library: exit 6, and the JSON says why.
+    let bad = tmp.path().join("libnvrtc.so.13");
+    std::fs::write(&bad, b"not a library").unwrap();
+    let o = tilegen_command(&["--message-format", "json", "doctor"])
+        .env("TILEGEN_NVRTC", &bad)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["nvrtc"]["found"], false);
+    assert!(v["nvrtc"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("not an ELF file"));
+}
