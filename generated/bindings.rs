@@ -4,7 +4,7 @@
 // dtype, plus one per kernel). Needs `tilegen-runtime`, `cudarc` (its driver API) and `half`.
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 368fd7c4128eeaec
+// content sha256 74552febfb7107b3
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -7426,7 +7426,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -7485,7 +7485,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -7542,7 +7542,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -7750,7 +7750,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -7809,7 +7809,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -7866,7 +7866,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -8074,7 +8074,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -8133,7 +8133,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -8190,7 +8190,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -8398,7 +8398,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -8457,7 +8457,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -8514,7 +8514,7 @@ impl Kernels {
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
-    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.
+    /// `cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.
     ///
     /// # Errors
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
@@ -10099,7 +10099,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_16x32x64_w16x16_s4_nn`]: tile 16x32x64
     /// - [`Self::gemm_bf16_64x64x32_w32x32_s4_nn`]: tile 64x64x32
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s3_nn`]: tile 128x128x32
@@ -10614,7 +10614,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_to_f32_128x128x32_w64x64_s4_nn`]: tile 128x128x32
     /// - [`Self::gemm_bf16_to_f32_128x256x64_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -10825,7 +10825,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [bias, gelu].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nn_bias_gelu`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_bf16_128x256x64_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
@@ -11090,7 +11090,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [bias, gelu].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nn_bias_gelu`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_f16_128x256x64_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
@@ -11526,7 +11526,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [bias, relu].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nn_bias_relu`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -11751,7 +11751,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [bias, relu].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nn_bias_relu`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x64_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -11976,7 +11976,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_64x64x32_w32x32_s4_nn`]: tile 64x64x32
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nn_plain`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x32_w64x64_s4_nn_plain`]: tile 128x256x32
@@ -12437,7 +12437,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [scale, bias, residual].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_residual_bf16_128x128x32_w64x64_s4_nn`]: tile 128x128x32
     /// - [`Self::gemm_residual_bf16_128x256x64_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -12857,7 +12857,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n column-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nt_plain`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x128x64_nt_wgmma`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_nt_wgmma_plain`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
@@ -13106,7 +13106,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n column-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [bias, gelu].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nt_bias_gelu`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -13331,7 +13331,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n column-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [bias, gelu].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nt_bias_gelu`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x64_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -13556,7 +13556,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n column-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [bias, relu].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nt_bias_relu`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -13781,7 +13781,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n column-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [bias, relu].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nt_bias_relu`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x64_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -14006,7 +14006,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n column-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nt_plain`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x64_nt_wgmma_plain`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -14513,7 +14513,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k column-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_tn`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_tn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
@@ -14724,7 +14724,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k column-major (leading dimension `lda`), `b` k×n column-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
+    /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_tt`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_tt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///

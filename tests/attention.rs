@@ -320,6 +320,32 @@ fn cu_seqlens_are_checked_when_the_host_has_them() {
     let mut st2 = st;
     st2.q = TensorStrides { batch: 8, ..st.q };
     assert!(run(Some((&cu, &cu)), &st2, total).is_err());
+
+    // Offsets on the device only: nothing bounds them, so every tensor must hold all the rows
+    // the kernel clamps sequences into, batch * seq (4 * 130 here).
+    assert!(matches!(
+        run(None, &st, total),
+        Err(ArgError::TooShort { .. })
+    ));
+    let rows = 4 * 130;
+    let st_all = AttnStrides::packed(4, 2, rows, 128);
+    let device_only = rt::check(
+        &KERNEL,
+        &s,
+        &st_all,
+        bf16s("q", rows * 4 * 128, 0),
+        bf16s("k", rows * 2 * 128, 64 * MIB),
+        bf16s("v", rows * 2 * 128, 128 * MIB),
+        bf16s("o", rows * 4 * 128, 192 * MIB),
+        Some(Buf::of::<f32>("lse", 4 * rows, BASE + 256 * MIB)),
+        Some(Varlen {
+            cu_q: Buf::of::<i32>("cu_seqlens_q", 5, BASE + 300 * MIB),
+            cu_kv: Buf::of::<i32>("cu_seqlens_kv", 5, BASE + 301 * MIB),
+            host: None,
+        }),
+        0.088,
+    );
+    assert!(device_only.unwrap().is_some());
 }
 
 fn device(major: u32, minor: u32) -> lib::Device {

@@ -567,6 +567,17 @@ __device__ __forceinline__ void tg_copy_tile(unsigned dst, const T* src, long lo
     }
 }
 
+// Rows [start, start + len) of sequence b of a packed batch whose offsets are `cu`, clamped
+// into [0, batch * seq) with len <= seq.
+__device__ __forceinline__ void tg_clamp_sequence(const int* cu, int b, long long batch, long long seq,
+                                                  long long& start, int& len) {
+    const long long cap = batch * seq;
+    const long long s0 = min(max((long long)cu[b], 0LL), cap);
+    const long long s1 = min(max((long long)cu[b + 1], s0), min(cap, s0 + seq));
+    start = s0;
+    len = (int)(s1 - s0);
+}
+
 // Grid: x = query tiles (of the longest sequence), y = heads_q, z = batch; THREADS threads and
 // SMEM_BYTES of dynamic shared memory per block. Causal blocks run their query tiles in
 // reverse order, so the longest rows start first.
@@ -580,14 +591,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
     const int* const cu_kv = static_cast<const int*>(cu_seqlens_kv);
     long long q_start = 0, kv_start = 0;
     int sq = (int)seq_q, skv = (int)seq_kv;
-    if (cu_q != nullptr) {
-        q_start = cu_q[b];
-        sq = cu_q[b + 1] - (int)q_start;
-    }
-    if (cu_kv != nullptr) {
-        kv_start = cu_kv[b];
-        skv = cu_kv[b + 1] - (int)kv_start;
-    }
+    // The offsets are device data the launcher may not have seen: each sequence is clamped to at
+    // most seq rows inside the batch * seq rows the launcher checked the tensors hold, so bad
+    // offsets give wrong rows, never accesses outside the buffers (valid ones are unchanged).
+    if (cu_q != nullptr) tg_clamp_sequence(cu_q, b, (long long)gridDim.z, seq_q, q_start, sq);
+    if (cu_kv != nullptr) tg_clamp_sequence(cu_kv, b, (long long)gridDim.z, seq_kv, kv_start, skv);
     const int mt = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     const int m0 = mt * BM;
     if (m0 >= sq) return;

@@ -72,7 +72,7 @@ pub fn niche(inst: &InstanceEntry) -> String {
 const REQUIREMENTS: &[&str] = &[
     "`q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).",
     "`o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).",
-    "`cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it they are the caller's contract. `scale` defaults to 1/√head_dim.",
+    "`cu_seqlens`: `batch + 1` int32 offsets of each sequence in packed tensors (batch strides 0, `seq_q`/`seq_kv` the longest lengths, `AttnStrides::packed`); with `cu_seqlens_host` (host copies of the same offsets) they are checked (nondecreasing, lengths within `seq_q`/`seq_kv`, rows inside the tensors), without it every tensor must hold `batch * seq_q` (`batch * seq_kv`) rows, inside which the kernel clamps each sequence (wrong offsets give wrong rows, never an access outside the buffers). `scale` defaults to 1/√head_dim.",
 ];
 
 /// The requirements, as one paragraph.

@@ -167,7 +167,7 @@ pub fn dispatch(g: &Group, m: &crate::manifest::Manifest) -> Vec<String> {
                 .iter()
                 .any(|&i| !m.instances[i].tensor_maps.is_empty()) =>
         {
-            "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first, elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
+            "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
         }
         Family::Attention => "Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:",
         Family::Gemm => "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:",

@@ -91,8 +91,10 @@ impl AttnStrides {
 /// The `cu_seqlens` of a variable-length call: the device buffers the kernel reads and,
 /// when the caller has them, host copies of the same offsets, which are then checked
 /// (nondecreasing, each length within `seq_q`/`seq_kv`, every row inside its tensor).
-/// Without host copies the offsets are the caller's contract: the tensors are checked to hold
-/// `seq_q`/`seq_kv` rows of each sequence only.
+/// Without host copies the offsets are not checked; the tensors must then hold `batch * seq_q`
+/// (`batch * seq_kv`) rows, within which the kernel clamps every sequence, so that wrong
+/// offsets give wrong rows but no access outside the buffers. With host copies the device
+/// offsets must equal them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Varlen<'a> {
     pub cu_q: Buf,
@@ -190,12 +192,15 @@ fn need(b: &Buf, elems: u128) -> Result<(), ArgError> {
     launch_rules::check_len(b.arg, b.len, needed)
 }
 
-/// Rows each tensor's sequence dimension must cover: for a dense call `seq` rows per batch
-/// entry; for a packed one the whole packed length (from the host offsets) in one entry.
-fn extent_rows(cu: Option<&[i32]>, batch: u128, seq: u128) -> (u128, u128) {
-    match cu {
-        Some(cu) => (1, cu.last().map_or(0, |&c| c.max(0) as u128)),
-        None => (batch, seq),
+/// Rows each tensor's sequence dimension must cover, as (entries, rows per entry): for a dense
+/// call `seq` rows per batch entry; for a packed one the whole packed length from the host
+/// offsets, or without them `batch * seq` rows, all the kernel can reach (it clamps every
+/// sequence there), so that offsets nobody checked cannot take it outside the buffers.
+fn extent_rows(varlen: bool, cu: Option<&[i32]>, batch: u128, seq: u128) -> (u128, u128) {
+    match (varlen, cu) {
+        (true, Some(cu)) => (1, cu.last().map_or(0, |&c| c.max(0) as u128)),
+        (true, None) => (1, batch * seq),
+        (false, _) => (batch, seq),
     }
 }
 
@@ -317,8 +322,8 @@ pub fn check(
         None => (None, None),
     };
     let batch = s.batch as u128;
-    let (bq, rq) = extent_rows(host_q, batch, s.seq_q as u128);
-    let (bkv, rkv) = extent_rows(host_kv, batch, s.seq_kv as u128);
+    let (bq, rq) = extent_rows(varlen.is_some(), host_q, batch, s.seq_q as u128);
+    let (bkv, rkv) = extent_rows(varlen.is_some(), host_kv, batch, s.seq_kv as u128);
     let dims = |t: TensorStrides, b: u128, rows: u128, heads: usize| -> [Dim; 4] {
         [
             (t.batch as u128, b),

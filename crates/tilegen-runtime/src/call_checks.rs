@@ -361,6 +361,11 @@ fn gemm_operands(call: &GemmCall, needs: &GemmNeeds) -> Result<bool, ArgError> {
 }
 
 /// One GEMM instance as a group's dispatch sees it.
+/// Output rows up to which a GEMM call counts as decode-shaped (one token per sequence of a
+/// small batch). On the H200 an mma.sync 16-row tile beat the wgmma tiles there
+/// (`bench/results/2026-11-30-h200-gemm-dispatch.txt`).
+pub const DECODE_ROWS: u32 = 16;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmOption {
     /// Output tile (m, n).
@@ -375,14 +380,25 @@ pub struct GemmOption {
 /// The order in which a GEMM group tries its instances on `device` for an m×n output: only
 /// instances that run there (all of them when none does, so that loading names what is
 /// missing); tensor-map instances first (they run only on sm_90, where they are the fast
-/// path), each part in [`tile_order`].
+/// path), each part in [`tile_order`]. The exception is a decode-shaped output (at most
+/// [`DECODE_ROWS`] rows) when the group has an mma.sync tile of that height: it goes first,
+/// since every wgmma tile is 128 rows of mostly padding there.
 pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -> Vec<usize> {
     let mut usable: Vec<usize> = (0..options.len()).filter(|&i| options[i].runs).collect();
     if usable.is_empty() {
         usable = (0..options.len()).collect();
     }
+    let decode_tile = m <= DECODE_ROWS as usize
+        && usable
+            .iter()
+            .any(|&i| !options[i].tensor_maps && options[i].tile.0 <= DECODE_ROWS);
+    let parts = if decode_tile {
+        [false, true]
+    } else {
+        [true, false]
+    };
     let mut out = Vec::with_capacity(usable.len());
-    for maps in [true, false] {
+    for maps in parts {
         let part: Vec<usize> = usable
             .iter()
             .copied()
@@ -507,6 +523,36 @@ mod tests {
         }
         // A device nothing runs on: every instance stays, so loading names what is missing.
         assert_eq!(order(8192, 8192, &device(7, 5, 40)), [2, 1, 0]);
+    }
+
+    #[test]
+    fn decode_shapes_take_a_16_row_mma_sync_tile_first_on_sm_90() {
+        let h200 = device(9, 0, 132);
+        // mma.sync 16x32 and 128x128, wgmma 128x256 and 128x128.
+        let options = |tiles: &[((u32, u32), bool)]| -> Vec<GemmOption> {
+            tiles
+                .iter()
+                .map(|&(tile, tensor_maps)| GemmOption {
+                    tile,
+                    tensor_maps,
+                    runs: true,
+                })
+                .collect()
+        };
+        let group = options(&[
+            ((16, 32), false),
+            ((128, 128), false),
+            ((128, 256), true),
+            ((128, 128), true),
+        ]);
+        assert_eq!(gemm_order(16, 4096, &h200, &group)[0], 0);
+        assert_eq!(gemm_order(1, 11008, &h200, &group)[0], 0);
+        // One more row, and the wgmma tiles come first again (the 128-row one that fills more SMs).
+        assert_eq!(gemm_order(17, 4096, &h200, &group)[0], 3);
+        assert_eq!(gemm_order(4096, 4096, &h200, &group)[0], 2);
+        // Without a 16-row mma.sync tile, wgmma stays first for decode shapes too.
+        let no_decode_tile = options(&[((128, 128), false), ((128, 256), true)]);
+        assert_eq!(gemm_order(16, 4096, &h200, &no_decode_tile), [1, 0]);
     }
 
     fn bf16(arg: &'static str, len: usize, address: u64) -> Buf {
