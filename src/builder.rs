@@ -56,9 +56,11 @@ pub struct Builder {
     out_dir: Option<PathBuf>,
     jobs: Option<usize>,
     cache_dir: Option<PathBuf>,
+    remote_cache: Option<String>,
     filter: Option<String>,
     bundle: Option<PathBuf>,
     bundle_pubkey: Option<String>,
+    tuning: Option<PathBuf>,
     emit_rerun: bool,
     install_nvrtc: bool,
 }
@@ -81,9 +83,11 @@ impl Builder {
             out_dir: None,
             jobs: None,
             cache_dir: None,
+            remote_cache: None,
             filter: None,
             bundle: None,
             bundle_pubkey: None,
+            tuning: None,
         }
     }
 
@@ -130,6 +134,14 @@ impl Builder {
         self
     }
 
+    /// A shared remote cache behind the local one: `redis://host:port[/db]` or
+    /// `s3://bucket[/prefix]` (the `remote-cache` feature). Default: `TILEGEN_CACHE_URL`
+    /// when set. Best effort: a remote that fails costs one warning, never the build.
+    pub fn remote_cache(&mut self, url: impl Into<String>) -> &mut Self {
+        self.remote_cache = Some(url.into());
+        self
+    }
+
     /// Only instances whose name contains this text.
     pub fn filter(&mut self, text: impl Into<String>) -> &mut Self {
         self.filter = Some(text.into());
@@ -137,8 +149,9 @@ impl Builder {
     }
 
     /// Take the kernels from this prebuilt bundle (`tilegen bundle create`) instead of
-    /// compiling: no NVRTC is needed. Default: `TILEGEN_BUNDLE` when set. Specs that are
-    /// present must match the bundle (else an error lists the differences).
+    /// compiling: no NVRTC is needed. Default: `TILEGEN_BUNDLE` when set. When specs are
+    /// present, only their instances are taken, and the bundle (which may hold more) must
+    /// hold each in the same configuration (else an error lists what is missing or differs).
     pub fn bundle(&mut self, path: impl AsRef<Path>) -> &mut Self {
         self.bundle = Some(path.as_ref().to_path_buf());
         self
@@ -149,6 +162,13 @@ impl Builder {
     /// `TILEGEN_BUNDLE_PUBKEY` when set.
     pub fn bundle_pubkey(&mut self, key: impl Into<String>) -> &mut Self {
         self.bundle_pubkey = Some(key.into());
+        self
+    }
+
+    /// Folder of tuning tables (`tilegen tune` writes them) to bake into the bindings' dispatch.
+    /// Default: the `tuning` folder beside the specs folder, when there is one.
+    pub fn tuning(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.tuning = Some(dir.as_ref().to_path_buf());
         self
     }
 
@@ -187,6 +207,14 @@ impl Builder {
         // printed first so that a failed run still watches it.
         self.rerun_if_changed(&specs);
         if let Some(t) = &self.templates {
+            self.rerun_if_changed(t);
+        }
+        // The tables' folder too, so that a new table reruns the build script.
+        let tuning = self
+            .tuning
+            .clone()
+            .or_else(|| crate::tuning::default_dir(&specs));
+        if let Some(t) = &tuning {
             self.rerun_if_changed(t);
         }
         let result = self.run(&specs);
@@ -229,7 +257,9 @@ impl Builder {
         };
         opts.jobs = jobs;
         opts.cache_dir = self.cache_dir.clone();
+        opts.remote_cache = self.remote_cache.clone();
         opts.filter = self.filter.clone();
+        opts.tuning = self.tuning.clone();
         opts.bundle = self
             .bundle
             .clone()
@@ -264,7 +294,9 @@ impl Builder {
             Event::CacheCorrupt { message } => {
                 warnings.emit(format!("corrupt cache entry rebuilt: {message}"))
             }
-            Event::CacheWarning { message } => warnings.emit(message.clone()),
+            Event::CacheWarning { message } | Event::TuningDropped { message } => {
+                warnings.emit(message.clone())
+            }
             _ => {}
         })?;
         if opts.compile {

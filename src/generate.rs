@@ -48,6 +48,12 @@ pub struct Options {
     /// With `bundle`: the public key (a `.pub` file or the key itself) whose signature
     /// `BUNDLE.minisig` must verify before anything in the bundle is read.
     pub bundle_pubkey: Option<String>,
+    /// A shared remote cache behind the local one (`redis://…`, `s3://…`); None reads
+    /// `TILEGEN_CACHE_URL`. Needs the `remote-cache` feature (else only a warning).
+    pub remote_cache: Option<String>,
+    /// Folder of tuning tables (`tilegen tune`) to bake into the bindings; None reads the
+    /// `tuning` folder beside the specs when there is one ([`crate::tuning::default_dir`]).
+    pub tuning: Option<PathBuf>,
 }
 
 impl Options {
@@ -65,6 +71,8 @@ impl Options {
             filter: None,
             bundle: None,
             bundle_pubkey: None,
+            remote_cache: None,
+            tuning: None,
         }
     }
 }
@@ -81,6 +89,8 @@ pub enum Event {
         instance: String,
         arch: Arch,
         cached: bool,
+        /// Where the result came from: `local` or `remote` cache, or `compiled` here.
+        source: Source,
         millis: u64,
     },
     CacheCorrupt {
@@ -91,6 +101,19 @@ pub enum Event {
     CacheWarning {
         message: String,
     },
+    /// A tuning entry that no longer matches the library was dropped.
+    TuningDropped {
+        message: String,
+    },
+}
+
+/// Where one compile result came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Local,
+    Remote,
+    Compiled,
 }
 
 /// What a run did.
@@ -98,8 +121,14 @@ pub enum Event {
 pub struct Report {
     pub instances: usize,
     pub compiled: usize,
+    /// Results from a cache, local or remote.
     pub cache_hits: usize,
+    /// Of `cache_hits`, those the remote cache served.
+    pub remote_hits: usize,
     pub corrupt_cache_entries: usize,
+    /// The remote cache's configuration and this run's counts, when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<crate::cache::RemoteSummary>,
     pub written: Vec<PathBuf>,
     pub removed: Vec<PathBuf>,
     pub unchanged: usize,
@@ -190,7 +219,8 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
     let cache = Cache::open(match &opts.cache_dir {
         Some(d) => d.clone(),
         None => Cache::default_location()?,
-    });
+    })
+    .with_remote(opts.remote_cache.as_deref());
 
     // One job per (instance, arch); none when only the bindings are wanted (docs.rs).
     let jobs: Vec<(usize, Arch)> = rendered
@@ -206,6 +236,7 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
     });
 
     let hits = AtomicUsize::new(0);
+    let remote_hits = AtomicUsize::new(0);
     let corrupt = AtomicUsize::new(0);
     let compile_one = |&(i, arch): &(usize, Arch)| -> Result<(String, nvrtc::Compiled)> {
         let inst = &rendered.instances[i];
@@ -224,13 +255,24 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
         if let Some(message) = done.warning {
             on_event(&Event::CacheWarning { message });
         }
+        if let Some(message) = cache.take_remote_warning() {
+            on_event(&Event::CacheWarning { message });
+        }
         if done.cached {
             hits.fetch_add(1, Ordering::Relaxed);
+        }
+        if done.from_remote {
+            remote_hits.fetch_add(1, Ordering::Relaxed);
         }
         on_event(&Event::Compiled {
             instance: inst.name.clone(),
             arch,
             cached: done.cached,
+            source: match (done.cached, done.from_remote) {
+                (_, true) => Source::Remote,
+                (true, false) => Source::Local,
+                (false, false) => Source::Compiled,
+            },
             millis: if done.cached {
                 0
             } else {
@@ -242,13 +284,27 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
     let results = in_parallel(&jobs, opts.jobs, compile_one);
     let compiled = first_error_of_all(results)?;
 
-    let files = assemble(&rendered, &nvrtc_version, &jobs, &compiled, opts.bindings)?;
+    let (tables, tables_read) = read_tuning(opts)?;
+    let (files, mut manifest) = assemble(&rendered, &nvrtc_version, &jobs, &compiled)?;
+    let (tuning, dropped) = crate::tuning::attach(tables, &manifest);
+    manifest.tuning = tuning;
+    for message in dropped {
+        on_event(&Event::TuningDropped { message });
+    }
+    let files = finish_library(files, manifest, opts.bindings)?;
     let mut report = Report {
         instances: rendered.instances.len(),
         compiled: jobs.len() - hits.load(Ordering::Relaxed),
         cache_hits: hits.load(Ordering::Relaxed),
+        remote_hits: remote_hits.load(Ordering::Relaxed),
         corrupt_cache_entries: corrupt.load(Ordering::Relaxed),
-        inputs: rendered.inputs.clone(),
+        remote: cache.remote_summary(),
+        inputs: rendered
+            .inputs
+            .iter()
+            .chain(&tables_read)
+            .cloned()
+            .collect(),
         ..Default::default()
     };
     write_or_check(
@@ -320,6 +376,8 @@ pub struct CompileDone {
     pub compiled: nvrtc::Compiled,
     /// Served from an intact cache entry.
     pub cached: bool,
+    /// Of those, served by the remote cache.
+    pub from_remote: bool,
     /// A corrupt entry found (and removed) on the way, to report.
     pub corrupt: Option<String>,
     /// The cache could not be used or written (once per run), to report.
@@ -350,18 +408,24 @@ pub fn compile_cached(
     let mut corrupt = None;
     let mut lock = None;
     for attempt in 0..2 {
-        match cache.get(&key) {
-            Lookup::Hit(compiled) => {
-                return Ok(CompileDone {
-                    key,
-                    compiled,
-                    cached: true,
-                    corrupt,
-                    warning,
-                })
+        let (found, from_remote) = match cache.get(&key) {
+            Lookup::Hit(c) => (Some(c), false),
+            Lookup::RemoteHit(c) => (Some(c), true),
+            Lookup::Corrupt(message) => {
+                corrupt = corrupt.or(Some(message));
+                (None, false)
             }
-            Lookup::Corrupt(message) => corrupt = corrupt.or(Some(message)),
-            Lookup::Miss => {}
+            Lookup::Miss => (None, false),
+        };
+        if let Some(compiled) = found {
+            return Ok(CompileDone {
+                key,
+                compiled,
+                cached: true,
+                from_remote,
+                corrupt,
+                warning,
+            });
         }
         if attempt == 0 {
             // Another process may be compiling this key: wait for it, then look again.
@@ -399,6 +463,7 @@ pub fn compile_cached(
         key,
         compiled,
         cached: false,
+        from_remote: false,
         corrupt,
         warning,
     })
@@ -564,8 +629,7 @@ fn assemble(
     nvrtc_version: &str,
     jobs: &[(usize, Arch)],
     compiled: &[(String, nvrtc::Compiled)],
-    bindings: bool,
-) -> Result<FileSet> {
+) -> Result<(FileSet, Manifest)> {
     let mut files = FileSet::new();
     let mut entries = Vec::new();
     for (i, inst) in rendered.instances.iter().enumerate() {
@@ -610,6 +674,21 @@ fn assemble(
         nvrtc_version: nvrtc_version.into(),
         instances: entries,
         files: Vec::new(),
+        tuning: Vec::new(),
     };
-    finish_library(files, manifest, bindings)
+    Ok((files, manifest))
+}
+
+/// The tuning tables `opts` asks for (none without a folder), and the files read.
+pub(crate) fn read_tuning(
+    opts: &Options,
+) -> Result<(Vec<crate::tuning::TuningTable>, Vec<PathBuf>)> {
+    match opts
+        .tuning
+        .clone()
+        .or_else(|| crate::tuning::default_dir(&opts.specs))
+    {
+        Some(dir) => crate::tuning::load_dir(&dir),
+        None => Ok((Vec::new(), Vec::new())),
+    }
 }

@@ -98,6 +98,7 @@ pub mod output;
 pub mod provision;
 pub mod render;
 pub mod spec;
+pub mod tuning;
 
 pub use builder::{compile_specs, Builder};
 pub use error::{Error, Result};

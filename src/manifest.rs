@@ -20,6 +20,10 @@ pub struct Manifest {
     /// Every file of the library other than the manifest, sorted; `generate` removes files
     /// listed by an older manifest that are no longer produced.
     pub files: Vec<String>,
+    /// Measured dispatch per device (`tilegen tune`), as it applies to these instances
+    /// (none: omitted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tuning: Vec<crate::tuning::TuningTable>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -216,6 +220,10 @@ impl Manifest {
             if let Err(e) = crate::bindings::check(self) {
                 out.push(e.to_string());
             }
+        }
+        // Tuning entries must name members of this library's methods, as generate left them.
+        if out.is_empty() {
+            out.extend(crate::tuning::manifest_problems(self));
         }
         out
     }

@@ -354,6 +354,7 @@ fn device(major: u32, minor: u32) -> lib::Device {
         minor,
         sm_count: 132,
         driver: Some(lib::Version::new(13, 0)),
+        name: lib::DeviceName::unknown(),
     }
 }
 

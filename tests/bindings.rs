@@ -23,6 +23,7 @@ const fn device(major: u32, minor: u32, sm_count: u32) -> Device {
         minor,
         sm_count,
         driver: Some(Version::new(13, 0)),
+        name: lib::DeviceName::unknown(),
     }
 }
 const BASE: u64 = 0x7f00_0000_0000;
@@ -591,11 +592,40 @@ fn picked(p: &Result<Plan, ArgError>) -> &'static str {
     KERNELS[p.as_ref().unwrap().kernel].name
 }
 
-/// On sm_90 every 16-bit GEMM method picks its wgmma (tensor-map) instance, whatever the
-/// shape (but a decode shape where the method has a 16-row mma.sync tile), and falls back to
-/// mma.sync where a tensor map cannot describe the call (k = 0) or the driver cannot encode
-/// one; on sm_80, sm_86 and sm_89 the wgmma instances (sm_90a binaries only) are never chosen
-/// and every method still plans an instance that runs there.
+/// What the library's tuning tables (`tuning/` baked into `generated/`) pick for `method` at
+/// `shape` on `d`, computed from the manifest as the bindings' tables were; None where no
+/// entry applies and the fixed rules decide.
+fn tuned(d: &Device, method: &str, shape: &[u64]) -> Option<String> {
+    static MANIFEST: std::sync::OnceLock<tilegen::manifest::Manifest> = std::sync::OnceLock::new();
+    let m = MANIFEST.get_or_init(|| {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/generated/manifest.json");
+        tilegen::manifest::Manifest::from_bytes(&std::fs::read(path).unwrap()).unwrap()
+    });
+    let members: Vec<_> = m
+        .instances
+        .iter()
+        .filter(|i| tilegen::bindings::method_name(i) == method)
+        .collect();
+    let entries = tilegen::tuning::dispatch_of(&m.tuning, method, &members);
+    let table: Vec<_> = entries
+        .iter()
+        .map(|e| tilegen_runtime::tuning::Tuned {
+            device: e.device,
+            major: e.compute_capability[0],
+            minor: e.compute_capability[1],
+            shape: e.shape,
+            member: e.member,
+        })
+        .collect();
+    tilegen_runtime::tuning::pick(d, &table, shape).map(|i| members[i].name.clone())
+}
+
+/// On sm_90 every 16-bit GEMM method picks what the H200 tuning table measured fastest near
+/// the shape, and where no entry applies its wgmma (tensor-map) instance (but a decode shape
+/// where the method has a 16-row mma.sync tile); it falls back to mma.sync where a tensor map
+/// cannot describe the call (k = 0) or the driver cannot encode one, tuned or not; on sm_80,
+/// sm_86 and sm_89 (no table for them) the wgmma instances (sm_90a binaries only) are never
+/// chosen and every method still plans an instance that runs there.
 #[test]
 fn gemm_dispatch_follows_the_device() {
     let wgmma = |name: &str| name.contains("_wgmma");
@@ -606,8 +636,12 @@ fn gemm_dispatch_follows_the_device() {
         (136, 264, 72),
     ] {
         for (method, p) in gemm_plans(SMS, m, n, k) {
-            // The one method with a 16-row tile keeps it for 16-row outputs.
-            if m <= 16 && method == "gemm_nn_bf16" {
+            let shape = [m as u64, n as u64, k as u64];
+            if let Some(t) = tuned(SMS, method, &shape) {
+                assert_eq!(picked(&p), t, "{method} {m}x{n}x{k}: the table's pick");
+            } else if m <= 16 && method == "gemm_nn_bf16" {
+                // The one method with a 16-row tile keeps it for 16-row outputs.
+                assert_eq!(picked(&p), "gemm_bf16_16x32x64_w16x16_s4_nn", "{m}x{n}x{k}");
                 assert_eq!(picked(&p), "gemm_bf16_16x32x64_w16x16_s4_nn", "{m}x{n}x{k}");
             } else {
                 assert!(

@@ -157,6 +157,7 @@ fn two_libraries_live_in_one_crate() {
             minor: 0,
             sm_count: 132,
             driver: None,
+            name: tilegen_runtime::loader::DeviceName::unknown(),
         },
         buf,
         golden_again::Buf { arg: "out", ..buf },
@@ -248,6 +249,7 @@ mod compiled {
         minor: 0,
         sm_count: 132,
         driver: Some(Version::new(13, 0)),
+        name: tilegen_runtime::loader::DeviceName::unknown(),
     };
     const BASE: u64 = 0x7f00_0000_0000;
 
@@ -483,6 +485,76 @@ mod compiled {
             call_checks::pick_elements(0, SMS.sm_count, &[4096, 8192]),
             0
         );
+    }
+
+    /// The golden library carries `tuning/nvidia-h200.json` (hand-written entries that
+    /// disagree with the rules on purpose): the GPU it names, or one of its compute capability,
+    /// follows it near its shapes; any other GPU, or a shape far from every entry, follows the
+    /// rules; an entry whose instance refuses the call falls back to the rules.
+    #[test]
+    fn tuned_dispatch_by_device_and_shape() {
+        let named = |name: &str, major, minor| Device {
+            name: tilegen_runtime::loader::DeviceName::new(name),
+            major,
+            minor,
+            ..*SMS
+        };
+        let h200 = named("NVIDIA H200", 9, 0);
+        let gh200 = named("NVIDIA GH200 480GB", 9, 0);
+        let a100 = named("NVIDIA A100-SXM4-80GB", 8, 0);
+        let softmax = |d: &Device, rows: usize, cols: usize| {
+            name(plan::softmax_f32(
+                d,
+                f32s("x", rows * cols),
+                f32s("out", rows * cols),
+                rows,
+                cols,
+            ))
+        };
+        // At and near the measured shape: the table's winner, not the rule's pick.
+        assert_eq!(softmax(&h200, 32768, 1000), "softmax_f32_onepass_b512_i2");
+        assert_eq!(softmax(&h200, 20000, 800), "softmax_f32_onepass_b512_i2");
+        assert_eq!(softmax(&gh200, 32768, 1000), "softmax_f32_onepass_b512_i2");
+        // Another compute capability, or a shape more than 4x away: the rules.
+        assert_eq!(softmax(&a100, 32768, 1000), "softmax_f32_onepass_b128_i2");
+        assert_eq!(softmax(&h200, 4, 1000), "softmax_f32_onepass_b128_i2");
+        // The entry at 4000 columns names an instance that takes at most 1024: the rules.
+        assert_eq!(softmax(&h200, 32768, 4000), "softmax_f32_onepass_b512_i2");
+        let add = |d: &Device, n| {
+            name(plan::vector_add_f32(
+                d,
+                f32s("a", n),
+                f32s("b", n),
+                f32s("out", n),
+                n,
+            ))
+        };
+        assert_eq!(add(&h200, 16384), "vector_add_f32_b512_i4");
+        assert_eq!(add(&a100, 16384), "vector_add_f32_b256_i4");
+        let gemm = |d: &Device, m: usize, n: usize, k: usize| {
+            let bf16 = |arg, len| Buf::of::<half::bf16>(arg, len, BASE);
+            name(plan::gemm_nn_bf16(
+                d,
+                bf16("a", m * k),
+                bf16("b", k * n),
+                bf16("d", m * n),
+                m,
+                n,
+                k,
+                k,
+                n,
+                n,
+            ))
+        };
+        assert_eq!(
+            gemm(&h200, 16, 8192, 8192),
+            "gemm_bf16_128x128x32_w32x32_nn"
+        );
+        assert_eq!(gemm(&a100, 16, 8192, 8192), "gemm_bf16_64x64x32_w32x32_nn");
+        // The table's entries, as the manifest holds them.
+        let m = super::blessed_manifest();
+        assert_eq!(m.tuning.len(), 1);
+        assert_eq!(m.tuning[0].entries.len(), 4);
     }
 
     #[test]

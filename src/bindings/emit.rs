@@ -527,37 +527,35 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStrea
         quote!(#(#arms)*)
     };
     let calls: Vec<TokenStream> = g.members.iter().map(|&i| call(i)).collect::<Result<_>>()?;
-    Ok(match g.family {
+    let tuned = super::tuning::tuned_first(m, g, &calls)?;
+    let rules = match g.family {
         Family::Attention => super::attention::plan_fns(m, g)?,
         Family::Elements => {
-            let epb = g.members.iter().map(|&i| match m.instances[i].launch.grid {
-                GridRule::Elements { elems_per_block } => u32_lit(elems_per_block),
-                _ => u32_lit(1),
-            });
+            let epb = g
+                .members
+                .iter()
+                .map(|&i| u32_lit(m.instances[i].launch.grid.elems_per_block()));
             let arms = arms(calls);
             quote!(match call_checks::pick_elements(n, device.sm_count, &[#(#epb),*]) { #arms })
         }
         Family::Rows => {
-            let max = g.members.iter().map(|&i| match m.instances[i].launch.grid {
-                GridRule::Rows {
-                    max_cols: Some(c), ..
-                } => {
-                    let c = u32_lit(c);
-                    quote!(Some(#c))
-                }
-                _ => quote!(None),
-            });
+            let max = g
+                .members
+                .iter()
+                .map(|&i| match m.instances[i].launch.grid.max_cols() {
+                    Some(c) => {
+                        let c = u32_lit(c);
+                        quote!(Some(#c))
+                    }
+                    None => quote!(None),
+                });
             let arms = arms(calls);
             quote!(match call_checks::pick_rows(cols, &[#(#max),*])? { #arms })
         }
         Family::Gemm => {
             let options = g.members.iter().map(|&i| {
                 let inst = &m.instances[i];
-                let (tm, tn) = match inst.launch.grid {
-                    GridRule::Tiles { tile_m, tile_n }
-                    | GridRule::Persistent { tile_m, tile_n, .. } => (tile_m, tile_n),
-                    _ => (1, 1),
-                };
+                let (tm, tn) = inst.launch.grid.output_tile();
                 let (tm, tn) = (u32_lit(tm), u32_lit(tn));
                 let maps = !inst.tensor_maps.is_empty();
                 let index = usize_lit(i);
@@ -581,7 +579,8 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStrea
                 Err(refused.unwrap_or(ArgError::NoInstance { op: "gemm", reason: "for this call" }))
             }
         }
-    })
+    };
+    Ok(quote!(#tuned #rules))
 }
 
 /// The `plan` module: one pure function per group and per instance.

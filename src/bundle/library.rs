@@ -1,8 +1,10 @@
 //! Building a library from a bundle instead of compiling: the bundle is verified, its
 //! binaries and manifest are written to the output folder and the bindings are generated
 //! from its manifest by this tilegen. NVRTC is never loaded. When the specs are present
-//! they are rendered (no NVRTC needed for that) and every instance is compared with the
-//! bundle's, field by field; any difference is an error listing them all.
+//! they are rendered (no NVRTC needed for that) and only their instances are taken from the
+//! bundle, which may hold more: each is found by name and checked (config sha256, every
+//! field, its CUDA C, its cache keys); anything missing or different is an error listing
+//! them all, and nothing is written.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,52 +13,177 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::escape::{shown, shown_prefix};
 use crate::generate::{self, Event, Options, Report};
+use crate::hashing::{cache_key, KeyInputs};
 use crate::manifest::Manifest;
 use crate::output::{Content, FileSet};
 use crate::render::config_hash;
 
 use super::{Limits, Staged};
 
-/// Differences between the specs' instances and the bundle's, one line each (empty when
-/// they agree). Every field the library emits from an entry is compared with what the specs
-/// give, each differing field named: the configuration, the archs, the arguments, the launch
-/// geometry, the entry point and the origin (file and line, which the headers name). Only
-/// `config_sha256` may differ, as it also covers the tilegen version.
-pub fn spec_differences(rendered: &generate::Rendered, lib: &Manifest) -> Vec<String> {
-    let mut diffs = Vec::new();
-    let mut in_specs = std::collections::BTreeSet::new();
-    for inst in &rendered.instances {
-        in_specs.insert(inst.name.as_str());
+/// Why a spec instance cannot be taken from a bundle entry of the same name (empty when it
+/// can). The bundle's entry must carry the config sha256 the specs give when rendered from
+/// the bundle's origin (same tilegen, configuration and archs; the origin, the spec file and
+/// line the headers name, is free: a bundle serves crates whose specs lie elsewhere), every
+/// field the library emits must agree, its CUDA C must be what this tilegen renders for it
+/// from that origin, so its binaries are exactly those a compile of the specs' instance makes
+/// (NVRTC's output does not depend on the header comment that names the origin).
+fn entry_problems(
+    inst: &crate::spec::Instance,
+    entry: &crate::manifest::InstanceEntry,
+    bundle_source: Option<&[u8]>,
+    renderer: &crate::render::Renderer,
+) -> Result<Vec<String>> {
+    let at_bundle_origin = crate::spec::Instance {
+        origin: entry.origin.clone(),
+        ..inst.clone()
+    };
+    let fields = config_fields(inst, entry);
+    let config_only: Vec<&String> = fields
+        .iter()
+        .filter(|f| !f.starts_with("origin "))
+        .collect();
+    if config_hash(&at_bundle_origin) != entry.config_sha256 || !config_only.is_empty() {
+        let fields = if fields.is_empty() {
+            format!(
+                "no field differs, so the bundle was made by another tilegen or its hash is wrong (this is tilegen {})",
+                crate::VERSION
+            )
+        } else {
+            fields.join("; ")
+        };
+        return Ok(vec![format!(
+            "configuration differs (config sha256 {} in the specs, {} in the bundle): {fields}",
+            config_hash(inst),
+            shown(&entry.config_sha256),
+        )]);
+    }
+    let source = renderer.render(&at_bundle_origin)?;
+    if bundle_source != Some(source.as_bytes()) {
+        return Ok(vec![format!(
+            "its CUDA C `{}` is not what this tilegen renders for it (other templates?)",
+            shown(&entry.source.path)
+        )]);
+    }
+    Ok(Vec::new())
+}
+
+/// The instances the specs name, taken from a (possibly larger) staged bundle whose
+/// `manifest.json` is `lib`: their binaries as the bundle holds them (already checked
+/// against its manifest's sha256), their CUDA C rendered from the specs (so the headers
+/// name the specs' own file and line), a manifest listing exactly them and bindings for
+/// them: the library a compile of the specs writes. Fails listing every instance the
+/// bundle lacks or holds in another configuration.
+pub fn subset_files<'a>(
+    staged: &'a Staged,
+    lib: &Manifest,
+    rendered: &generate::Rendered,
+    opts: &Options,
+    bundle_path: &Path,
+    on_event: &(dyn Fn(&Event) + Sync),
+) -> Result<StagedLibrary<'a>> {
+    let renderer = crate::render::Renderer::new(opts.templates.as_deref())?;
+    let mut problems = Vec::new();
+    let mut entries = Vec::new();
+    for (inst, source) in rendered.instances.iter().zip(&rendered.sources) {
         let at = format!(
             "{} ({}:{})",
             inst.name,
             shown(&inst.origin.file),
             inst.origin.line
         );
-        match lib.instance(&inst.name) {
-            None => diffs.push(format!("{at}: in the specs but not in the bundle")),
-            Some(entry) => {
-                let fields = config_fields(inst, entry);
-                if !fields.is_empty() {
-                    diffs.push(format!(
-                        "{at}: configuration differs (config sha256 {} in the specs, {} in the bundle): {}",
-                        config_hash(inst),
-                        shown(&entry.config_sha256),
-                        fields.join("; ")
-                    ));
-                }
+        let Some(entry) = lib.instance(&inst.name) else {
+            problems.push(format!("{at}: in the specs but not in the bundle"));
+            continue;
+        };
+        let bundle_source = staged.read(&entry.source.path).ok();
+        let found = entry_problems(inst, entry, bundle_source.as_deref(), &renderer)?;
+        if !found.is_empty() {
+            problems.extend(found.into_iter().map(|p| format!("{at}: {p}")));
+            continue;
+        }
+        let mut e = entry.clone();
+        if e.origin != inst.origin {
+            // What a compile of the specs would record: their origin, hence another header,
+            // config sha256 and cache key, and the same binaries.
+            e.origin = inst.origin.clone();
+            e.config_sha256 = config_hash(inst);
+            e.source = file_ref(e.source.path.clone(), source.as_bytes());
+            for t in &mut e.targets {
+                t.cache_key = cache_key(&KeyInputs {
+                    source,
+                    nvrtc_version: &lib.nvrtc_version,
+                    options: &crate::nvrtc::options(t.arch),
+                    arch: t.arch,
+                    tilegen_version: crate::VERSION,
+                });
             }
         }
+        entries.push((e, source));
     }
-    for entry in &lib.instances {
-        if !in_specs.contains(entry.name.as_str()) {
-            diffs.push(format!(
-                "{}: in the bundle but not in the specs",
-                shown(&entry.name)
-            ));
+    if !problems.is_empty() {
+        return Err(Error::OutOfDate(format!(
+            "bundle {} cannot serve the specs in {}: {} of their {} instances are missing or differ (the bundle holds {}); rebuild the bundle with them or change the specs:\n  {}",
+            bundle_path.display(),
+            opts.specs.display(),
+            problems.len(),
+            rendered.instances.len(),
+            lib.instances.len(),
+            problems.join("\n  ")
+        )));
+    }
+    let mut kept = Vec::new();
+    let mut generated = FileSet::new();
+    for (e, source) in &entries {
+        generated.insert(e.source.path.clone(), source.as_bytes().to_vec());
+        for t in &e.targets {
+            kept.push(t.ptx.path.clone());
+            kept.push(t.cubin.path.clone());
         }
     }
-    diffs
+    kept.sort();
+    let mut manifest = Manifest {
+        instances: entries.into_iter().map(|(e, _)| e).collect(),
+        files: Vec::new(),
+        ..lib.clone()
+    };
+    // The crate's own tuning tables first (they win where both measured a shape), then the
+    // bundle's; entries for instances the specs do not take are dropped quietly, a crate
+    // table's stale entries with a warning as in a compile.
+    let (own, _) = generate::read_tuning(opts)?;
+    let (tuning, dropped) = crate::tuning::attach(own, &manifest);
+    for message in dropped {
+        on_event(&Event::TuningDropped { message });
+    }
+    let (from_bundle, _) = crate::tuning::attach(std::mem::take(&mut manifest.tuning), &manifest);
+    manifest.tuning =
+        crate::tuning::attach(tuning.into_iter().chain(from_bundle).collect(), &manifest).0;
+    let mut files: Vec<String> = kept.iter().chain(generated.keys()).cloned().collect();
+    files.sort();
+    manifest.files = files;
+    if opts.bindings {
+        let text = crate::bindings::generate(&manifest, &|p| match generated.get(p) {
+            Some(b) => Some(b.clone()),
+            None if kept.iter().any(|k| k == p) => staged.read(p).ok(),
+            None => None,
+        })?;
+        generated.insert(crate::bindings::FILE_NAME.into(), text.into_bytes());
+        manifest.files.push(crate::bindings::FILE_NAME.into());
+        manifest.files.sort();
+    }
+    generated.insert(crate::manifest::FILE_NAME.into(), manifest.to_bytes());
+    Ok(StagedLibrary {
+        staged,
+        kept,
+        generated,
+    })
+}
+
+fn file_ref(path: String, bytes: &[u8]) -> crate::manifest::FileRef {
+    crate::manifest::FileRef {
+        path,
+        sha256: crate::hashing::sha256_hex(bytes),
+        bytes: bytes.len() as u64,
+    }
 }
 
 /// The configuration fields in which a spec instance and a bundle entry differ.
@@ -177,18 +304,20 @@ pub fn library_files(
     })
 }
 
-/// `generate` with `opts.bundle` set: verify the bundle, compare it with the specs when they
-/// exist, then write (or `--check`) the library.
+/// `generate` with `opts.bundle` set: verify the bundle, take the specs' instances from it
+/// when specs exist (else all of it), then write (or `--check`) the library.
 pub fn generate_from_bundle(
     opts: &Options,
     bundle_path: &Path,
     on_event: &(dyn Fn(&Event) + Sync),
 ) -> Result<Report> {
     let start = Instant::now();
-    if opts.filter.is_some() || opts.archs.is_some() {
-        return Err(Error::Usage(
-            "a bundle is used whole: --filter and --arch cannot be combined with --bundle".into(),
-        ));
+    // They choose among the specs' instances; without specs the bundle is used whole.
+    if (opts.filter.is_some() || opts.archs.is_some()) && !opts.specs.exists() {
+        return Err(Error::Usage(format!(
+            "without specs ({} does not exist) a bundle is used whole: --filter and --arch need specs to apply to",
+            opts.specs.display()
+        )));
     }
     // A key makes the signature mandatory: a build that names a key never takes an unsigned
     // or differently signed bundle.
@@ -210,26 +339,20 @@ pub fn generate_from_bundle(
     if key.is_some() {
         inputs.push(super::sign::signature_path(bundle_path));
     }
-    if opts.specs.exists() {
+    let (files, instances) = if opts.specs.exists() {
         let rendered = generate::render_all(opts)?;
-        let diffs = spec_differences(&rendered, &lib);
-        if !diffs.is_empty() {
-            return Err(Error::OutOfDate(format!(
-                "bundle {} does not match the specs in {} ({} differences); rebuild the bundle or remove the specs:\n  {}",
-                bundle_path.display(),
-                opts.specs.display(),
-                diffs.len(),
-                diffs.join("\n  ")
-            )));
-        }
+        let files = subset_files(&bundle, &lib, &rendered, opts, bundle_path, on_event)?;
         inputs.extend(rendered.inputs);
-    }
+        inputs.extend(generate::read_tuning(opts)?.1);
+        (files, rendered.instances.len())
+    } else {
+        let n = lib.instances.len();
+        (library_files(&bundle, lib, opts.bindings)?, n)
+    };
     on_event(&Event::Planned {
-        instances: lib.instances.len(),
+        instances,
         compiles: 0,
     });
-    let instances = lib.instances.len();
-    let files = library_files(&bundle, lib, opts.bindings)?;
     let mut report = Report {
         instances,
         inputs,

@@ -33,6 +33,18 @@ pub struct BundleManifest {
     pub source_date_epoch: u64,
     /// Every library file (not `bundle.json` itself), sorted by path.
     pub members: Vec<Member>,
+    /// The tuning tables the library's manifest carries, one line each (none: omitted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tuning: Vec<TunedDevice>,
+}
+
+/// One tuning table of a bundled library: the GPU it was measured on and how many entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunedDevice {
+    pub device: String,
+    pub compute_capability: [u32; 2],
+    pub entries: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +128,15 @@ impl BundleManifest {
                     bytes: d.bytes,
                 })
                 .collect(),
+            tuning: lib
+                .tuning
+                .iter()
+                .map(|t| TunedDevice {
+                    device: t.device.name.clone(),
+                    compute_capability: t.device.compute_capability,
+                    entries: t.entries.len(),
+                })
+                .collect(),
         })
     }
 
@@ -169,6 +190,14 @@ impl BundleManifest {
         );
         for (kind, (n, bytes)) in kinds {
             s += &format!("  .{kind}: {n} files, {bytes} bytes\n");
+        }
+        for t in &self.tuning {
+            let [major, minor] = t.compute_capability;
+            s += &format!(
+                "tuning: {} (sm_{major}{minor}), {} entries\n",
+                crate::escape::shown(&t.device),
+                t.entries
+            );
         }
         s
     }

@@ -116,7 +116,8 @@ pub(super) fn decode(key: &str, bytes: &[u8]) -> std::result::Result<Compiled, S
         return Err(format!("entry is for key {}, not {key}", meta.key));
     }
     let payload = &rest[json_len..];
-    if payload.len() != meta.ptx_len + meta.cubin_len {
+    // Checked: entries can come from a shared store, and a wrapped sum would pass.
+    if meta.ptx_len.checked_add(meta.cubin_len) != Some(payload.len()) {
         return Err("payload length does not match the header".into());
     }
     let (ptx, cubin) = payload.split_at(meta.ptx_len);

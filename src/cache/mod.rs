@@ -17,10 +17,16 @@
 //! entry belongs, is a miss: the thing is removed where that is safe and the entry rebuilt.
 //! Cleaning commands remove only names of this layout and never recurse into folders they do
 //! not know.
+//!
+//! With the `remote-cache` feature and `TILEGEN_CACHE_URL` (or [`Cache::with_remote`]), a
+//! shared store sits behind the local folder (see `remote.rs`): a local miss is looked up
+//! there and, when intact, kept locally; an entry compiled here is written there too.
 
 mod entry;
 mod layout;
 mod lock;
+#[cfg(feature = "remote-cache")]
+mod remote;
 
 use std::fs;
 use std::io::Write;
@@ -50,6 +56,8 @@ const LOCK_WAIT: Duration = Duration::from_secs(120);
 /// The outcome of a lookup.
 pub enum Lookup {
     Hit(Compiled),
+    /// Served by the remote cache (and now kept locally too).
+    RemoteHit(Compiled),
     Miss,
     /// An entry existed but was unusable (failed its check, or was not a readable regular
     /// file); it has been removed where that was possible.
@@ -68,6 +76,111 @@ struct State {
     ready: OnceLock<std::result::Result<(), String>>,
     /// Whether a cache problem was already reported in this run (one warning is enough).
     warned: AtomicBool,
+    #[cfg(feature = "remote-cache")]
+    remote: OnceLock<remote::Remote>,
+    /// A note on the remote cache's configuration, reported once: a mode that is not known,
+    /// or a remote asked for that this build cannot use (no `remote-cache` feature).
+    remote_note: std::sync::Mutex<Option<String>>,
+}
+
+/// The remote cache of a run: its configuration and what this run did with it.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct RemoteSummary {
+    /// `TILEGEN_CACHE_URL` without credentials.
+    pub url: String,
+    pub read_only: bool,
+    /// Whether entries are signed and checked (`TILEGEN_CACHE_HMAC_KEY`).
+    pub signed: bool,
+    /// Entries served by the remote.
+    pub hits: usize,
+    pub misses: usize,
+    /// Entries found but refused (wrong key, checksum or tag, malformed, truncated).
+    pub rejected: usize,
+    /// Failed operations (the first one turns the remote off).
+    pub errors: usize,
+    pub writes: usize,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Turned off in this run (after an error, or a configuration that cannot be used).
+    pub disabled: bool,
+}
+
+impl RemoteSummary {
+    /// One line for people: configuration, then what this run did.
+    pub fn line(&self) -> String {
+        format!(
+            "remote cache {} ({}{}{}): {} hits, {} misses, {} rejected, {} errors, {} written; \
+             {:.1} MiB read, {:.1} MiB written",
+            self.url,
+            if self.read_only {
+                "read-only"
+            } else {
+                "read-write"
+            },
+            if self.signed { ", signed" } else { "" },
+            if self.disabled { ", turned off" } else { "" },
+            self.hits,
+            self.misses,
+            self.rejected,
+            self.errors,
+            self.writes,
+            self.bytes_read as f64 / (1 << 20) as f64,
+            self.bytes_written as f64 / (1 << 20) as f64,
+        )
+    }
+}
+
+/// The remote cache's configuration and whether it answers, for `tilegen cache stats`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoteStatus {
+    pub url: String,
+    pub read_only: bool,
+    pub signed: bool,
+    pub reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl RemoteStatus {
+    pub fn line(&self) -> String {
+        format!(
+            "remote cache {} ({}{}): {}",
+            self.url,
+            if self.read_only {
+                "read-only"
+            } else {
+                "read-write"
+            },
+            if self.signed { ", signed" } else { "" },
+            match &self.error {
+                None => "reachable".to_string(),
+                Some(e) => format!("not reachable: {e}"),
+            }
+        )
+    }
+}
+
+/// The remote cache's variables: `TILEGEN_CACHE_REMOTE` (`read-write`, the default, or
+/// `read-only`) and `TILEGEN_CACHE_HMAC_KEY`. An unknown mode is taken as read-only, the
+/// safe side, with a note.
+#[cfg(feature = "remote-cache")]
+fn remote_settings() -> (remote::Mode, Option<Vec<u8>>, Option<String>) {
+    let (mode, note) = match crate::env::var("TILEGEN_CACHE_REMOTE").as_deref() {
+        None | Some("") | Some("read-write") => (remote::Mode::ReadWrite, None),
+        Some("read-only") => (remote::Mode::ReadOnly, None),
+        Some(other) => (
+            remote::Mode::ReadOnly,
+            Some(format!(
+                "TILEGEN_CACHE_REMOTE `{}` is neither `read-write` nor `read-only`; using \
+                 read-only",
+                other.escape_debug()
+            )),
+        ),
+    };
+    let key = crate::env::var_os("TILEGEN_CACHE_HMAC_KEY")
+        .map(|k| std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec())
+        .filter(|k| !k.is_empty());
+    (mode, key, note)
 }
 
 /// Totals for `tilegen cache stats`.
@@ -142,6 +255,95 @@ impl Cache {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Puts the remote cache at `url` (else `TILEGEN_CACHE_URL`, when set) behind this
+    /// cache. Without the `remote-cache` feature a URL only brings a warning.
+    pub fn with_remote(self, url: Option<&str>) -> Cache {
+        let env = crate::env::var("TILEGEN_CACHE_URL").filter(|u| !u.is_empty());
+        let Some(url) = url.map(str::to_string).or(env) else {
+            return self;
+        };
+        #[cfg(feature = "remote-cache")]
+        {
+            let (mode, key, note) = remote_settings();
+            let r = remote::Remote::new(&url, mode, key);
+            let _ = self.state.remote.set(r);
+            if let (Some(n), Ok(mut w)) = (note, self.state.remote_note.lock()) {
+                *w = Some(n);
+            }
+        }
+        #[cfg(not(feature = "remote-cache"))]
+        if let Ok(mut w) = self.state.remote_note.lock() {
+            *w = Some(format!(
+                "a remote cache is configured ({}), but this tilegen was built without the \
+                 `remote-cache` feature; using the local cache only",
+                url.split('@').next_back().unwrap_or_default()
+            ));
+        }
+        self
+    }
+
+    /// The remote cache's one warning of the run (unreachable, failing, misconfigured), the
+    /// first time it is asked for after it happened.
+    pub fn take_remote_warning(&self) -> Option<String> {
+        if let Some(n) = self
+            .state
+            .remote_note
+            .lock()
+            .ok()
+            .and_then(|mut w| w.take())
+        {
+            return Some(n);
+        }
+        #[cfg(feature = "remote-cache")]
+        return self.state.remote.get()?.take_warning();
+        #[cfg(not(feature = "remote-cache"))]
+        None
+    }
+
+    /// The remote cache's configuration and this run's counts; None without one.
+    pub fn remote_summary(&self) -> Option<RemoteSummary> {
+        #[cfg(feature = "remote-cache")]
+        return self.state.remote.get().map(|r| r.summary());
+        #[cfg(not(feature = "remote-cache"))]
+        None
+    }
+
+    /// The remote cache's configuration and whether it answers now (a lookup of a key that
+    /// is never stored); None without one. Its hits and misses are per run: `generate`
+    /// reports them.
+    pub fn remote_status(&self) -> Option<RemoteStatus> {
+        #[cfg(feature = "remote-cache")]
+        {
+            let r = self.state.remote.get()?;
+            let s = r.summary();
+            let error = self
+                .state
+                .remote_note
+                .lock()
+                .ok()
+                .and_then(|n| n.clone())
+                .map_or_else(|| r.probe().err(), Some);
+            Some(RemoteStatus {
+                url: s.url,
+                read_only: s.read_only,
+                signed: s.signed,
+                reachable: error.is_none(),
+                error,
+            })
+        }
+        #[cfg(not(feature = "remote-cache"))]
+        {
+            let note = self.state.remote_note.lock().ok()?.clone()?;
+            Some(RemoteStatus {
+                url: String::new(),
+                read_only: true,
+                signed: false,
+                reachable: false,
+                error: Some(note),
+            })
+        }
     }
 
     fn entries_dir(&self) -> PathBuf {
@@ -221,9 +423,48 @@ impl Cache {
         (!self.state.warned.swap(true, Ordering::Relaxed)).then_some(message)
     }
 
-    /// Looks an entry up and checks it end to end.
+    /// Looks an entry up and checks it end to end: locally, then in the remote cache (an
+    /// intact remote entry is kept locally; a rejected one is reported as corrupt).
     pub fn get(&self, key: &str) -> Lookup {
-        if !is_key(key) || self.ready().is_err() {
+        if !is_key(key) {
+            return Lookup::Miss;
+        }
+        match self.get_local(key) {
+            Lookup::Miss => self.get_remote(key),
+            found => found,
+        }
+    }
+
+    #[cfg(not(feature = "remote-cache"))]
+    fn get_remote(&self, _key: &str) -> Lookup {
+        Lookup::Miss
+    }
+
+    #[cfg(feature = "remote-cache")]
+    fn get_remote(&self, key: &str) -> Lookup {
+        let Some(r) = self.state.remote.get() else {
+            return Lookup::Miss;
+        };
+        match r.fetch(key) {
+            remote::Fetched::Entry(bytes) => match decode(key, &bytes) {
+                Ok(c) => {
+                    r.served();
+                    // Best effort: the next run finds it locally.
+                    let _ = self.put_local(key, &bytes);
+                    Lookup::RemoteHit(c)
+                }
+                Err(why) => {
+                    r.rejected_entry();
+                    Lookup::Corrupt(format!("remote entry for {key}: {why}"))
+                }
+            },
+            remote::Fetched::Rejected(why) => Lookup::Corrupt(why),
+            remote::Fetched::Missing | remote::Fetched::Off => Lookup::Miss,
+        }
+    }
+
+    fn get_local(&self, key: &str) -> Lookup {
+        if self.ready().is_err() {
             return Lookup::Miss;
         }
         let path = self.entry_path(key);
@@ -265,9 +506,23 @@ impl Cache {
         }
     }
 
-    /// Publishes an entry atomically. Does nothing when the folder is not used as a cache.
+    /// Publishes an entry atomically, and writes it to the remote cache when there is one
+    /// (best effort). Does nothing locally when the folder is not used as a cache.
     pub fn put(&self, key: &str, c: &Compiled) -> Result<()> {
-        if !is_key(key) || self.ready().is_err() {
+        if !is_key(key) {
+            return Ok(());
+        }
+        let bytes = encode(key, c);
+        let local = self.put_local(key, &bytes);
+        #[cfg(feature = "remote-cache")]
+        if let Some(r) = self.state.remote.get() {
+            r.store(key, &bytes);
+        }
+        local
+    }
+
+    fn put_local(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        if self.ready().is_err() {
             return Ok(());
         }
         let path = self.entry_path(key);
@@ -281,7 +536,7 @@ impl Cache {
             .rand_bytes(6)
             .tempfile_in(&tmp_dir)
             .at(&tmp_dir)?;
-        tmp.write_all(&encode(key, c)).at(tmp.path())?;
+        tmp.write_all(bytes).at(tmp.path())?;
         tmp.as_file().sync_all().at(tmp.path())?;
         if let Err(e) = tmp.persist(&path) {
             // An empty folder where the entry belongs is replaced; anything else stays.

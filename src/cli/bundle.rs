@@ -1,12 +1,73 @@
 //! `tilegen bundle …`: create, check, unpack and sign prebuilt kernel bundles.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Args, Subcommand};
 use tilegen::error::Error;
 
-use crate::{emit_json, BundleAction, SigArgs};
+use super::report::Reporter;
 
-pub fn bundle_command(action: BundleAction, json: bool) -> Result<ExitCode, Error> {
+#[derive(Subcommand)]
+pub enum BundleAction {
+    /// Pack a library folder (written by `tilegen generate`) into a bundle.
+    Create {
+        #[arg(long, default_value = "generated")]
+        lib: PathBuf,
+        /// Bundle file to write (.tar.gz).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Check every member against bundle.json (and, with --pubkey, the signature FILE.minisig
+    /// first); exit 7 when anything is wrong.
+    Verify {
+        file: PathBuf,
+        #[command(flatten)]
+        sig: SigArgs,
+    },
+    /// Verify, then print the bundle manifest's summary.
+    Inspect {
+        file: PathBuf,
+        #[command(flatten)]
+        sig: SigArgs,
+    },
+    /// Verify, then install into an absent or empty folder atomically.
+    Unpack {
+        file: PathBuf,
+        #[arg(long)]
+        to: PathBuf,
+        #[command(flatten)]
+        sig: SigArgs,
+    },
+    /// Sign a bundle (or any file) with a minisign secret key, writing FILE.minisig beside it.
+    Sign {
+        file: PathBuf,
+        /// Minisign secret key file (an encrypted one takes its password from
+        /// TILEGEN_SIGN_PASSWORD).
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Write a new unencrypted minisign key pair, tilegen.pub and tilegen.key, into a folder
+    /// (for tests and CI secrets; never overwrites).
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Signature checking for the bundle commands that read a bundle.
+#[derive(Args)]
+pub struct SigArgs {
+    /// Check the bundle's signature FILE.minisig with this minisign public key (a .pub file,
+    /// or the key itself, RW…) before reading the bundle; a bad signature is an error.
+    #[arg(long)]
+    pubkey: Option<String>,
+    /// Refuse a bundle without a signature (needs --pubkey).
+    #[arg(long, requires = "pubkey")]
+    require_signed: bool,
+}
+
+pub fn run(action: BundleAction, rep: &Reporter) -> Result<ExitCode, Error> {
     use tilegen::bundle::{self, sign, SignaturePolicy, Signed};
     let limits = bundle::Limits::default();
     let pubkey = |sig: &SigArgs| sig.pubkey.as_deref().map(sign::read_public_key).transpose();
@@ -28,7 +89,8 @@ pub fn bundle_command(action: BundleAction, json: bool) -> Result<ExitCode, Erro
         BundleAction::Inspect { file, sig } => {
             let key = pubkey(&sig)?;
             let (m, signed) = bundle::check_signed(&file, &limits, policy(&sig, &key))?;
-            if !json {
+            // The summary is the human form; JSON readers get the whole manifest below.
+            if !rep.is_json() {
                 print!("{}", m.summary());
             }
             ("inspected", file, m, signed)
@@ -40,26 +102,24 @@ pub fn bundle_command(action: BundleAction, json: bool) -> Result<ExitCode, Erro
         }
         BundleAction::Sign { file, key } => {
             let out = sign::sign(&file, &key)?;
-            if json {
-                emit_json(serde_json::json!({"event": "signed", "path": file, "signature": out}));
-            } else {
-                eprintln!("signed {}: wrote {}", file.display(), out.display());
-            }
+            rep.err(
+                || serde_json::json!({"event": "signed", "path": file, "signature": out}),
+                || format!("signed {}: wrote {}", file.display(), out.display()),
+            );
             return Ok(ExitCode::SUCCESS);
         }
         BundleAction::Keygen { out } => {
             let (pk, sk) = sign::keygen(&out)?;
-            if json {
-                emit_json(
-                    serde_json::json!({"event": "keygen", "public_key": pk, "secret_key": sk}),
-                );
-            } else {
-                eprintln!(
-                    "wrote {} (public) and {} (secret, unencrypted: keep it out of version control)",
-                    pk.display(),
-                    sk.display()
-                );
-            }
+            rep.err(
+                || serde_json::json!({"event": "keygen", "public_key": pk, "secret_key": sk}),
+                || {
+                    format!(
+                        "wrote {} (public) and {} (secret, unencrypted: keep it out of version control)",
+                        pk.display(),
+                        sk.display()
+                    )
+                },
+            );
             return Ok(ExitCode::SUCCESS);
         }
     };
@@ -71,21 +131,21 @@ pub fn bundle_command(action: BundleAction, json: bool) -> Result<ExitCode, Erro
         Some(Signed::Unsigned) => Some("unsigned (no signature to check)".to_string()),
         None => None,
     };
-    if json {
-        emit_json(
-            serde_json::json!({"event": what, "path": file, "bundle": m, "signature": signature}),
-        );
-    } else {
-        eprintln!(
-            "{what} {}: {} members, {} instances, archs {}",
-            file.display(),
-            m.members.len(),
-            m.instances,
-            m.archs.join(",")
-        );
-        if let Some(s) = signature {
-            eprintln!("signature: {s}");
-        }
-    }
+    rep.err(
+        || serde_json::json!({"event": what, "path": file, "bundle": m, "signature": signature}),
+        || {
+            let mut text = format!(
+                "{what} {}: {} members, {} instances, archs {}",
+                file.display(),
+                m.members.len(),
+                m.instances,
+                m.archs.join(",")
+            );
+            if let Some(s) = &signature {
+                text += &format!("\nsignature: {s}");
+            }
+            text
+        },
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,18 +1,36 @@
 //! `tilegen nvrtc …`: install the pinned NVRTC, or say which one tilegen finds.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Subcommand;
 use tilegen::error::Error;
 use tilegen::provision;
 
-use crate::{emit_json, NvrtcAction};
+use super::report::Reporter;
 
-pub fn nvrtc_command(action: NvrtcAction, json: bool) -> Result<ExitCode, Error> {
+#[derive(Subcommand)]
+pub enum NvrtcAction {
+    /// Fetch the pinned nvidia-cuda-nvrtc wheel with pip (sha256-checked) into a versioned
+    /// folder that every later tilegen run and build script searches.
+    Install {
+        /// Install folder (default: <user cache folder>/tilegen-nvrtc/<release>).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Do nothing when tilegen already finds a working NVRTC anywhere.
+        #[arg(long)]
+        if_missing: bool,
+    },
+    /// Print the NVRTC tilegen finds and loads, or why none.
+    Path,
+}
+
+pub fn run(action: NvrtcAction, rep: &Reporter) -> Result<ExitCode, Error> {
     match action {
         NvrtcAction::Install { dir, if_missing } => {
             if if_missing {
                 if let Ok(nv) = tilegen::nvrtc::load() {
-                    report(json, "found", &nv.location, &nv.version());
+                    report(rep, "found", &nv.location, &nv.version());
                     return Ok(ExitCode::SUCCESS);
                 }
             }
@@ -25,13 +43,13 @@ pub fn nvrtc_command(action: NvrtcAction, json: bool) -> Result<ExitCode, Error>
                     )
                 })?,
             };
-            if !json {
-                eprintln!(
+            rep.text_err(|| {
+                format!(
                     "installing {} into {} (pip, checked against its pinned sha256)",
                     tilegen::nvrtc::PINNED_WHEEL,
                     dir.display()
-                );
-            }
+                )
+            });
             let done = provision::install(&dir)?;
             let what = if done.already {
                 "already installed"
@@ -39,7 +57,7 @@ pub fn nvrtc_command(action: NvrtcAction, json: bool) -> Result<ExitCode, Error>
                 "installed"
             };
             report(
-                json,
+                rep,
                 what,
                 &done.lib.display().to_string(),
                 provision::pinned_release(),
@@ -48,18 +66,17 @@ pub fn nvrtc_command(action: NvrtcAction, json: bool) -> Result<ExitCode, Error>
         }
         NvrtcAction::Path => {
             let nv = tilegen::nvrtc::load()?;
-            report(json, "found", &nv.location, &nv.version());
+            report(rep, "found", &nv.location, &nv.version());
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn report(json: bool, what: &str, location: &str, version: &str) {
-    if json {
-        emit_json(
-            serde_json::json!({"event": "nvrtc", "status": what, "location": location, "version": version}),
-        );
-    } else {
-        println!("NVRTC {version} {what}: {location}");
-    }
+fn report(rep: &Reporter, what: &str, location: &str, version: &str) {
+    rep.out(
+        || {
+            serde_json::json!({"event": "nvrtc", "status": what, "location": location, "version": version})
+        },
+        || format!("NVRTC {version} {what}: {location}"),
+    );
 }

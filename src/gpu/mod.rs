@@ -8,6 +8,7 @@ pub mod cublas;
 pub mod data;
 pub mod problem;
 pub mod reference;
+pub mod tune;
 pub mod verify;
 
 use std::collections::HashMap;

@@ -413,6 +413,7 @@ mod tests {
             nvrtc_version: "13.0".into(),
             instances: vec![e],
             files: vec![],
+            tuning: vec![],
         };
         let problems = |e| crate::bundle::manifest::tensor_map_problems(&manifest(e));
         assert_eq!(problems(entry(&inst)), Vec::<String>::new());

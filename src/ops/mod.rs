@@ -292,6 +292,36 @@ pub enum GridRule {
     QueryTiles { tile_q: u32 },
 }
 
+/// What the fixed dispatch rules (`tilegen_runtime::call_checks::pick_*`, `gemm_order`) know
+/// of an instance: the bindings emit these facts, and `tune` asks the same rules with them.
+impl GridRule {
+    /// Elements one block handles per trip (elementwise); 1 for other rules.
+    pub fn elems_per_block(&self) -> u32 {
+        match self {
+            GridRule::Elements { elems_per_block } => *elems_per_block,
+            _ => 1,
+        }
+    }
+
+    /// The longest row a row kernel takes in one pass; None: any length (or not a row kernel).
+    pub fn max_cols(&self) -> Option<u32> {
+        match self {
+            GridRule::Rows { max_cols, .. } => *max_cols,
+            _ => None,
+        }
+    }
+
+    /// A GEMM's output tile (m, n); (1, 1) for other rules.
+    pub fn output_tile(&self) -> (u32, u32) {
+        match self {
+            GridRule::Tiles { tile_m, tile_n } | GridRule::Persistent { tile_m, tile_n, .. } => {
+                (*tile_m, *tile_n)
+            }
+            _ => (1, 1),
+        }
+    }
+}
+
 /// Launch geometry of an instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Launch {

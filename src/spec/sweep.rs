@@ -36,34 +36,96 @@ pub struct KernelPlan<'n> {
     fields: Fields<'n>,
     name: String,
     op: Op,
-    dtypes: Vec<Choice<'n, DType>>,
-    out_dtypes: Vec<Choice<'n, Option<DType>>>,
-    blocks: Vec<Choice<'n, Option<u32>>>,
-    items: Vec<Choice<'n, Option<u32>>>,
-    stages: Vec<Choice<'n, Option<u32>>>,
-    variants: Vec<Choice<'n, Option<RowVariant>>>,
-    layouts: Vec<Choice<'n, Option<Layout>>>,
-    affines: Vec<Choice<'n, Option<bool>>>,
-    tf32s: Vec<Choice<'n, Option<bool>>>,
-    engines: Vec<Choice<'n, Option<Engine>>>,
-    tiles: Vec<Choice<'n, Option<[u32; 3]>>>,
-    warps: Vec<Choice<'n, Option<[u32; 2]>>>,
-    epilogues: Vec<Choice<'n, Vec<Epilogue>>>,
-    /// Attention's fields, every combination of their sweeps (one entry when none is given).
-    attn: Vec<AttnChoice<'n>>,
+    /// The dtype's values, then those of each field of `SWEPT`, in that order.
+    axes: Vec<Axis<'n>>,
     arch_nodes: Vec<(Arch, Option<&'n Node>)>,
     pub count: usize,
 }
 
-/// One combination of attention's fields.
-#[derive(Clone)]
-struct AttnChoice<'n> {
-    head_dim: Choice<'n, Option<u32>>,
-    causal: Choice<'n, Option<bool>>,
-    tile_q: Choice<'n, Option<u32>>,
-    tile_kv: Choice<'n, Option<u32>>,
+/// The fields a kernel sweeps besides `dtype` (which comes first), in the order their
+/// combinations are enumerated, the last varying fastest. This order is the order in which
+/// instances are expanded and their problems reported: keep it when adding a field.
+const SWEPT: &[Field] = &[
+    Field::OutDtype,
+    Field::Block,
+    Field::Items,
+    Field::Stages,
+    Field::Variant,
+    Field::Layout,
+    Field::Affine,
+    Field::Tf32,
+    Field::Engine,
+    Field::Tile,
+    Field::Warp,
+    Field::Epilogue,
+    Field::HeadDim,
+    Field::Causal,
+    Field::TileQ,
+    Field::TileKv,
+];
+
+/// The values of one swept field: `None` is the dtype. A field the kernel does not give has
+/// one absent value (`Choice::value` `None`), so it multiplies nothing.
+struct Axis<'n> {
+    field: Option<Field>,
+    choices: Vec<Choice<'n, Option<Val>>>,
 }
 
+/// A value of a swept field, of the kind `FileContext::field_values` parses for it.
+#[derive(Clone, PartialEq)]
+enum Val {
+    DType(DType),
+    Int(u32),
+    Bool(bool),
+    Variant(RowVariant),
+    Layout(Layout),
+    Engine(Engine),
+    Tile([u32; 3]),
+    Warp([u32; 2]),
+    Chain(Vec<Epilogue>),
+}
+
+impl Val {
+    /// Writes this value of `field` (`None`: the dtype) into an instance being built.
+    fn set(&self, field: Option<Field>, inst: &mut Instance) {
+        let p = &mut inst.params;
+        match (field, self) {
+            // The output dtype is the input's unless the kernel gives one.
+            (None, Val::DType(d)) => (inst.dtype, inst.out_dtype) = (*d, *d),
+            (Some(Field::OutDtype), Val::DType(d)) => inst.out_dtype = *d,
+            (Some(Field::Block), Val::Int(v)) => p.block = Some(*v),
+            (Some(Field::Items), Val::Int(v)) => p.items = Some(*v),
+            (Some(Field::Stages), Val::Int(v)) => p.stages = Some(*v),
+            (Some(Field::HeadDim), Val::Int(v)) => p.head_dim = Some(*v),
+            (Some(Field::TileQ), Val::Int(v)) => p.tile_q = Some(*v),
+            (Some(Field::TileKv), Val::Int(v)) => p.tile_kv = Some(*v),
+            (Some(Field::Affine), Val::Bool(v)) => p.affine = Some(*v),
+            (Some(Field::Tf32), Val::Bool(v)) => p.tf32 = Some(*v),
+            (Some(Field::Causal), Val::Bool(v)) => p.causal = Some(*v),
+            (Some(Field::Variant), Val::Variant(v)) => p.variant = Some(*v),
+            (Some(Field::Layout), Val::Layout(v)) => p.layout = Some(*v),
+            (Some(Field::Engine), Val::Engine(v)) => p.engine = Some(*v),
+            (Some(Field::Tile), Val::Tile(v)) => p.tile = Some(*v),
+            (Some(Field::Warp), Val::Warp(v)) => p.warp = Some(*v),
+            (Some(Field::Epilogue), Val::Chain(v)) => inst.epilogue = v.clone(),
+            _ => debug_assert!(false, "value of the wrong kind for {field:?}"),
+        }
+    }
+}
+
+/// Every combination of one index per axis of these lengths, in the order nested loops over
+/// the axes would give (the last varies fastest).
+fn combinations(lens: &[usize]) -> impl Iterator<Item = Vec<usize>> + '_ {
+    let total: usize = lens.iter().product();
+    (0..total).map(move |mut k| {
+        let mut at = vec![0; lens.len()];
+        for (slot, &n) in at.iter_mut().zip(lens).rev() {
+            *slot = k % n;
+            k /= n;
+        }
+        at
+    })
+}
 impl KernelPlan<'_> {
     pub fn name(&self) -> &str {
         &self.name
@@ -370,67 +432,30 @@ impl<'a> FileContext<'a> {
             let applies = Field::from_key(key).is_none_or(|f| info.fields.contains(&f));
             fields.get(key).filter(|_| applies).map(|(_, v)| *v)
         };
-        let out_dtypes = self.optional_sweep(get("out_dtype"), "out_dtype", |c, n| {
-            c.keyword(n, "out_dtype", DType::parse, DType::choices)
-        });
-        let blocks = self.optional_sweep(get("block"), "block", |c, n| c.integer(n, "block"));
-        let items = self.optional_sweep(get("items"), "items", |c, n| c.integer(n, "items"));
-        let stages = self.optional_sweep(get("stages"), "stages", |c, n| c.integer(n, "stages"));
-        let variants = self.optional_sweep(get("variant"), "variant", |c, n| {
-            c.keyword(n, "variant", RowVariant::parse, RowVariant::choices)
-        });
-        let layouts = self.optional_sweep(get("layout"), "layout", |c, n| {
-            c.keyword(n, "layout", Layout::parse, Layout::choices)
-        });
-        let affines = self.optional_sweep(get("affine"), "affine", |c, n| c.boolean(n, "affine"));
-        let tf32s = self.optional_sweep(get("tf32"), "tf32", |c, n| c.boolean(n, "tf32"));
-        let engines = self.optional_sweep(get("engine"), "engine", |c, n| {
-            c.keyword(n, "engine", Engine::parse, Engine::choices)
-        });
-        let tiles = self.optional_sweep_of_lists(get("tile"), "tile", |c, n| {
-            c.int_array::<3>(n, "tile", "[m, n, k]")
-        });
-        let warps = self.optional_sweep_of_lists(get("warp"), "warp", |c, n| {
-            c.int_array::<2>(n, "warp", "[m, n]")
-        });
-        let head_dims =
-            self.optional_sweep(get("head_dim"), "head_dim", |c, n| c.integer(n, "head_dim"));
-        let causals = self.optional_sweep(get("causal"), "causal", |c, n| c.boolean(n, "causal"));
-        let tile_qs = self.optional_sweep(get("tile_q"), "tile_q", |c, n| c.integer(n, "tile_q"));
-        let tile_kvs =
-            self.optional_sweep(get("tile_kv"), "tile_kv", |c, n| c.integer(n, "tile_kv"));
-        let epilogues = match get("epilogue") {
-            Some(v) => self.epilogues(v, op, info.epilogues),
-            None => vec![Choice {
-                value: Vec::new(),
-                node: None,
-            }],
-        };
+        let mut axes = vec![Axis {
+            field: None,
+            choices: dtypes
+                .into_iter()
+                .map(|c| Choice {
+                    value: Some(Val::DType(c.value)),
+                    node: c.node,
+                })
+                .collect(),
+        }];
+        for &field in SWEPT {
+            let choices = self.field_values(field, get(field.key()), op, info.epilogues);
+            axes.push(Axis {
+                field: Some(field),
+                choices,
+            });
+        }
 
         if self.errors > errors_before {
             return None;
         }
         let name = name?;
 
-        let counts = [
-            dtypes.len(),
-            out_dtypes.len(),
-            blocks.len(),
-            items.len(),
-            stages.len(),
-            variants.len(),
-            layouts.len(),
-            affines.len(),
-            tf32s.len(),
-            engines.len(),
-            tiles.len(),
-            warps.len(),
-            epilogues.len(),
-            head_dims.len(),
-            causals.len(),
-            tile_qs.len(),
-            tile_kvs.len(),
-        ];
+        let counts: Vec<usize> = axes.iter().map(|a| a.choices.len()).collect();
         let total = counts.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n));
         if total.is_none_or(|t| t > MAX_INSTANCES_PER_KERNEL) {
             let swept: Vec<String> = counts
@@ -449,41 +474,12 @@ impl<'a> FileContext<'a> {
             );
             return None;
         }
-        // Bounded by the check above.
-        let mut attn = Vec::new();
-        for hd in &head_dims {
-            for ca in &causals {
-                for tq in &tile_qs {
-                    for tk in &tile_kvs {
-                        attn.push(AttnChoice {
-                            head_dim: hd.clone(),
-                            causal: ca.clone(),
-                            tile_q: tq.clone(),
-                            tile_kv: tk.clone(),
-                        });
-                    }
-                }
-            }
-        }
         Some(KernelPlan {
             entry,
             fields,
             name,
             op,
-            dtypes,
-            out_dtypes,
-            blocks,
-            items,
-            stages,
-            variants,
-            layouts,
-            affines,
-            tf32s,
-            engines,
-            tiles,
-            warps,
-            epilogues,
-            attn,
+            axes,
             arch_nodes,
             count: total.unwrap_or(usize::MAX),
         })
@@ -497,20 +493,7 @@ impl<'a> FileContext<'a> {
             ref fields,
             ref name,
             op,
-            ref dtypes,
-            ref out_dtypes,
-            ref blocks,
-            ref items,
-            ref stages,
-            ref variants,
-            ref layouts,
-            ref affines,
-            ref tf32s,
-            ref engines,
-            ref tiles,
-            ref warps,
-            ref epilogues,
-            ref attn,
+            ref axes,
             ref arch_nodes,
             count: _,
         } = *plan;
@@ -520,160 +503,140 @@ impl<'a> FileContext<'a> {
             fields.get(key).filter(|_| applies).map(|(_, v)| *v)
         };
         let archs: Vec<Arch> = arch_nodes.iter().map(|(a, _)| *a).collect();
-        let epilogue_swept = epilogues.len() > 1;
+        let epilogue_swept = axes
+            .iter()
+            .any(|a| a.field == Some(Field::Epilogue) && a.choices.len() > 1);
         let name_node = get("name").unwrap_or(entry);
         let origin = Origin {
             file: self.src.rel.clone(),
             line: entry.mark.line,
         };
+        let lens: Vec<usize> = axes.iter().map(|a| a.choices.len()).collect();
         let mut out = Vec::new();
         let mut reported = std::collections::BTreeSet::new();
-        for dt in dtypes {
-            for od in out_dtypes {
-                for bl in blocks {
-                    for it in items {
-                        for st in stages {
-                            for va in variants {
-                                for la in layouts {
-                                    for af in affines {
-                                        for tf in tf32s {
-                                            for en in engines {
-                                                for ti in tiles {
-                                                    for wa in warps {
-                                                        for (ep, at) in
-                                                            epilogues.iter().flat_map(|ep| {
-                                                                attn.iter().map(move |at| (ep, at))
-                                                            })
-                                                        {
-                                                            let mut params = Params {
-                                                                block: bl.value,
-                                                                items: it.value,
-                                                                variant: va.value,
-                                                                affine: af.value,
-                                                                tile: ti.value,
-                                                                warp: wa.value,
-                                                                stages: st.value,
-                                                                layout: la.value,
-                                                                tf32: tf.value,
-                                                                engine: en.value,
-                                                                head_dim: at.head_dim.value,
-                                                                causal: at.causal.value,
-                                                                tile_q: at.tile_q.value,
-                                                                tile_kv: at.tile_kv.value,
-                                                            };
-                                                            ops::apply_defaults(op, &mut params);
-                                                            let mut inst = Instance {
-                                                                name: String::new(),
-                                                                op,
-                                                                dtype: dt.value,
-                                                                out_dtype: od
-                                                                    .value
-                                                                    .unwrap_or(dt.value),
-                                                                params,
-                                                                epilogue: ep.value.clone(),
-                                                                archs: archs.clone(),
-                                                                origin: origin.clone(),
-                                                            };
-                                                            inst.name = instance_name(
-                                                                name,
-                                                                &inst,
-                                                                epilogue_swept,
-                                                            );
-                                                            let node_of = |f: Field| -> &Node {
-                                                                let n = match f {
-                                                                    Field::Block => bl.node,
-                                                                    Field::Items => it.node,
-                                                                    Field::Stages => st.node,
-                                                                    Field::Variant => va.node,
-                                                                    Field::Layout => la.node,
-                                                                    Field::Affine => af.node,
-                                                                    Field::Tf32 => tf.node,
-                                                                    Field::Tile => ti.node,
-                                                                    Field::Warp => wa.node,
-                                                                    Field::OutDtype => od.node,
-                                                                    Field::Epilogue => ep.node,
-                                                                    Field::Engine => en.node,
-                                                                    Field::HeadDim => {
-                                                                        at.head_dim.node
-                                                                    }
-                                                                    Field::Causal => at.causal.node,
-                                                                    Field::TileQ => at.tile_q.node,
-                                                                    Field::TileKv => {
-                                                                        at.tile_kv.node
-                                                                    }
-                                                                };
-                                                                n.or(get(f.key())).unwrap_or(entry)
-                                                            };
-                                                            let mut bad = false;
-                                                            for (field, msg) in ops::check(&inst) {
-                                                                bad = true;
-                                                                let n = node_of(field);
-                                                                if reported
-                                                                    .insert((n.mark, msg.clone()))
-                                                                {
-                                                                    self.error(
-                                                                        n,
-                                                                        format!(
-                                                                            "{}: {msg}",
-                                                                            inst.name
-                                                                        ),
-                                                                    );
-                                                                }
-                                                            }
-                                                            for (arch, msg) in
-                                                                ops::arch_problems(&inst)
-                                                            {
-                                                                bad = true;
-                                                                // A dtype the arch lacks points at the
-                                                                // dtype; anything else the op needs
-                                                                // from newer hardware, at the arch.
-                                                                let lacks = |d: DType| {
-                                                                    msg.starts_with(&format!(
-                                                                        "{d} needs sm_"
-                                                                    ))
-                                                                };
-                                                                let n = if lacks(inst.dtype) {
-                                                                    dt.node
-                                                                } else if lacks(inst.out_dtype) {
-                                                                    od.node
-                                                                        .or(get("out_dtype"))
-                                                                        .or(dt.node)
-                                                                } else {
-                                                                    arch_nodes
-                                                                        .iter()
-                                                                        .find(|(a, _)| *a == arch)
-                                                                        .and_then(|(_, n)| *n)
-                                                                }
-                                                                .unwrap_or(entry);
-                                                                if reported
-                                                                    .insert((n.mark, msg.clone()))
-                                                                {
-                                                                    self.error(
-                                                                        n,
-                                                                        format!(
-                                                                            "{}: {msg}",
-                                                                            inst.name
-                                                                        ),
-                                                                    );
-                                                                }
-                                                            }
-                                                            if !bad {
-                                                                out.push((inst, name_node.mark));
-                                                            }
-                                                        }
-                                                    }
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
+        // Bounded by the plan's check of `count`.
+        for at in combinations(&lens) {
+            let picked: Vec<&Choice<'_, Option<Val>>> =
+                axes.iter().zip(&at).map(|(a, &i)| &a.choices[i]).collect();
+            // The node that gave this combination's value of a field (`None`: the dtype).
+            let node_from = |f: Option<Field>| {
+                axes.iter()
+                    .zip(&picked)
+                    .find(|(a, _)| a.field == f)
+                    .and_then(|(_, c)| c.node)
+            };
+            // Every plan's first axis is the dtype, which sets both dtypes.
+            let mut inst = Instance {
+                name: String::new(),
+                op,
+                dtype: DType::F32,
+                out_dtype: DType::F32,
+                params: Params::default(),
+                epilogue: Vec::new(),
+                archs: archs.clone(),
+                origin: origin.clone(),
+            };
+            for (axis, choice) in axes.iter().zip(&picked) {
+                if let Some(v) = &choice.value {
+                    v.set(axis.field, &mut inst);
                 }
+            }
+            ops::apply_defaults(op, &mut inst.params);
+            inst.name = instance_name(name, &inst, epilogue_swept);
+            let mut bad = false;
+            for (field, msg) in ops::check(&inst) {
+                bad = true;
+                let n = node_from(Some(field)).or(get(field.key())).unwrap_or(entry);
+                if reported.insert((n.mark, msg.clone())) {
+                    self.error(n, format!("{}: {msg}", inst.name));
+                }
+            }
+            for (arch, msg) in ops::arch_problems(&inst) {
+                bad = true;
+                // A dtype the arch lacks points at the dtype; anything else the op needs
+                // from newer hardware, at the arch.
+                let lacks = |d: DType| msg.starts_with(&format!("{d} needs sm_"));
+                let n = if lacks(inst.dtype) {
+                    node_from(None)
+                } else if lacks(inst.out_dtype) {
+                    node_from(Some(Field::OutDtype))
+                        .or(get("out_dtype"))
+                        .or(node_from(None))
+                } else {
+                    arch_nodes
+                        .iter()
+                        .find(|(a, _)| *a == arch)
+                        .and_then(|(_, n)| *n)
+                }
+                .unwrap_or(entry);
+                if reported.insert((n.mark, msg.clone())) {
+                    self.error(n, format!("{}: {msg}", inst.name));
+                }
+            }
+            if !bad {
+                out.push((inst, name_node.mark));
             }
         }
         out
+    }
+
+    /// The values a kernel gives one swept field, parsed as that field's kind; one absent
+    /// value when the kernel gives none.
+    fn field_values<'n>(
+        &mut self,
+        field: Field,
+        n: Option<&'n Node>,
+        op: Op,
+        epilogues: &[Epilogue],
+    ) -> Vec<Choice<'n, Option<Val>>> {
+        let key = field.key();
+        match field {
+            Field::OutDtype => self.optional_sweep(n, key, |c, n| {
+                c.keyword(n, key, DType::parse, DType::choices)
+                    .map(Val::DType)
+            }),
+            Field::Block
+            | Field::Items
+            | Field::Stages
+            | Field::HeadDim
+            | Field::TileQ
+            | Field::TileKv => self.optional_sweep(n, key, |c, n| c.integer(n, key).map(Val::Int)),
+            Field::Affine | Field::Tf32 | Field::Causal => {
+                self.optional_sweep(n, key, |c, n| c.boolean(n, key).map(Val::Bool))
+            }
+            Field::Variant => self.optional_sweep(n, key, |c, n| {
+                c.keyword(n, key, RowVariant::parse, RowVariant::choices)
+                    .map(Val::Variant)
+            }),
+            Field::Layout => self.optional_sweep(n, key, |c, n| {
+                c.keyword(n, key, Layout::parse, Layout::choices)
+                    .map(Val::Layout)
+            }),
+            Field::Engine => self.optional_sweep(n, key, |c, n| {
+                c.keyword(n, key, Engine::parse, Engine::choices)
+                    .map(Val::Engine)
+            }),
+            Field::Tile => self.optional_sweep_of_lists(n, key, |c, n| {
+                c.int_array::<3>(n, key, "[m, n, k]").map(Val::Tile)
+            }),
+            Field::Warp => self.optional_sweep_of_lists(n, key, |c, n| {
+                c.int_array::<2>(n, key, "[m, n]").map(Val::Warp)
+            }),
+            Field::Epilogue => match n {
+                Some(n) => self
+                    .epilogues(n, op, epilogues)
+                    .into_iter()
+                    .map(|c| Choice {
+                        value: Some(Val::Chain(c.value)),
+                        node: c.node,
+                    })
+                    .collect(),
+                None => vec![Choice {
+                    value: None,
+                    node: None,
+                }],
+            },
+        }
     }
 
     // ---- field parsers: each reports its own errors and returns None on failure ----
@@ -1031,4 +994,31 @@ fn instance_name(name: &str, inst: &Instance, epilogue_swept: bool) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{combinations, Field, SWEPT};
+
+    #[test]
+    fn every_field_is_swept() {
+        for f in Field::ALL {
+            assert!(SWEPT.contains(f), "{f:?} is missing from SWEPT");
+        }
+        assert_eq!(SWEPT.len(), Field::ALL.len());
+    }
+
+    #[test]
+    fn combinations_follow_nested_loops() {
+        let mut nested = Vec::new();
+        for a in 0..2 {
+            for b in 0..1 {
+                for c in 0..3 {
+                    nested.push(vec![a, b, c]);
+                }
+            }
+        }
+        assert_eq!(combinations(&[2, 1, 3]).collect::<Vec<_>>(), nested);
+        assert_eq!(combinations(&[2, 0, 3]).count(), 0);
+    }
 }

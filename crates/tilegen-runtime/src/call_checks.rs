@@ -487,6 +487,7 @@ mod tests {
             minor,
             sm_count,
             driver: Some(Version::new(13, 0)),
+            name: crate::loader::DeviceName::unknown(),
         }
     }
 

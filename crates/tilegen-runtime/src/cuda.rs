@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{result, sys, CudaContext, CudaStream, DeviceRepr, DriverError, LaunchConfig};
 
 use crate::launch_rules::{ArgError, LaunchDims};
-use crate::loader::{Binary, BinaryKind, Device, KernelInfo, NoFit, Version};
+use crate::loader::{Binary, BinaryKind, Device, DeviceName, KernelInfo, NoFit, Version};
 use crate::tensor_map::{
     self, Interleave, KernelMaps, L2Promotion, MapDtype, OobFill, Swizzle, TiledMap,
 };
@@ -308,6 +308,8 @@ impl Loader {
             sys::CUresult::CUDA_SUCCESS => Version::from_driver(version),
             _ => None,
         };
+        // The name only keys tuning tables: a device that does not say is simply untuned.
+        let name = ctx.name().unwrap_or_default();
         Ok(Loader {
             ctx: ctx.clone(),
             device: Device {
@@ -315,6 +317,7 @@ impl Loader {
                 minor: minor as u32,
                 sm_count: sm_count.max(1) as u32,
                 driver,
+                name: DeviceName::new(&name),
             },
             table,
             maps: &[],

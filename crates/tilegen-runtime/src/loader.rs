@@ -365,12 +365,70 @@ pub struct Device {
     pub sm_count: u32,
     /// The CUDA version the driver supports (`cuDriverGetVersion`), when it says.
     pub driver: Option<Version>,
+    /// The device's name (`cuDeviceGetName`, e.g. `NVIDIA H200`); tuning tables are keyed by
+    /// it. Empty when unknown.
+    pub name: DeviceName,
 }
 
 impl Device {
     /// The device's architecture, e.g. `sm_90`.
     pub fn arch(&self) -> String {
         format!("sm_{}{}", self.major, self.minor)
+    }
+}
+
+/// A device name held inline, so that [`Device`] stays `Copy` and can be a `const`: up to
+/// [`DeviceName::CAPACITY`] bytes, longer names cut at a character boundary.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DeviceName {
+    bytes: [u8; DeviceName::CAPACITY],
+    len: u8,
+}
+
+impl DeviceName {
+    pub const CAPACITY: usize = 96;
+
+    /// No name (a device that did not say, or a made-up one in tests).
+    pub const fn unknown() -> DeviceName {
+        DeviceName {
+            bytes: [0; DeviceName::CAPACITY],
+            len: 0,
+        }
+    }
+
+    /// `name`, cut to [`DeviceName::CAPACITY`] bytes at a character boundary.
+    pub const fn new(name: &str) -> DeviceName {
+        let b = name.as_bytes();
+        let mut len = if b.len() < Self::CAPACITY {
+            b.len()
+        } else {
+            Self::CAPACITY
+        };
+        // Back up over continuation bytes so the cut leaves whole UTF-8 characters.
+        while len < b.len() && len > 0 && (b[len] & 0xC0) == 0x80 {
+            len -= 1;
+        }
+        let mut bytes = [0; DeviceName::CAPACITY];
+        let mut i = 0;
+        while i < len {
+            bytes[i] = b[i];
+            i += 1;
+        }
+        DeviceName {
+            bytes,
+            len: len as u8,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Built from a `&str` cut at a character boundary, so always valid.
+        core::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl core::fmt::Debug for DeviceName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
     }
 }
 

@@ -391,6 +391,7 @@ mod tests {
             minor: 0,
             sm_count: 132,
             driver,
+            name: crate::loader::DeviceName::unknown(),
         };
         assert!(driver_encodes(&dev(Some(Version::new(13, 0)))));
         assert!(driver_encodes(&dev(Some(Version::new(12, 0)))));

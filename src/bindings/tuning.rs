@@ -1,0 +1,64 @@
+//! Measured dispatch in the bindings: a method with tuning entries asks
+//! `tilegen_runtime::tuning::pick` for its instance before its fixed rules, and falls back to
+//! them when no entry fits the device and shape, or when the instance picked refuses the call.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+
+use crate::error::Result;
+use crate::manifest::{InstanceEntry, Manifest};
+use crate::tuning::{dispatch_of, shape_args};
+
+use super::group::Group;
+
+/// Statements that return the tuned instance's plan when the table picks one that accepts the
+/// call; empty when the method has no entries. `calls` are the members' plan calls, in order.
+pub fn tuned_first(m: &Manifest, g: &Group, calls: &[TokenStream]) -> Result<TokenStream> {
+    let Some(args) = shape_args(g.family) else {
+        return Ok(TokenStream::new());
+    };
+    let members: Vec<&InstanceEntry> = g.members.iter().map(|&i| &m.instances[i]).collect();
+    let entries = dispatch_of(&m.tuning, &g.method, &members);
+    if entries.is_empty() {
+        return Ok(TokenStream::new());
+    }
+    let rows = entries.iter().map(|d| {
+        // A string literal: the name is checked text, and quoting escapes it regardless.
+        let device = Literal::string(d.device);
+        let [major, minor] = d.compute_capability.map(Literal::u32_unsuffixed);
+        let shape = d.shape.iter().map(|&v| Literal::u64_unsuffixed(v));
+        let member = Literal::usize_unsuffixed(d.member);
+        quote! {
+            ::tilegen_runtime::tuning::Tuned {
+                device: #device, major: #major, minor: #minor, shape: &[#(#shape),*], member: #member,
+            },
+        }
+    });
+    let sizes = args.iter().map(|a| {
+        let a = format_ident!("{a}");
+        quote!(#a as u64)
+    });
+    // Only an instance that runs here: the table may come from a GPU with another driver.
+    let arms = calls
+        .iter()
+        .zip(&g.members)
+        .enumerate()
+        .map(|(i, (c, &k))| {
+            let maps = !m.instances[k].tensor_maps.is_empty();
+            let i = Literal::usize_unsuffixed(i);
+            let k = Literal::usize_unsuffixed(k);
+            quote!(#i if super::KERNELS[#k].runs_on(device, #maps) => #c,)
+        });
+    Ok(quote! {
+        const TUNED: &[::tilegen_runtime::tuning::Tuned<'static>] = &[#(#rows)*];
+        if let Some(i) = ::tilegen_runtime::tuning::pick(device, TUNED, &[#(#sizes),*]) {
+            let tuned = match i {
+                #(#arms)*
+                _ => Err(ArgError::NoInstance { op: "tuned", reason: "does not run here" }),
+            };
+            if let Ok(plan) = tuned {
+                return Ok(plan);
+            }
+        }
+    })
+}

@@ -1,0 +1,138 @@
+//! `tilegen bench`: time every selected instance at the goal sizes beside its ceiling
+//! measured in the same run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tilegen::error::Error;
+
+use super::gpu::Select;
+use super::report::Reporter;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Library folder (written by `tilegen generate`).
+    #[arg(long, default_value = "generated")]
+    lib: PathBuf,
+    /// Only instances whose name contains this text.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Only instances of this op.
+    #[arg(long)]
+    op: Option<String>,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json_out: Option<PathBuf>,
+    /// Instead: per method and goal shape, the instance dispatch picks (tuning tables, then
+    /// the fixed rules) beside the fixed rules' pick and the fastest instance, timed turn
+    /// about (`tilegen tune --dry-run`; `--filter` selects methods).
+    #[arg(long)]
+    dispatch: bool,
+}
+
+pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
+    use tilegen::gpu::{bench, problem, Gpu};
+    let BenchArgs {
+        lib,
+        filter,
+        op,
+        json_out,
+        dispatch,
+    } = args;
+    if dispatch {
+        return super::tune::run(super::tune::TuneArgs::report(lib, filter), rep);
+    }
+    let select = Select::new(filter, op)?;
+    let mut gpu = Gpu::open(&lib)?;
+    let ceiling = bench::copy_ceiling(&gpu, 1 << 30)?;
+    rep.text(|| {
+        format!(
+            "bench {} on {} (sm_{}, {} SMs); device copy: {ceiling:.0} GB/s\n{:<44} {:<18} {:>10} {:>10} {:>8}",
+            lib.display(),
+            gpu.name,
+            gpu.sm,
+            gpu.sm_count,
+            "instance",
+            "shape",
+            "ms",
+            "GB/s",
+            "vs copy"
+        )
+    });
+    let mut results = Vec::new();
+    let mut failures = 0;
+    let insts = select.of(&gpu);
+    let blas = match insts.iter().any(|i| i.op == tilegen::spec::Op::Gemm) {
+        true => Some(tilegen::gpu::cublas::Blas::new(&gpu)?),
+        false => None,
+    };
+    let mut attention = Vec::new();
+    for inst in insts {
+        if inst.op == tilegen::spec::Op::Attention {
+            let (r, f) = tilegen::gpu::attention::bench_instance(&mut gpu, &inst, rep.is_json());
+            for x in &r {
+                rep.event(|| serde_json::json!({"event": "bench", "attention": x}));
+            }
+            attention.extend(r);
+            failures += f;
+            continue;
+        }
+        let plain = bench::plain_partner(&inst, &gpu.manifest.instances).cloned();
+        for p in problem::bench_cases(&inst) {
+            match bench::bench_case(&mut gpu, &inst, p, ceiling, blas.as_ref(), plain.as_ref()) {
+                Ok(r) => {
+                    rep.out(
+                        || serde_json::json!({"event": "bench", "result": r}),
+                        || {
+                            if r.flops > 0 {
+                                let mut vs_plain = r
+                                    .vs_plain
+                                    .map(|v| format!("  vs plain {v:.3}"))
+                                    .unwrap_or_default();
+                                if let Some(us) = r.encode_us_per_map {
+                                    vs_plain += &format!("  map encode {us:.2} us");
+                                }
+                                format!(
+                                    "{:<44} {:<18} {:>10.4} {:>8.1} TFLOP/s  peer {:>8.1} ({})  ratio {:.3}{vs_plain}",
+                                    r.instance, r.problem.to_string(), r.median_ms, r.tflop_per_s, r.peer_value, r.peer, r.ratio
+                                )
+                            } else {
+                                format!(
+                                    "{:<44} {:<18} {:>10.4} {:>10.0} {:>8.3}",
+                                    r.instance,
+                                    r.problem.to_string(),
+                                    r.median_ms,
+                                    r.gb_per_s,
+                                    r.ratio
+                                )
+                            }
+                        },
+                    );
+                    results.push(r);
+                }
+                Err(e) => {
+                    failures += 1;
+                    rep.note(|| format!("{}: {}: {e}", inst.name, p));
+                }
+            }
+        }
+    }
+    if let Some(path) = json_out {
+        let doc = serde_json::json!({
+            "gpu": gpu.name, "sm": gpu.sm, "sm_count": gpu.sm_count, "copy_gb_per_s": ceiling,
+            "tilegen_version": tilegen::VERSION, "results": results,
+        });
+        let mut doc = doc;
+        if !attention.is_empty() {
+            doc["attention"] = serde_json::json!(attention);
+        }
+        std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap_or_default())
+            .map_err(|e| Error::io(&path, e))?;
+    }
+    // A case that could not run (launch failure, bad size) is a failed benchmark.
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,201 @@
+//! `tilegen tune`: measure every instance of each method at its shapes on this GPU and write
+//! the winners as a tuning table, which `generate` bakes into the bindings.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tilegen::error::Error;
+
+use super::report::Reporter;
+
+/// Verify cases larger than this are skipped by default: they take most of verify's time, and
+/// the smaller ones already cover every ragged edge.
+const MAX_VERIFY_ELEMENTS: u64 = 1 << 24;
+
+#[derive(clap::Args)]
+pub struct TuneArgs {
+    /// Library folder (written by `tilegen generate`).
+    #[arg(long, default_value = "generated")]
+    lib: PathBuf,
+    /// Only methods whose name contains this text (e.g. `layernorm_bf16`).
+    #[arg(long)]
+    filter: Option<String>,
+    /// Shapes to measure instead of the defaults, per op: a JSON object from op name to
+    /// lists of sizes (`{"layernorm": [[32768, 4096]], "gemm": [[16, 4096, 4096]]}`).
+    #[arg(long)]
+    shapes: Option<PathBuf>,
+    /// Folder to write the table into, as `<device name>.json`.
+    #[arg(long, default_value = "tuning")]
+    out: PathBuf,
+    /// Measure and report only; write no table.
+    #[arg(long)]
+    dry_run: bool,
+    /// Judge the tuning tables in this folder (the `table` column) instead of the ones baked
+    /// into the library: what dispatch will do once `generate` bakes them in.
+    #[arg(long)]
+    tuning: Option<PathBuf>,
+    /// Verify cases with more output elements than this are skipped (they are the slowest).
+    #[arg(long, default_value_t = MAX_VERIFY_ELEMENTS)]
+    max_verify_elements: u64,
+    /// Seed of the verification inputs (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+impl TuneArgs {
+    /// Measure and report only, with the library's own tables (`bench --dispatch`).
+    pub fn report(lib: PathBuf, filter: Option<String>) -> TuneArgs {
+        TuneArgs {
+            lib,
+            filter,
+            shapes: None,
+            out: PathBuf::new(),
+            dry_run: true,
+            tuning: None,
+            max_verify_elements: MAX_VERIFY_ELEMENTS,
+            seed: None,
+        }
+    }
+}
+
+pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
+    use tilegen::gpu::{tune, Gpu};
+    let shapes = match &args.shapes {
+        Some(path) => tune::read_shapes(path)?,
+        None => BTreeMap::new(),
+    };
+    let started = std::time::Instant::now();
+    let mut gpu = Gpu::open(&args.lib)?;
+    if let Some(dir) = &args.tuning {
+        let (tables, _) = tilegen::tuning::load_dir(dir)?;
+        let (tables, dropped) = tilegen::tuning::attach(tables, &gpu.manifest);
+        for d in dropped {
+            rep.note(|| format!("warning: {d}"));
+        }
+        gpu.manifest.tuning = tables;
+    }
+    let methods = tune::methods(&gpu, args.filter.as_deref());
+    if methods.is_empty() {
+        return Err(Error::Usage(format!(
+            "no method of {} with two or more instances matches the selection",
+            args.lib.display()
+        )));
+    }
+    let seed = args.seed.unwrap_or_else(super::gpu::clock_seed);
+    // Memory-bound methods are also reported against the device copy of this run.
+    let ceiling = tilegen::gpu::bench::copy_ceiling(&gpu, 1 << 30)?;
+    rep.text(|| {
+        format!(
+            "tune {} on {} (sm_{}, {} SMs), {} methods, seed {seed}; device copy {ceiling:.0} GB/s\n{:<34} {:<16} {:<44} {:>9} {:>7} {:>7} {:>7} {:>7}",
+            args.lib.display(),
+            gpu.name,
+            gpu.sm,
+            gpu.sm_count,
+            methods.len(),
+            "method",
+            "shape",
+            "fastest",
+            "µs",
+            "rule",
+            "table",
+            "2nd",
+            "vs copy"
+        )
+    });
+    let mut rng = tilegen::gpu::data::rng(seed);
+    let mut verified = BTreeMap::new();
+    let mut all = Vec::new();
+    let mut unverified = std::collections::BTreeSet::new();
+    for (method, members) in &methods {
+        let measured = tune::measure_method(
+            &mut gpu,
+            method,
+            members,
+            &shapes,
+            &mut verified,
+            &mut rng,
+            args.max_verify_elements,
+        )?;
+        for m in measured {
+            unverified.extend(m.unverified.iter().cloned());
+            let (best, best_us) = m.times[0].clone();
+            // Each pick's time over the fastest: 1.00 is the best single instance.
+            let slowdown = |pick: &Option<String>| {
+                pick.as_deref()
+                    .and_then(|p| m.time_of(p))
+                    .map_or("-".to_string(), |t| format!("{:.3}", t / best_us))
+            };
+            let second = m
+                .times
+                .get(1)
+                .map_or("-".to_string(), |t| format!("{:.3}", t.1 / best_us));
+            let vs_copy = match m.problem {
+                tilegen::gpu::problem::Problem::Gemm { .. } => None,
+                p => {
+                    let bytes = tilegen::gpu::bench::traffic(&members[0], p).0 as f64;
+                    Some(bytes / (best_us * 1e-6) / 1e9 / ceiling)
+                }
+            };
+            rep.out(
+                || serde_json::json!({"event": "tuned", "result": m, "best_vs_copy": vs_copy}),
+                || {
+                    format!(
+                        "{:<34} {:<16} {:<44} {:>9.1} {:>7} {:>7} {:>7} {:>7}",
+                        m.method,
+                        m.problem.to_string(),
+                        best,
+                        best_us,
+                        slowdown(&m.rule),
+                        slowdown(&m.tuned),
+                        second,
+                        vs_copy.map_or("-".to_string(), |r| format!("{r:.3}"))
+                    )
+                },
+            );
+            all.push(m);
+        }
+    }
+    let table = tune::table(&gpu, &all);
+    let written = if args.dry_run {
+        None
+    } else {
+        let path = args.out.join(tune::file_name(&gpu.name));
+        std::fs::create_dir_all(&args.out).map_err(|e| Error::io(&args.out, e))?;
+        // Whole or nothing: a table half written would fail the next generate.
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, tune::table_bytes(&table)).map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+        Some(path)
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    rep.err(
+        || {
+            serde_json::json!({
+                "event": "done", "entries": table.entries.len(), "table": written,
+                "unverified": unverified, "seconds": seconds, "seed": seed,
+            })
+        },
+        || {
+            let mut s = format!(
+                "{} entries in {seconds:.0} s (times relative to the fastest: `rule` is the fixed rules' pick, `table` the library's tuning tables', `2nd` the runner-up)",
+                table.entries.len()
+            );
+            if let Some(p) = &written {
+                s += &format!("\nwrote {}; `tilegen generate` bakes it into the bindings", p.display());
+            }
+            if !unverified.is_empty() {
+                s += &format!(
+                    "\nleft out, failed verification: {}",
+                    unverified.iter().cloned().collect::<Vec<_>>().join(", ")
+                );
+            }
+            s
+        },
+    );
+    Ok(if unverified.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,141 @@
+//! `tilegen verify`: every selected instance of a library on the GPU against a CPU f64
+//! reference.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tilegen::error::Error;
+
+use super::gpu::Select;
+use super::report::Reporter;
+
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    /// Library folder (written by `tilegen generate`).
+    #[arg(long, default_value = "generated")]
+    lib: PathBuf,
+    /// Only instances whose name contains this text.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Only instances of this op (vector_add, fma, softmax, layernorm, rmsnorm, gemm, add_rmsnorm, attention).
+    #[arg(long)]
+    op: Option<String>,
+    /// Seed for the random inputs (default: from the clock; printed for replay).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Only cases whose output has at most this many elements (for compute-sanitizer,
+    /// which runs kernels a hundred times slower).
+    #[arg(long)]
+    max_elements: Option<u64>,
+}
+
+pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
+    use tilegen::gpu::{problem, verify, Gpu};
+    let VerifyArgs {
+        lib,
+        filter,
+        op,
+        seed,
+        max_elements,
+    } = args;
+    let select = Select::new(filter, op)?;
+    let mut gpu = Gpu::open(&lib)?;
+    let seed = seed.unwrap_or_else(super::gpu::clock_seed);
+    let instances = select.of(&gpu);
+    if instances.is_empty() {
+        return Err(Error::Usage(format!(
+            "no instance of {} matches the selection",
+            lib.display()
+        )));
+    }
+    rep.text(|| {
+        format!(
+            "verify {} on {} (sm_{}), seed {seed}\n{:<44} {:<34} {:>9} {:>9}  result",
+            lib.display(),
+            gpu.name,
+            gpu.sm,
+            "instance",
+            "case",
+            "worst/bd",
+            "rel L2"
+        )
+    });
+    let verbose = tilegen::env::var_os("TILEGEN_VERBOSE").is_some();
+    let mut rng = tilegen::gpu::data::rng(seed);
+    let (mut passed, mut failed) = (0, 0);
+    for inst in &instances {
+        let started = std::time::Instant::now();
+        if inst.op == tilegen::spec::Op::Attention {
+            let emit = |v: serde_json::Value| rep.event(|| v);
+            let json_emit: Option<&dyn Fn(serde_json::Value)> = rep.is_json().then_some(&emit);
+            let (p, f) = tilegen::gpu::attention::verify_instance(
+                &mut gpu,
+                inst,
+                max_elements,
+                &mut rng,
+                verbose,
+                json_emit,
+            );
+            (passed, failed) = (passed + p, failed + f);
+        }
+        let cases = problem::verify_cases(inst)
+            .into_iter()
+            .filter(|c| max_elements.is_none_or(|m| problem::output_len(c.problem) <= m));
+        for case in cases {
+            let r = verify::run_case(&mut gpu, inst, case, &mut rng);
+            if r.passed {
+                passed += 1
+            } else {
+                failed += 1
+            }
+            // People see the failures (every case with TILEGEN_VERBOSE); JSON every case.
+            if rep.is_json() || !r.passed || verbose {
+                rep.out(
+                    || serde_json::json!({"event": "case", "result": r}),
+                    || {
+                        let (ratio, l2) = match &r.elements {
+                            Some(e) => (e.worst.map_or(0.0, |w| w.ratio), e.rel_l2),
+                            None => (f64::NAN, f64::NAN),
+                        };
+                        let what = if r.passed {
+                            "ok".to_string()
+                        } else {
+                            format!("FAIL {}", r.failure())
+                        };
+                        format!(
+                            "{:<44} {:<34} {ratio:>9.3} {l2:>9.1e}  {what}",
+                            r.instance,
+                            r.case.to_string(),
+                        )
+                    },
+                );
+            }
+        }
+        rep.text(|| {
+            format!(
+                "{:<44} done in {:.2}s",
+                inst.name,
+                started.elapsed().as_secs_f64()
+            )
+        });
+    }
+    rep.out(
+        || {
+            serde_json::json!({
+                "event": "done", "instances": instances.len(), "passed": passed,
+                "failed": failed, "seed": seed,
+            })
+        },
+        || {
+            format!(
+                "{} instances: {passed} passed, {failed} failed",
+                instances.len()
+            )
+        },
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

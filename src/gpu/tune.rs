@@ -1,0 +1,403 @@
+//! `tilegen tune` and `tilegen bench --dispatch`: every instance of a bindings method that
+//! can run a shape, verified first, then timed turn about with the others (the same timing
+//! code as `bench`), beside what the fixed dispatch rules pick and what the library's own
+//! tuning tables pick. `tune` writes the winners as a tuning table ([`crate::tuning`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cudarc::driver::CudaSlice;
+use serde::Serialize;
+
+use super::bench::{random_buffer, time_interleaved};
+use super::problem::{self, Problem};
+use super::{call_args, launch, with_tensor_maps, Gpu};
+use crate::bindings::{family, method_name, Family};
+use crate::error::{Error, Result};
+use crate::manifest::InstanceEntry;
+use crate::ops::ArgKind;
+use crate::spec::model::Op;
+use crate::tuning::{round2, shape_args, DeviceKey, TuningEntry, TuningTable, NOISE};
+
+/// One method at one shape: every candidate's median time, fastest first, and the picks.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub method: String,
+    pub problem: Problem,
+    pub shape: Vec<u64>,
+    /// (instance, median µs), fastest first.
+    pub times: Vec<(String, f64)>,
+    /// What the fixed rules pick here (None: they pick nothing that runs the shape).
+    pub rule: Option<String>,
+    /// What the library's tuning tables pick here, for this device.
+    pub tuned: Option<String>,
+    /// Members left out because they failed verification.
+    pub unverified: Vec<String>,
+}
+
+impl Measured {
+    pub fn time_of(&self, instance: &str) -> Option<f64> {
+        self.times
+            .iter()
+            .find(|(n, _)| n == instance)
+            .map(|(_, t)| *t)
+    }
+}
+
+/// Shapes to measure, per op, overriding the defaults. A JSON object from op name to a list
+/// of shapes, each the method's size arguments in order (`[n]`, `[rows, cols]`, `[m, n, k]`).
+pub type Shapes = BTreeMap<Op, Vec<Vec<u64>>>;
+
+/// Reads a shapes file (see [`Shapes`]).
+pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let raw: BTreeMap<String, Vec<Vec<u64>>> = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::Usage(format!(
+            "{}:{}:{}: not a shapes file (an object from op name to lists of sizes): {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let mut out = Shapes::new();
+    for (op, shapes) in raw {
+        let parsed = Op::parse(&op).ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: `{}` is not an op ({})",
+                path.display(),
+                crate::escape::shown(&op),
+                Op::choices()
+            ))
+        })?;
+        let want = shape_args(family(parsed)).ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: {op} is not tuned by shape (it dispatches by head size)",
+                path.display()
+            ))
+        })?;
+        for s in &shapes {
+            if s.len() != want.len() || s.iter().any(|&d| d == 0 || d > 1 << 40) {
+                return Err(Error::Usage(format!(
+                    "{}: {op} shape {s:?}: give ({}), each 1 to 2^40",
+                    path.display(),
+                    want.join(", ")
+                )));
+            }
+        }
+        out.insert(parsed, shapes);
+    }
+    Ok(out)
+}
+
+/// The problem of a shape for an op; None when the sizes do not fit the op's family.
+fn problem_of(inst: &InstanceEntry, shape: &[u64]) -> Option<Problem> {
+    match (family(inst.op), shape) {
+        (Family::Elements, &[n]) => Some(Problem::Elements {
+            n,
+            // A broadcast bias needs whole rows; the bench's row length.
+            cols: if inst.args.iter().any(|a| a.name == "bias") {
+                4096
+            } else {
+                1
+            },
+        }),
+        (Family::Rows, &[rows, cols]) => Some(Problem::Rows { rows, cols }),
+        (Family::Gemm, &[m, n, k]) => Some(Problem::Gemm { m, n, k }),
+        _ => None,
+    }
+}
+
+fn shape_of(p: Problem) -> Vec<u64> {
+    match p {
+        Problem::Elements { n, .. } => vec![n],
+        Problem::Rows { rows, cols } => vec![rows, cols],
+        Problem::Gemm { m, n, k } => vec![m, n, k],
+    }
+}
+
+/// The shapes a method is measured at: the shapes file's for its op, else the bench's goal
+/// shapes of any member, and for elementwise ops two smaller sizes too (their rule depends on
+/// the size against the SM count).
+fn shapes_for(members: &[InstanceEntry], shapes: &Shapes) -> Vec<Problem> {
+    let first = &members[0];
+    if let Some(list) = shapes.get(&first.op) {
+        return list.iter().filter_map(|s| problem_of(first, s)).collect();
+    }
+    let mut out: Vec<Problem> = Vec::new();
+    for inst in members {
+        // Unfiltered by `fits`: a shape some member cannot run is still a shape of the method.
+        for p in problem::bench_cases(inst) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    if family(first.op) == Family::Elements {
+        for n in [1 << 20, 1 << 24] {
+            out.extend(problem_of(first, &[n]));
+        }
+    }
+    out
+}
+
+/// The device as the bindings' loader reads it, for the runtime's rules.
+fn device_of(gpu: &Gpu) -> crate::loader::Device {
+    crate::loader::Device {
+        major: gpu.sm / 10,
+        minor: gpu.sm % 10,
+        sm_count: gpu.sm_count,
+        driver: super::driver_version(),
+        name: crate::loader::DeviceName::new(&gpu.name),
+    }
+}
+
+/// Whether an instance runs here: a binary for this device, and for tensor maps a driver that
+/// encodes them (as `KernelInfo::runs_on` decides in the bindings).
+fn runs_here(gpu: &Gpu, inst: &InstanceEntry) -> bool {
+    gpu.pick_binary(inst).is_ok()
+        && (inst.tensor_maps.is_empty() || crate::tensor_map::driver_encodes(&device_of(gpu)))
+}
+
+/// The member the fixed rules run for `p`, as the bindings' plan function decides.
+fn rule_pick(gpu: &Gpu, members: &[InstanceEntry], p: Problem) -> Option<usize> {
+    use crate::call_checks::{gemm_order, pick_elements, pick_rows, GemmOption};
+    let pick = match p {
+        Problem::Elements { n, .. } => {
+            let epb: Vec<u32> = members
+                .iter()
+                .map(|i| i.launch.grid.elems_per_block())
+                .collect();
+            Some(pick_elements(n as usize, gpu.sm_count, &epb))
+        }
+        Problem::Rows { cols, .. } => {
+            let max: Vec<Option<u32>> = members.iter().map(|i| i.launch.grid.max_cols()).collect();
+            pick_rows(cols as usize, &max).ok()
+        }
+        Problem::Gemm { m, n, .. } => {
+            let options: Vec<GemmOption> = members
+                .iter()
+                .map(|i| GemmOption {
+                    tile: i.launch.grid.output_tile(),
+                    tensor_maps: !i.tensor_maps.is_empty(),
+                    runs: runs_here(gpu, i),
+                })
+                .collect();
+            // The bindings try in this order and take the first that accepts the call.
+            gemm_order(m as usize, n as usize, &device_of(gpu), &options)
+                .into_iter()
+                .find(|&i| problem::fits(&members[i], p))
+        }
+    };
+    pick.filter(|&i| problem::fits(&members[i], p))
+}
+
+/// The member the library's tuning tables pick for `p` on this device, as the bindings do.
+fn tuned_pick(gpu: &Gpu, method: &str, members: &[InstanceEntry], p: Problem) -> Option<usize> {
+    let refs: Vec<&InstanceEntry> = members.iter().collect();
+    let entries = crate::tuning::dispatch_of(&gpu.manifest.tuning, method, &refs);
+    let table: Vec<tilegen_runtime::tuning::Tuned<'_>> = entries
+        .iter()
+        .map(|d| tilegen_runtime::tuning::Tuned {
+            device: d.device,
+            major: d.compute_capability[0],
+            minor: d.compute_capability[1],
+            shape: d.shape,
+            member: d.member,
+        })
+        .collect();
+    tilegen_runtime::tuning::pick(&device_of(gpu), &table, &shape_of(p))
+        .filter(|&i| problem::fits(&members[i], p))
+}
+
+/// The library's methods that have a choice to make: two or more members, dispatched by shape.
+/// Members in manifest order (the bindings' order); `filter` keeps methods whose name holds it.
+pub fn methods(gpu: &Gpu, filter: Option<&str>) -> Vec<(String, Vec<InstanceEntry>)> {
+    let mut by: BTreeMap<String, Vec<InstanceEntry>> = BTreeMap::new();
+    for inst in &gpu.manifest.instances {
+        by.entry(method_name(inst)).or_default().push(inst.clone());
+    }
+    by.into_iter()
+        .filter(|(name, members)| {
+            members.len() > 1
+                && shape_args(family(members[0].op)).is_some()
+                && filter.is_none_or(|f| name.contains(f))
+        })
+        .collect()
+}
+
+/// Verifies each instance once (the cases `verify` runs, up to `max_elements` outputs);
+/// returns those that failed.
+fn verify_members(
+    gpu: &mut Gpu,
+    members: &[InstanceEntry],
+    done: &mut BTreeMap<String, bool>,
+    rng: &mut rand::rngs::StdRng,
+    max_elements: u64,
+) -> BTreeSet<String> {
+    let mut failed = BTreeSet::new();
+    for inst in members {
+        let passed = *done.entry(inst.name.clone()).or_insert_with(|| {
+            problem::verify_cases(inst)
+                .into_iter()
+                .filter(|c| problem::output_len(c.problem) <= max_elements)
+                .all(|c| super::verify::run_case(gpu, inst, c, rng).passed)
+        });
+        if !passed {
+            failed.insert(inst.name.clone());
+        }
+    }
+    failed
+}
+
+/// Times every verified member that runs `p`, turn about.
+fn time_members(gpu: &mut Gpu, members: &[&InstanceEntry], p: Problem) -> Result<Vec<f64>> {
+    let first = members[0];
+    let bytes: u64 = super::bench::traffic(first, p).0;
+    let sets = ((4 * gpu.l2_bytes).div_ceil(bytes.max(1)) as usize).clamp(1, 8);
+    // Members share one signature, so one set of buffers serves them all.
+    let mut buffers: Vec<Vec<Option<CudaSlice<u8>>>> = Vec::new();
+    for s in 0..sets {
+        let mut set = Vec::new();
+        for (i, a) in first.args.iter().enumerate() {
+            let dtype = super::data::dtype_of(&a.ty);
+            let len = problem::buffer_len(first, &a.name, p) as usize * dtype.size() as usize;
+            set.push(match a.kind {
+                ArgKind::In => Some(random_buffer(gpu, len, dtype, (s * 64 + i) as u64)?),
+                ArgKind::Out => Some(gpu.alloc_filled(len, 0xFF)?),
+                ArgKind::Scalar => None,
+            });
+        }
+        buffers.push(set);
+    }
+    let mut kernels = Vec::new();
+    for inst in members {
+        let f = gpu.function(inst)?;
+        let dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| Error::Gpu(e.to_string()))?;
+        let mut args = Vec::with_capacity(sets);
+        for set in &buffers {
+            args.push(with_tensor_maps(gpu, inst, call_args(inst, p, set))?);
+        }
+        kernels.push((f, dims, args));
+    }
+    let gpu = &*gpu;
+    let mut bodies: Vec<Box<dyn FnMut(usize) -> Result<()> + '_>> = kernels
+        .iter()
+        .map(|(f, dims, args)| {
+            Box::new(move |run: usize| launch(gpu, f, *dims, &args[run % args.len()]))
+                as Box<dyn FnMut(usize) -> Result<()>>
+        })
+        .collect();
+    let mut refs: Vec<&mut dyn FnMut(usize) -> Result<()>> =
+        bodies.iter_mut().map(|b| b.as_mut() as _).collect();
+    Ok(time_interleaved(gpu, &mut refs)?
+        .into_iter()
+        .map(|(median_ms, _)| median_ms * 1e3)
+        .collect())
+}
+
+/// Measures `method` at every shape: verify, then time. `on_result` sees each shape's result.
+pub fn measure_method(
+    gpu: &mut Gpu,
+    method: &str,
+    members: &[InstanceEntry],
+    shapes: &Shapes,
+    verified: &mut BTreeMap<String, bool>,
+    rng: &mut rand::rngs::StdRng,
+    max_elements: u64,
+) -> Result<Vec<Measured>> {
+    let failed = verify_members(gpu, members, verified, rng, max_elements);
+    let mut out = Vec::new();
+    for p in shapes_for(members, shapes) {
+        let runnable: Vec<&InstanceEntry> = members
+            .iter()
+            .filter(|i| !failed.contains(&i.name) && problem::fits(i, p) && runs_here(gpu, i))
+            .collect();
+        if runnable.is_empty() {
+            continue;
+        }
+        let micros = time_members(gpu, &runnable, p)?;
+        let mut times: Vec<(String, f64)> = runnable
+            .iter()
+            .zip(micros)
+            .map(|(i, t)| (i.name.clone(), t))
+            .collect();
+        // Fastest first; equal times keep manifest order.
+        times.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let name = |i: Option<usize>| i.map(|i| members[i].name.clone());
+        out.push(Measured {
+            method: method.to_string(),
+            problem: p,
+            shape: shape_of(p),
+            times,
+            rule: name(rule_pick(gpu, members, p)),
+            tuned: name(tuned_pick(gpu, method, members, p)),
+            unverified: failed.iter().cloned().collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// The tuning table of these measurements: the winner of each (method, shape), its time, the
+/// runner-up's and the rule's. The fixed rules' pick stays the winner unless the fastest beats
+/// it by more than [`NOISE`], so a table changes dispatch only where the gain is real.
+pub fn table(gpu: &Gpu, measured: &[Measured]) -> TuningTable {
+    let mut entries: Vec<TuningEntry> = measured
+        .iter()
+        .filter_map(|m| {
+            let (fastest, best_us) = m.times.first()?;
+            let rule = m.rule.as_deref().unwrap_or(fastest);
+            let rule_us = m.time_of(rule).unwrap_or(*best_us);
+            let winner = match rule_us <= best_us * (1.0 + NOISE) {
+                true => rule,
+                false => fastest.as_str(),
+            };
+            let inst = gpu.manifest.instance(winner)?;
+            let runner = m.times.iter().find(|(n, _)| n != winner);
+            Some(TuningEntry {
+                method: m.method.clone(),
+                shape: m.shape.clone(),
+                instance: winner.to_string(),
+                config_sha256: inst.config_sha256.clone(),
+                median_us: round2(m.time_of(winner).unwrap_or(*best_us)),
+                runner_up: runner.map(|r| r.0.clone()),
+                runner_up_us: runner.map(|r| round2(r.1)),
+                rule: rule.to_string(),
+                rule_us: round2(rule_us),
+            })
+        })
+        .collect();
+    entries.sort_by(|a, b| (&a.method, &a.shape).cmp(&(&b.method, &b.shape)));
+    TuningTable {
+        format: crate::tuning::FORMAT,
+        device: DeviceKey {
+            name: gpu.name.clone(),
+            compute_capability: [gpu.sm / 10, gpu.sm % 10],
+            sm_count: gpu.sm_count,
+            driver: super::driver_version().map_or("unknown".into(), |v| v.to_string()),
+        },
+        tilegen_version: gpu.manifest.tilegen_version.clone(),
+        nvrtc_version: gpu.manifest.nvrtc_version.clone(),
+        entries,
+    }
+}
+
+/// A file name for a device's table: its name in lower case, runs of anything but letters and
+/// digits as one `-` (`NVIDIA H200` → `nvidia-h200.json`).
+pub fn file_name(device: &str) -> String {
+    let mut out = String::new();
+    for c in device.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches('-');
+    format!("{}.json", if out.is_empty() { "device" } else { out })
+}
+
+/// Canonical bytes of a table: pretty JSON with a final newline.
+pub fn table_bytes(t: &TuningTable) -> Vec<u8> {
+    let mut v = serde_json::to_vec_pretty(t).expect("a tuning table serializes");
+    v.push(b'\n');
+    v
+}

@@ -1,0 +1,403 @@
+//! Tuning tables: which instance of each bindings method ran fastest at which shape on which
+//! GPU, as `tilegen tune` measured it. `generate` reads them from a `tuning` folder (beside the
+//! specs, or [`crate::generate::Options::tuning`]), keeps the entries that still name an
+//! instance of the library with the same configuration hash, and stores them in the manifest;
+//! the bindings turn them into dispatch tables (`tilegen_runtime::tuning`, which states the
+//! matching rule), and bundles carry them with the manifest.
+//!
+//! A table is one JSON file per device: [`TuningTable`]. Everything in it is untrusted: it is
+//! checked before use ([`TuningTable::problems`]), and the only values that reach generated
+//! code are numbers and the device name, emitted as an escaped string literal.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bindings::{method_name, Family};
+use crate::error::{Error, Result};
+use crate::manifest::{InstanceEntry, Manifest};
+
+/// Bumped when a table's shape changes incompatibly.
+pub const FORMAT: u32 = 1;
+/// The folder `generate` reads tables from when it sits beside the specs.
+pub const DIR_NAME: &str = "tuning";
+/// Larger table files are refused (the default library's is a few tens of KiB).
+const MAX_FILE_BYTES: u64 = 8 << 20;
+/// A device name longer than this is cut by the runtime (`DeviceName::CAPACITY`).
+const MAX_DEVICE_NAME: usize = 96;
+/// Shapes beyond this in any dimension are not measurements.
+const MAX_DIM: u64 = 1 << 40;
+
+/// The measurements of one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuningTable {
+    pub format: u32,
+    pub device: DeviceKey,
+    /// The tilegen and NVRTC that built the library that was measured.
+    pub tilegen_version: String,
+    pub nvrtc_version: String,
+    /// Sorted by method, then shape.
+    pub entries: Vec<TuningEntry>,
+}
+
+/// The GPU a table was measured on. The bindings match `name` exactly first, then
+/// `compute_capability`; the SM count and driver are recorded for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceKey {
+    pub name: String,
+    pub compute_capability: [u32; 2],
+    pub sm_count: u32,
+    /// The CUDA version the driver supports, e.g. `13.0`.
+    pub driver: String,
+}
+
+/// The fastest instance of a method at one shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuningEntry {
+    /// The bindings method (e.g. `layernorm_bf16`): op, layout, epilogue and dtypes.
+    pub method: String,
+    /// The method's size arguments, in order ([`shape_args`]).
+    pub shape: Vec<u64>,
+    /// The winner, and the configuration hash it had when measured.
+    pub instance: String,
+    pub config_sha256: String,
+    /// Its median time (two significant digits).
+    pub median_us: f64,
+    /// The second fastest and its time, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_up: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_up_us: Option<f64>,
+    /// What the fixed rules pick at this shape, and its time: the gain of tuning.
+    pub rule: String,
+    pub rule_us: f64,
+}
+
+/// The size arguments that key a method's entries, by family; None for families that
+/// dispatch by other means (attention: by head size alone).
+pub fn shape_args(family: Family) -> Option<&'static [&'static str]> {
+    match family {
+        Family::Elements => Some(&["n"]),
+        Family::Rows => Some(&["rows", "cols"]),
+        Family::Gemm => Some(&["m", "n", "k"]),
+        Family::Attention => None,
+    }
+}
+
+/// Rounds to two significant digits, so that a table does not carry timer noise and a
+/// re-tune that finds the same winners mostly leaves the file as it was.
+pub fn round2(x: f64) -> f64 {
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    let scale = 10f64.powi(1 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// Differences in median time below this fraction are noise between runs: a winner must beat
+/// the fixed rules' pick by more to replace it.
+pub const NOISE: f64 = 0.01;
+
+/// The folder `generate` reads tables from by default: `tuning` beside the specs folder (or
+/// beside the spec file), when it exists.
+pub fn default_dir(specs: &Path) -> Option<PathBuf> {
+    let dir = specs.parent()?.join(DIR_NAME);
+    dir.is_dir().then_some(dir)
+}
+
+/// Reads every `*.json` in `dir` (not below), in name order, each checked as untrusted input.
+/// Returns the tables and the files read (for `cargo:rerun-if-changed`).
+pub fn load_dir(dir: &Path) -> Result<(Vec<TuningTable>, Vec<PathBuf>)> {
+    let mut paths = Vec::new();
+    let read = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for entry in read {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "json") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    let mut tables = Vec::new();
+    for path in &paths {
+        tables.push(load_file(path)?);
+    }
+    Ok((tables, paths))
+}
+
+fn load_file(path: &Path) -> Result<TuningTable> {
+    let bad = |m: String| Error::Usage(format!("tuning table {}: {m}", path.display()));
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(bad(format!(
+            "{} bytes, more than the {MAX_FILE_BYTES} a table may have",
+            meta.len()
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let table: TuningTable = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::Usage(format!(
+            "{}:{}:{}: not a tuning table: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let problems = table.problems();
+    if !problems.is_empty() {
+        return Err(bad(problems.join("; ")));
+    }
+    Ok(table)
+}
+
+fn plain_text(v: &str, max: usize) -> bool {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+' | '_');
+    !v.is_empty() && v.len() <= max && v.chars().all(plain)
+}
+
+impl TuningTable {
+    /// What is wrong with the table on its own (not against a library): empty when sound.
+    pub fn problems(&self) -> Vec<String> {
+        use crate::escape::{rust_name_problem, shown_prefix, DERIVED_NAME};
+        let mut out = Vec::new();
+        if self.format != FORMAT {
+            out.push(format!(
+                "format {} (this tilegen reads format {FORMAT})",
+                self.format
+            ));
+        }
+        let name = &self.device.name;
+        if name.is_empty() || name.len() > MAX_DEVICE_NAME || name.chars().any(|c| c.is_control()) {
+            out.push(format!(
+                "device name `{}` must be 1 to {MAX_DEVICE_NAME} bytes without control characters",
+                shown_prefix(name, 40)
+            ));
+        }
+        let [major, minor] = self.device.compute_capability;
+        if !(1..=99).contains(&major) || minor > 9 {
+            out.push(format!("compute capability {major}.{minor} is not one"));
+        }
+        for (key, v) in [
+            ("tilegen_version", &self.tilegen_version),
+            ("nvrtc_version", &self.nvrtc_version),
+            ("device.driver", &self.device.driver),
+        ] {
+            if !plain_text(v, 64) {
+                out.push(format!(
+                    "`{key}` `{}` is not a version (ASCII letters, digits, `.-+_`, at most 64)",
+                    shown_prefix(v, 64)
+                ));
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let at = format!("entry {i}");
+            let names = [
+                Some(&e.method),
+                Some(&e.instance),
+                e.runner_up.as_ref(),
+                Some(&e.rule),
+            ];
+            for n in names.into_iter().flatten() {
+                if let Some(p) = rust_name_problem(n, DERIVED_NAME) {
+                    out.push(format!(
+                        "{at}: `{}` is not a name ({p})",
+                        shown_prefix(n, 80)
+                    ));
+                }
+            }
+            if e.shape.is_empty()
+                || e.shape.len() > 3
+                || e.shape.iter().any(|&d| d == 0 || d > MAX_DIM)
+            {
+                out.push(format!(
+                    "{at}: shape {:?} must be 1 to 3 sizes, each 1 to 2^40",
+                    &e.shape[..e.shape.len().min(4)]
+                ));
+            }
+            let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex(&e.config_sha256) {
+                out.push(format!("{at}: `config_sha256` is not a sha256"));
+            }
+            let times = [Some(e.median_us), e.runner_up_us, Some(e.rule_us)];
+            if times
+                .into_iter()
+                .flatten()
+                .any(|t| !t.is_finite() || t < 0.0)
+            {
+                out.push(format!("{at}: times must be finite and not negative"));
+            }
+            if e.runner_up.is_some() != e.runner_up_us.is_some() {
+                out.push(format!("{at}: `runner_up` and `runner_up_us` go together"));
+            }
+            if !seen.insert((&e.method, &e.shape)) {
+                out.push(format!(
+                    "{at}: `{}` at {:?} appears twice",
+                    e.method, e.shape
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// A method of the library and its instances, in manifest order (the bindings' members).
+fn methods(m: &Manifest) -> BTreeMap<String, Vec<&InstanceEntry>> {
+    let mut out: BTreeMap<String, Vec<&InstanceEntry>> = BTreeMap::new();
+    for inst in &m.instances {
+        out.entry(method_name(inst)).or_default().push(inst);
+    }
+    out
+}
+
+/// Why `e` cannot steer `m`'s bindings, if it cannot.
+fn mismatch(e: &TuningEntry, methods: &BTreeMap<String, Vec<&InstanceEntry>>) -> Option<String> {
+    let Some(members) = methods.get(&e.method) else {
+        return Some(format!("method `{}` is not in the library", e.method));
+    };
+    let Some(inst) = members.iter().find(|i| i.name == e.instance) else {
+        return Some(format!(
+            "instance `{}` is not a member of `{}`",
+            e.instance, e.method
+        ));
+    };
+    if inst.config_sha256 != e.config_sha256 {
+        return Some(format!(
+            "instance `{}` has changed since it was measured (configuration {} then, {} now)",
+            e.instance,
+            &e.config_sha256[..12.min(e.config_sha256.len())],
+            &inst.config_sha256[..12]
+        ));
+    }
+    let family = crate::bindings::family(inst.op);
+    match shape_args(family) {
+        None => Some(format!("`{}` is not dispatched by shape", e.method)),
+        Some(args) if args.len() != e.shape.len() => {
+            Some(format!("shape {:?} is not ({})", e.shape, args.join(", ")))
+        }
+        // A method of one instance has nothing to choose.
+        _ if members.len() < 2 => Some(format!("`{}` has one instance", e.method)),
+        _ => None,
+    }
+}
+
+/// The tables as they apply to library `m`: entries that no longer match it (an instance
+/// renamed, removed, or changed since it was measured) are dropped, each with a warning;
+/// tables left empty are dropped. Sorted by device name, entries by method and shape, so the
+/// manifest does not depend on file names.
+pub fn attach(tables: Vec<TuningTable>, m: &Manifest) -> (Vec<TuningTable>, Vec<String>) {
+    let methods = methods(m);
+    let mut warnings = Vec::new();
+    let mut out = Vec::new();
+    for mut t in tables {
+        let device = t.device.name.clone();
+        t.entries.retain(|e| match mismatch(e, &methods) {
+            None => true,
+            Some(why) => {
+                warnings.push(format!(
+                    "tuning table for {}: entry {} at {:?} dropped: {why}",
+                    crate::escape::shown(&device),
+                    e.method,
+                    e.shape
+                ));
+                false
+            }
+        });
+        t.entries
+            .sort_by(|a, b| (&a.method, &a.shape).cmp(&(&b.method, &b.shape)));
+        if !t.entries.is_empty() {
+            out.push(t);
+        }
+    }
+    out.sort_by(|a, b| a.device.name.cmp(&b.device.name));
+    for pair in out.windows(2) {
+        if pair[0].device.name == pair[1].device.name {
+            warnings.push(format!(
+                "two tuning tables for {}: the first in name order wins where both have an entry",
+                crate::escape::shown(&pair[0].device.name)
+            ));
+        }
+    }
+    (out, warnings)
+}
+
+/// What is wrong with a manifest's tuning tables (a bundle's): each table sound on its own,
+/// and every entry naming a member of a method of that manifest with its configuration hash.
+pub fn manifest_problems(m: &Manifest) -> Vec<String> {
+    let methods = methods(m);
+    let mut out = Vec::new();
+    for (i, t) in m.tuning.iter().enumerate() {
+        out.extend(
+            t.problems()
+                .into_iter()
+                .map(|p| format!("tuning table {i}: {p}")),
+        );
+        for (j, e) in t.entries.iter().enumerate() {
+            if let Some(why) = mismatch(e, &methods) {
+                out.push(format!("tuning table {i}, entry {j}: {why}"));
+            }
+        }
+    }
+    out
+}
+
+/// One dispatch entry of a method, as the bindings hold it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatch<'a> {
+    pub device: &'a str,
+    pub compute_capability: [u32; 2],
+    pub shape: &'a [u64],
+    /// Index of the winner among the method's members, in manifest order.
+    pub member: usize,
+}
+
+/// The dispatch entries of `method`, whose members are `members` (manifest order), over all
+/// `tables` in order. A shape measured twice for one device keeps its first entry.
+pub fn dispatch_of<'a>(
+    tables: &'a [TuningTable],
+    method: &str,
+    members: &[&InstanceEntry],
+) -> Vec<Dispatch<'a>> {
+    let mut out: Vec<Dispatch<'a>> = Vec::new();
+    for t in tables {
+        for e in t.entries.iter().filter(|e| e.method == method) {
+            let Some(member) = members.iter().position(|i| i.name == e.instance) else {
+                continue;
+            };
+            let d = Dispatch {
+                device: &t.device.name,
+                compute_capability: t.device.compute_capability,
+                shape: &e.shape,
+                member,
+            };
+            if !out
+                .iter()
+                .any(|o| o.device == d.device && o.shape == d.shape)
+            {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_significant_digits() {
+        assert_eq!(round2(123.456), 120.0);
+        assert_eq!(round2(0.0123456), 0.012);
+        assert_eq!(round2(98765.0), 99000.0);
+        assert_eq!(round2(4.06), 4.1);
+        assert_eq!(round2(0.0), 0.0);
+    }
+}

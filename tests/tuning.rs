@@ -1,0 +1,270 @@
+//! Tuning tables as `generate` reads them (no GPU, no NVRTC: the library is generated without
+//! compiling): stale entries dropped with a warning, bad tables refused with their position
+//! and nothing written, device names escaped into the bindings, and a bundle's tables held to
+//! its instances. The dispatch the tables produce is exercised in `tests/golden.rs`
+//! (`tuned_dispatch_by_device_and_shape`) and `tests/bindings.rs`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use tilegen::generate::{self, Event, Options};
+use tilegen::manifest::Manifest;
+use tilegen::tuning::{DeviceKey, TuningEntry, TuningTable};
+
+const SPEC: &str = "\
+kernels:
+  - name: softmax
+    op: softmax
+    dtype: f32
+    archs: [sm_90]
+    block: [128, 512]
+    items: 2
+";
+
+/// Generates `dir/out` from `dir/specs` without compiling; returns the warnings.
+fn generate(dir: &Path) -> tilegen::Result<Vec<String>> {
+    let mut opts = Options::new(dir.join("specs"), dir.join("out"));
+    opts.compile = false;
+    opts.cache_dir = Some(dir.join("cache"));
+    let warnings = Mutex::new(Vec::new());
+    generate::generate(&opts, &|e| {
+        if let Event::TuningDropped { message } = e {
+            warnings.lock().unwrap().push(message.clone());
+        }
+    })?;
+    Ok(warnings.into_inner().unwrap())
+}
+
+fn manifest(dir: &Path) -> Manifest {
+    Manifest::from_bytes(&std::fs::read(dir.join("out/manifest.json")).unwrap()).unwrap()
+}
+
+fn setup() -> (tempfile::TempDir, Manifest) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/softmax.yaml"), SPEC).unwrap();
+    generate(dir.path()).unwrap();
+    let m = manifest(dir.path());
+    assert_eq!(m.instances.len(), 2);
+    (dir, m)
+}
+
+fn entry(m: &Manifest, instance: &str, shape: &[u64]) -> TuningEntry {
+    let inst = m.instance(instance).unwrap();
+    TuningEntry {
+        method: "softmax_f32".into(),
+        shape: shape.to_vec(),
+        instance: instance.into(),
+        config_sha256: inst.config_sha256.clone(),
+        median_us: 70.0,
+        runner_up: None,
+        runner_up_us: None,
+        rule: instance.into(),
+        rule_us: 70.0,
+    }
+}
+
+fn table(name: &str, entries: Vec<TuningEntry>) -> TuningTable {
+    TuningTable {
+        format: tilegen::tuning::FORMAT,
+        device: DeviceKey {
+            name: name.into(),
+            compute_capability: [9, 0],
+            sm_count: 132,
+            driver: "13.0".into(),
+        },
+        tilegen_version: "0.1.0".into(),
+        nvrtc_version: "13.0.88".into(),
+        entries,
+    }
+}
+
+fn write_table(dir: &Path, file: &str, t: &TuningTable) {
+    std::fs::create_dir_all(dir.join("tuning")).unwrap();
+    std::fs::write(
+        dir.join("tuning").join(file),
+        serde_json::to_vec_pretty(t).unwrap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn entries_that_no_longer_match_are_dropped_with_a_warning() {
+    let (dir, m) = setup();
+    let good = entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000]);
+    let mut changed = entry(&m, "softmax_f32_onepass_b128_i2", &[65536, 500]);
+    changed.config_sha256 = "ab".repeat(32);
+    let mut gone = entry(&m, "softmax_f32_onepass_b128_i2", &[4096, 100]);
+    gone.instance = "softmax_f32_onepass_b1024_i2".into();
+    let mut other_method = entry(&m, "softmax_f32_onepass_b128_i2", &[4096, 200]);
+    other_method.method = "layernorm_f32".into();
+    write_table(
+        dir.path(),
+        "h200.json",
+        &table(
+            "NVIDIA H200",
+            vec![good.clone(), changed, gone, other_method],
+        ),
+    );
+    let warnings = generate(dir.path()).unwrap();
+    assert_eq!(warnings.len(), 3, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("has changed since it was measured"),
+        "{}",
+        warnings[0]
+    );
+    assert!(warnings[1].contains("not a member"), "{}", warnings[1]);
+    assert!(
+        warnings[2].contains("not in the library"),
+        "{}",
+        warnings[2]
+    );
+    let m = manifest(dir.path());
+    assert_eq!(m.tuning.len(), 1);
+    assert_eq!(m.tuning[0].entries, vec![good]);
+    let bindings = std::fs::read_to_string(dir.path().join("out/bindings.rs")).unwrap();
+    assert!(
+        bindings.contains("shape: &[32768, 1000]"),
+        "the entry is baked in"
+    );
+    // A table whose every entry is stale leaves no table and no dispatch code.
+    let mut stale = entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000]);
+    stale.config_sha256 = "cd".repeat(32);
+    write_table(dir.path(), "h200.json", &table("NVIDIA H200", vec![stale]));
+    assert_eq!(generate(dir.path()).unwrap().len(), 1);
+    assert!(manifest(dir.path()).tuning.is_empty());
+    let bindings = std::fs::read_to_string(dir.path().join("out/bindings.rs")).unwrap();
+    assert!(!bindings.contains("TUNED"));
+}
+
+#[test]
+fn a_bad_table_is_refused_with_its_position_and_nothing_is_written() {
+    let (dir, m) = setup();
+    write_table(
+        dir.path(),
+        "h200.json",
+        &table(
+            "NVIDIA H200",
+            vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
+        ),
+    );
+    generate(dir.path()).unwrap();
+    let before = std::fs::read(dir.path().join("out/manifest.json")).unwrap();
+    let path = dir.path().join("tuning/h200.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Not JSON at line 3.
+    std::fs::write(&path, text.replacen("\"device\"", "device", 1)).unwrap();
+    let e = generate(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("h200.json:3:"), "{e}");
+    // JSON, but not sound: a control character in the name, a zero size, a bad hash.
+    let mut bad = table(
+        "NVIDIA\u{7}H200",
+        vec![entry(&m, "softmax_f32_onepass_b512_i2", &[0, 1000])],
+    );
+    bad.entries[0].config_sha256 = "not hex".into();
+    write_table(dir.path(), "h200.json", &bad);
+    let e = generate(dir.path()).unwrap_err().to_string();
+    for what in [
+        "device name",
+        "shape [0, 1000]",
+        "`config_sha256` is not a sha256",
+    ] {
+        assert!(e.contains(what), "{what}: {e}");
+    }
+    // A field this tilegen does not know is refused rather than ignored.
+    std::fs::write(
+        &path,
+        text.replacen("\"format\"", "\"extra\": 1, \"format\"", 1),
+    )
+    .unwrap();
+    assert!(generate(dir.path())
+        .unwrap_err()
+        .to_string()
+        .contains("unknown field"));
+    assert_eq!(
+        std::fs::read(dir.path().join("out/manifest.json")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn device_names_reach_the_bindings_as_escaped_literals() {
+    let (dir, m) = setup();
+    let name = "GPU \"x\" \\ }; fn evil() {} //";
+    write_table(
+        dir.path(),
+        "odd.json",
+        &table(
+            name,
+            vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
+        ),
+    );
+    generate(dir.path()).unwrap();
+    let bindings = std::fs::read_to_string(dir.path().join("out/bindings.rs")).unwrap();
+    assert!(
+        bindings.contains(r#"device: "GPU \"x\" \\ }; fn evil() {} //","#),
+        "{bindings}"
+    );
+    assert!(!bindings.contains("fn evil() {}\n"));
+}
+
+#[test]
+fn two_tables_give_one_order_whatever_their_file_names() {
+    let (dir, m) = setup();
+    let a = table(
+        "NVIDIA A100",
+        vec![entry(&m, "softmax_f32_onepass_b128_i2", &[32768, 1000])],
+    );
+    let h = table(
+        "NVIDIA H200",
+        vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
+    );
+    write_table(dir.path(), "1.json", &h);
+    write_table(dir.path(), "2.json", &a);
+    generate(dir.path()).unwrap();
+    let first = std::fs::read(dir.path().join("out/bindings.rs")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("tuning")).unwrap();
+    write_table(dir.path(), "1.json", &a);
+    write_table(dir.path(), "2.json", &h);
+    generate(dir.path()).unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("out/bindings.rs")).unwrap(),
+        first
+    );
+    let names: Vec<String> = manifest(dir.path())
+        .tuning
+        .iter()
+        .map(|t| t.device.name.clone())
+        .collect();
+    assert_eq!(names, ["NVIDIA A100", "NVIDIA H200"]);
+}
+
+/// A bundle's manifest is untrusted: its tables must name members of its methods with the
+/// hashes they have, as `generate` left them.
+#[test]
+fn a_manifest_with_foreign_tuning_entries_is_refused() {
+    let (dir, m) = setup();
+    write_table(
+        dir.path(),
+        "h200.json",
+        &table(
+            "NVIDIA H200",
+            vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
+        ),
+    );
+    generate(dir.path()).unwrap();
+    let sound = manifest(dir.path());
+    assert_eq!(
+        tilegen::tuning::manifest_problems(&sound),
+        Vec::<String>::new()
+    );
+    let mut m = sound.clone();
+    m.tuning[0].entries[0].instance = "softmax_f32_onepass_b1024_i2".into();
+    assert!(tilegen::tuning::manifest_problems(&m)[0].contains("not a member"));
+    let mut m = sound.clone();
+    m.tuning[0].entries[0].config_sha256 = "00".repeat(32);
+    assert!(tilegen::tuning::manifest_problems(&m)[0].contains("has changed"));
+    let mut m = sound;
+    m.tuning[0].device.name = "x".repeat(200);
+    assert!(tilegen::tuning::manifest_problems(&m)[0].contains("device name"));
+}
