@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 caf39799c851231c
+// content sha256 4da16e25abfe779d
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -6505,6 +6505,8 @@ impl Kernels {
     /// - [`Self::add_rmsnorm_bf16_staged_b1024_i4`]: staged, block 1024, items 4, cols ≤ 32768
     /// - [`Self::add_rmsnorm_bf16_b1024_i4`]: block 1024, items 4, cols ≤ 32768
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x`, `r`, `h` and `y` must hold at least `rows * cols` elements and `weight` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned. `h` and `y` must not overlap each other or any input.
     ///
     /// # Errors
@@ -6838,6 +6840,8 @@ impl Kernels {
     /// - [`Self::add_rmsnorm_f16_staged_b1024_i4`]: staged, block 1024, items 4, cols ≤ 32768
     /// - [`Self::add_rmsnorm_f16_b1024_i4`]: block 1024, items 4, cols ≤ 32768
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x`, `r`, `h` and `y` must hold at least `rows * cols` elements and `weight` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned. `h` and `y` must not overlap each other or any input.
     ///
     /// # Errors
@@ -7168,6 +7172,8 @@ impl Kernels {
     /// - [`Self::add_rmsnorm_f32_b512_i2`]: block 512, items 2, cols ≤ 4096
     /// - [`Self::add_rmsnorm_f32_staged_b1024_i8`]: staged, block 1024, items 8, cols ≤ 32768
     /// - [`Self::add_rmsnorm_f32_b1024_i8`]: block 1024, items 8, cols ≤ 32768
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `x`, `r`, `h` and `y` must hold at least `rows * cols` elements and `weight` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 4 (one 16-byte vector), every pointer must start 16-byte aligned. `h` and `y` must not overlap each other or any input.
     ///
@@ -8827,6 +8833,8 @@ impl Kernels {
     /// - [`Self::bias_gelu_bf16_b256_i1`]: block 256, items 1, 2048 elements per block
     /// - [`Self::bias_gelu_bf16_b256_i2`]: block 256, items 2, 4096 elements per block
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
     ///
     /// # Errors
@@ -9008,6 +9016,8 @@ impl Kernels {
     /// - [`Self::bias_gelu_f16_b256_i1`]: block 256, items 1, 2048 elements per block
     /// - [`Self::bias_gelu_f16_b256_i2`]: block 256, items 2, 4096 elements per block
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
     ///
     /// # Errors
@@ -9188,6 +9198,8 @@ impl Kernels {
     /// Picks the instance with the most elements per block that still gives every SM two blocks, else the one with the fewest:
     /// - [`Self::bias_gelu_f32_b256_i2`]: block 256, items 2, 2048 elements per block
     /// - [`Self::bias_gelu_f32_b256_i4`]: block 256, items 4, 4096 elements per block
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
     ///
@@ -10115,6 +10127,8 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     /// - [`Self::gemm_bf16_256x128x32_w64x64_s3_nn`]: tile 256x128x32
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
     /// # Errors
@@ -10622,6 +10636,8 @@ impl Kernels {
     /// - [`Self::gemm_bf16_to_f32_128x128x32_w64x64_s4_nn`]: tile 128x128x32
     /// - [`Self::gemm_bf16_to_f32_128x256x64_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 4 (16 bytes of elements).
     ///
     /// # Errors
@@ -10833,6 +10849,8 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nn_bias_gelu`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_bf16_128x256x64_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -11098,6 +11116,8 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nn_bias_gelu`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_f16_128x256x64_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -11534,6 +11554,8 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nn_bias_relu`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
     /// # Errors
@@ -11758,6 +11780,8 @@ impl Kernels {
     /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nn_bias_relu`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x64_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -11986,6 +12010,8 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x256x32_w64x64_s4_nn_plain`]: tile 128x256x32
     /// - [`Self::gemm_f16_128x256x64_nn_wgmma_plain`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -12445,6 +12471,8 @@ impl Kernels {
     /// - [`Self::gemm_residual_bf16_128x128x32_w64x64_s4_nn`]: tile 128x128x32
     /// - [`Self::gemm_residual_bf16_128x256x64_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
     /// # Errors
@@ -12866,6 +12894,8 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_nt_wgmma`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_nt_wgmma_plain`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
     /// # Errors
@@ -13114,6 +13144,8 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nt_bias_gelu`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
     /// # Errors
@@ -13338,6 +13370,8 @@ impl Kernels {
     /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nt_bias_gelu`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x64_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -13564,6 +13598,8 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_nt_bias_relu`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
     /// # Errors
@@ -13789,6 +13825,8 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nt_bias_relu`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x64_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
     /// # Errors
@@ -14013,6 +14051,8 @@ impl Kernels {
     /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_f16_128x128x32_w64x64_s4_nt_plain`]: tile 128x128x32
     /// - [`Self::gemm_f16_128x256x64_nt_wgmma_plain`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -14521,6 +14561,8 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_tn`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_tn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
     /// # Errors
@@ -14731,6 +14773,8 @@ impl Kernels {
     /// Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_tt`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_tt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -14948,6 +14992,8 @@ impl Kernels {
     /// - [`Self::layernorm_bf16_b256_i2`]: block 256, items 2, cols ≤ 4096
     /// - [`Self::layernorm_bf16_staged_b512_i8`]: staged, block 512, items 8, cols ≤ 32768
     /// - [`Self::layernorm_bf16_b1024_i4`]: block 1024, items 4, cols ≤ 32768
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` and `bias` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -15329,6 +15375,8 @@ impl Kernels {
     /// - [`Self::layernorm_f16_staged_b512_i8`]: staged, block 512, items 8, cols ≤ 32768
     /// - [`Self::layernorm_f16_b1024_i4`]: block 1024, items 4, cols ≤ 32768
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` and `bias` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
     /// # Errors
@@ -15703,6 +15751,8 @@ impl Kernels {
     /// - [`Self::layernorm_f32_b128_i2`]: block 128, items 2, cols ≤ 1024
     /// - [`Self::layernorm_f32_b512_i2`]: block 512, items 2, cols ≤ 4096
     /// - [`Self::layernorm_f32_staged_b1024_i8`]: staged, block 1024, items 8, cols ≤ 32768
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` and `bias` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 4 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -16143,6 +16193,8 @@ impl Kernels {
     /// - [`Self::rmsnorm_bf16_staged_b512_i8`]: staged, block 512, items 8, cols ≤ 32768
     /// - [`Self::rmsnorm_bf16_b1024_i4`]: block 1024, items 4, cols ≤ 32768
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
     /// # Errors
@@ -16434,6 +16486,8 @@ impl Kernels {
     /// - [`Self::rmsnorm_f16_staged_b512_i8`]: staged, block 512, items 8, cols ≤ 32768
     /// - [`Self::rmsnorm_f16_b1024_i4`]: block 1024, items 4, cols ≤ 32768
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
     /// # Errors
@@ -16713,6 +16767,8 @@ impl Kernels {
     /// - [`Self::rmsnorm_f32_b512_i2`]: block 512, items 2, cols ≤ 4096
     /// - [`Self::rmsnorm_f32_b1024_i8`]: block 1024, items 8, cols ≤ 32768
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 4 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
     /// # Errors
@@ -16900,6 +16956,8 @@ impl Kernels {
     /// - [`Self::softmax_bf16_staged_b512_i8`]: staged, block 512, items 8, cols ≤ 32768
     /// - [`Self::softmax_bf16_onepass_b1024_i4`]: onepass, block 1024, items 4, cols ≤ 32768
     /// - [`Self::softmax_bf16_online_b512_i2`]: online, block 512, items 2, any cols
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `x` and `out` must hold at least `rows * cols` elements; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -17114,6 +17172,8 @@ impl Kernels {
     /// - [`Self::softmax_f16_onepass_b1024_i4`]: onepass, block 1024, items 4, cols ≤ 32768
     /// - [`Self::softmax_f16_online_b512_i2`]: online, block 512, items 2, any cols
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x` and `out` must hold at least `rows * cols` elements; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
     /// # Errors
@@ -17326,6 +17386,8 @@ impl Kernels {
     /// - [`Self::softmax_f32_onepass_b1024_i8`]: onepass, block 1024, items 8, cols ≤ 32768
     /// - [`Self::softmax_f32_online_b512_i2`]: online, block 512, items 2, any cols
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x` and `out` must hold at least `rows * cols` elements; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 4 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
     /// # Errors
@@ -17509,6 +17571,8 @@ impl Kernels {
     /// - [`Self::vector_add_bf16_b256_i4`]: block 256, items 4, 8192 elements per block
     /// - [`Self::vector_add_bf16_b512_i4`]: block 512, items 4, 16384 elements per block
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `a`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused).
     ///
     /// # Errors
@@ -17626,6 +17690,8 @@ impl Kernels {
     /// - [`Self::vector_add_f16_b256_i4`]: block 256, items 4, 8192 elements per block
     /// - [`Self::vector_add_f16_b512_i4`]: block 512, items 4, 16384 elements per block
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `a`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused).
     ///
     /// # Errors
@@ -17742,6 +17808,8 @@ impl Kernels {
     /// Picks the instance with the most elements per block that still gives every SM two blocks, else the one with the fewest:
     /// - [`Self::vector_add_f32_b256_i4`]: block 256, items 4, 4096 elements per block
     /// - [`Self::vector_add_f32_b512_i4`]: block 512, items 4, 8192 elements per block
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 3 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `a`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused).
     ///

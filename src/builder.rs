@@ -61,6 +61,7 @@ pub struct Builder {
     bundle: Option<PathBuf>,
     bundle_pubkey: Option<String>,
     tuning: Option<PathBuf>,
+    prune_by_tuning: bool,
     emit_rerun: bool,
     install_nvrtc: bool,
 }
@@ -88,6 +89,7 @@ impl Builder {
             bundle: None,
             bundle_pubkey: None,
             tuning: None,
+            prune_by_tuning: false,
         }
     }
 
@@ -169,6 +171,13 @@ impl Builder {
     /// Default: the `tuning` folder beside the specs folder, when there is one.
     pub fn tuning(&mut self, dir: impl AsRef<Path>) -> &mut Self {
         self.tuning = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Leave out instances of kernels marked `tuning: candidates` that no tuning table names
+    /// as a winner (default false: every instance is compiled).
+    pub fn prune_by_tuning(&mut self, on: bool) -> &mut Self {
+        self.prune_by_tuning = on;
         self
     }
 
@@ -260,6 +269,7 @@ impl Builder {
         opts.remote_cache = self.remote_cache.clone();
         opts.filter = self.filter.clone();
         opts.tuning = self.tuning.clone();
+        opts.prune_by_tuning = self.prune_by_tuning;
         opts.bundle = self
             .bundle
             .clone()

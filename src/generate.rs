@@ -54,6 +54,9 @@ pub struct Options {
     /// Folder of tuning tables (`tilegen tune`) to bake into the bindings; None reads the
     /// `tuning` folder beside the specs when there is one ([`crate::tuning::default_dir`]).
     pub tuning: Option<PathBuf>,
+    /// Leave out instances of kernels marked `tuning: candidates` that no tuning table names
+    /// as a winner (every other instance is kept: the fixed rules' fallbacks).
+    pub prune_by_tuning: bool,
 }
 
 impl Options {
@@ -73,6 +76,7 @@ impl Options {
             bundle_pubkey: None,
             remote_cache: None,
             tuning: None,
+            prune_by_tuning: false,
         }
     }
 }
@@ -187,6 +191,18 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
                 problems.join("\n  ")
             )));
         }
+    }
+    // After --arch: the tables' hashes are those of the instances as compiled.
+    if opts.prune_by_tuning {
+        let (tables, _) = read_tuning(opts)?;
+        let winners: std::collections::BTreeSet<(&str, &str)> = tables
+            .iter()
+            .flat_map(|t| &t.entries)
+            .map(|e| (e.instance.as_str(), e.config_sha256.as_str()))
+            .collect();
+        instances.retain(|i| {
+            !i.tuning_candidate || winners.contains(&(i.name.as_str(), config_hash(i).as_str()))
+        });
     }
     let renderer = Renderer::new(opts.templates.as_deref())?;
     let sources = instances

@@ -244,6 +244,8 @@ pub fn spec_instance(e: &InstanceEntry) -> crate::spec::model::Instance {
         epilogue: e.epilogue.clone(),
         archs: e.targets.iter().map(|t| t.arch).collect(),
         origin: e.origin.clone(),
+        // Whether it came from a candidates kernel does not reach the library.
+        tuning_candidate: false,
     }
 }
 

@@ -115,7 +115,6 @@ fn finish(mut child: Child, what: &str) -> Output {
 struct Run {
     events: Vec<serde_json::Value>,
     stderr: String,
-    secs: f64,
 }
 
 impl Run {
@@ -138,9 +137,7 @@ impl Run {
 }
 
 fn run(mut c: Command, what: &str) -> Run {
-    let t = Instant::now();
     let o = finish(c.spawn().unwrap(), what);
-    let secs = t.elapsed().as_secs_f64();
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "{what} failed:\n{stdout}\n{stderr}");
@@ -153,11 +150,7 @@ fn run(mut c: Command, what: &str) -> Run {
         COMPILES,
         "{what}: {stdout}"
     );
-    Run {
-        events,
-        stderr,
-        secs,
-    }
+    Run { events, stderr }
 }
 
 /// Every file under `dir`: relative path → bytes.
@@ -536,18 +529,11 @@ fn closed_port() -> u16 {
 }
 
 #[test]
-fn unreachable_remote_costs_one_warning_and_bounded_time() {
+fn unreachable_remote_costs_one_warning_and_is_dropped_for_the_run() {
     if stores().is_none() {
         return;
     }
     let d = dirs();
-    // The same cold run with no remote at all, just before each case: the bound is on the
-    // difference (one retry, as a loaded machine can stall either run).
-    let baseline = |name: &str| {
-        let mut c = generate(&d, name, "", &[]);
-        c.env_remove("TILEGEN_CACHE_URL");
-        run(c, "no remote")
-    };
     // Nothing listening (refused at once), and a server that accepts but never answers
     // (only the timeouts end it).
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -570,31 +556,20 @@ fn unreachable_remote_costs_one_warning_and_bounded_time() {
         ("silent", silent_url, vec![]),
         ("silent-s3", "s3://tilegen-test/x".to_string(), s3_env),
     ];
+    let mut base = generate(&d, "base", "", &[]);
+    base.env_remove("TILEGEN_CACHE_URL");
+    run(base, "no remote");
     for (name, url, env) in &cases {
-        let mut extra = Vec::new();
-        for attempt in 0..2 {
-            let base = baseline(&format!("base-{name}-{attempt}"));
-            let run_name = format!("{name}-{attempt}");
-            let r = run(generate(&d, &run_name, url, env), name);
-            assert_eq!(r.count("compiled"), COMPILES, "{name}");
-            let w = warnings(&r);
-            assert_eq!(w.len(), 1, "{name}: one warning, got {w:?}");
-            assert!(w[0].contains("not used for the rest of this run"), "{w:?}");
-            assert!(!r.stderr.contains("panic"), "{}", r.stderr);
-            assert_eq!(r.remote()["disabled"], true);
-            assert_eq!(
-                out(&d, &format!("base-{name}-{attempt}")),
-                out(&d, &run_name)
-            );
-            extra.push(r.secs - base.secs);
-            if r.secs - base.secs < 2.0 {
-                break;
-            }
-        }
-        assert!(
-            extra.iter().any(|&e| e < 2.0),
-            "{name}: {extra:.2?} s more than without a remote"
-        );
+        let r = run(generate(&d, name, url, env), name);
+        assert_eq!(r.count("compiled"), COMPILES, "{name}");
+        // The first failure turns the remote off for the run: one warning, no further
+        // waits (what that costs in time is measured in bench/results, not asserted here).
+        let w = warnings(&r);
+        assert_eq!(w.len(), 1, "{name}: one warning, got {w:?}");
+        assert!(w[0].contains("not used for the rest of this run"), "{w:?}");
+        assert!(!r.stderr.contains("panic"), "{}", r.stderr);
+        assert_eq!(r.remote()["disabled"], true);
+        assert_eq!(out(&d, "base"), out(&d, name));
     }
     drop(silent);
 }

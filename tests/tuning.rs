@@ -268,3 +268,60 @@ fn a_manifest_with_foreign_tuning_entries_is_refused() {
     m.tuning[0].device.name = "x".repeat(200);
     assert!(tilegen::tuning::manifest_problems(&m)[0].contains("device name"));
 }
+
+/// `tuning: candidates` marks instances that only measurements justify: generated as usual
+/// (so `tune` can time them), left out by `--prune-by-tuning` unless a table names them.
+#[test]
+fn pruning_keeps_rule_instances_and_winning_candidates_only() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("specs")).unwrap();
+    let spec = format!(
+        "{SPEC}  - name: softmax\n    op: softmax\n    dtype: f32\n    archs: [sm_90]\n    block: [64, 256]\n    items: 4\n    tuning: candidates\n"
+    );
+    std::fs::write(dir.path().join("specs/softmax.yaml"), &spec).unwrap();
+    generate(dir.path()).unwrap();
+    let all = manifest(dir.path());
+    assert_eq!(all.instances.len(), 4);
+    let winner = "softmax_f32_onepass_b256_i4";
+    write_table(
+        dir.path(),
+        "h200.json",
+        &table("NVIDIA H200", vec![entry(&all, winner, &[32768, 4000])]),
+    );
+    let mut opts = Options::new(dir.path().join("specs"), dir.path().join("out"));
+    opts.compile = false;
+    opts.cache_dir = Some(dir.path().join("cache"));
+    opts.prune_by_tuning = true;
+    generate::generate(&opts, &|_| {}).unwrap();
+    let names: Vec<String> = manifest(dir.path())
+        .instances
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "softmax_f32_onepass_b128_i2",
+            "softmax_f32_onepass_b256_i4",
+            "softmax_f32_onepass_b512_i2"
+        ]
+    );
+    // The kept instances are the same instances as before: same hashes.
+    for i in &manifest(dir.path()).instances {
+        assert_eq!(
+            all.instance(&i.name).unwrap().config_sha256,
+            i.config_sha256
+        );
+    }
+    // A value other than `candidates` is a spec error at its position.
+    std::fs::write(
+        dir.path().join("specs/softmax.yaml"),
+        spec.replace("tuning: candidates", "tuning: maybe"),
+    )
+    .unwrap();
+    let e = generate(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("softmax.yaml:14:") && e.contains("`tuning` takes one value"),
+        "{e}"
+    );
+}

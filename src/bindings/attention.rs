@@ -373,6 +373,7 @@ mod tests {
                 file: "t.yaml".into(),
                 line: 1,
             },
+            tuning_candidate: false,
         };
         let names: Vec<String> = ops::attention::signature(&inst)
             .into_iter()

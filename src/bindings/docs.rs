@@ -177,5 +177,18 @@ pub fn dispatch(g: &Group, m: &crate::manifest::Manifest) -> Vec<String> {
         let inst = &m.instances[i];
         lines.push(format!("- [`Self::{}`]: {}", inst.name, niche(inst)));
     }
+    let members: Vec<&crate::manifest::InstanceEntry> =
+        g.members.iter().map(|&i| &m.instances[i]).collect();
+    let tuned = crate::tuning::dispatch_of(&m.tuning, &g.method, &members);
+    if !tuned.is_empty() {
+        let mut devices: Vec<&str> = tuned.iter().map(|d| d.device).collect();
+        devices.dedup();
+        lines.push(String::new());
+        lines.push(format!(
+            "Before these rules, a tuning table measured on {} picks the fastest instance at the nearest of {} measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).",
+            devices.join(", "),
+            tuned.len()
+        ));
+    }
     lines
 }

@@ -43,6 +43,10 @@ pub struct GenerateArgs {
     /// (default: the `tuning` folder beside the specs, when there is one).
     #[arg(long)]
     tuning: Option<PathBuf>,
+    /// Leave out instances of kernels marked `tuning: candidates` that no tuning table names
+    /// as a winner.
+    #[arg(long)]
+    prune_by_tuning: bool,
 }
 
 pub fn run(args: GenerateArgs, rep: &Reporter) -> Result<ExitCode, Error> {
@@ -55,6 +59,7 @@ pub fn run(args: GenerateArgs, rep: &Reporter) -> Result<ExitCode, Error> {
         .or_else(|| tilegen::env::var("TILEGEN_BUNDLE_PUBKEY"));
     o.jobs = args.jobs;
     o.tuning = args.tuning;
+    o.prune_by_tuning = args.prune_by_tuning;
     o.check = args.check;
     o.cache_dir = args.cache_dir;
     o.bindings = !args.no_bindings;

@@ -227,6 +227,11 @@ pub struct Instance {
     pub epilogue: Vec<Epilogue>,
     pub archs: Vec<Arch>,
     pub origin: Origin,
+    /// From a kernel marked `tuning: candidates`: shipped only where a tuning table names it
+    /// as a winner, when `generate` prunes by tuning. Not configuration: no part of the name,
+    /// the hash or the kernel.
+    #[serde(skip)]
+    pub tuning_candidate: bool,
 }
 
 impl Instance {
@@ -246,6 +251,7 @@ impl Instance {
                 file: "t.yaml".into(),
                 line: 1,
             },
+            tuning_candidate: false,
         }
     }
 

@@ -39,6 +39,8 @@ pub struct KernelPlan<'n> {
     /// The dtype's values, then those of each field of `SWEPT`, in that order.
     axes: Vec<Axis<'n>>,
     arch_nodes: Vec<(Arch, Option<&'n Node>)>,
+    /// `tuning: candidates`: instances a tuning table must name for a pruned library to keep.
+    tuning_candidate: bool,
     pub count: usize,
 }
 
@@ -299,7 +301,7 @@ impl<'a> FileContext<'a> {
     }
 
     fn known_key(&mut self, k: &Node) -> bool {
-        let mut all = vec!["name", "op", "dtype", "archs"];
+        let mut all = vec!["name", "op", "dtype", "archs", "tuning"];
         all.extend(Field::ALL.iter().map(|f| f.key()));
         let Value::Scalar(key, _) = &k.value else {
             self.error(
@@ -427,6 +429,22 @@ impl<'a> FileContext<'a> {
                 .collect(),
             None => DEFAULT_ARCHS.iter().map(|&a| (a, None)).collect(),
         };
+        let tuning_candidate = match fields.get("tuning") {
+            None => false,
+            Some((_, v)) => match &v.value {
+                Value::Scalar(s, _) if s == "candidates" => true,
+                _ => {
+                    self.error(
+                        v,
+                        "`tuning` takes one value, `candidates`: the kernel's instances are \
+                         measured by `tilegen tune` and kept by `generate --prune-by-tuning` only \
+                         where a tuning table names them"
+                            .into(),
+                    );
+                    false
+                }
+            },
+        };
         // A field the op does not take was reported above; it is not parsed as well.
         let get = |key: &str| {
             let applies = Field::from_key(key).is_none_or(|f| info.fields.contains(&f));
@@ -481,6 +499,7 @@ impl<'a> FileContext<'a> {
             op,
             axes,
             arch_nodes,
+            tuning_candidate,
             count: total.unwrap_or(usize::MAX),
         })
     }
@@ -495,6 +514,7 @@ impl<'a> FileContext<'a> {
             op,
             ref axes,
             ref arch_nodes,
+            tuning_candidate,
             count: _,
         } = *plan;
         let info = ops::info(op);
@@ -535,6 +555,7 @@ impl<'a> FileContext<'a> {
                 epilogue: Vec::new(),
                 archs: archs.clone(),
                 origin: origin.clone(),
+                tuning_candidate,
             };
             for (axis, choice) in axes.iter().zip(&picked) {
                 if let Some(v) = &choice.value {

@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 3eaf4da7c3a4b029
+// content sha256 f68d1d7cdafb9cde
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -468,6 +468,8 @@ impl Kernels {
     /// Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:
     /// - [`Self::gemm_bf16_64x64x32_w32x32_nn`]: tile 64x64x32
     /// - [`Self::gemm_bf16_128x128x32_w32x32_nn`]: tile 128x128x32
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 1 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -1120,6 +1122,8 @@ impl Kernels {
     /// - [`Self::softmax_f32_onepass_b512_i2`]: onepass, block 512, items 2, cols ≤ 4096
     /// - [`Self::softmax_f32_online_b256_i2`]: online, block 256, items 2, any cols
     ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 2 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    ///
     /// `x` and `out` must hold at least `rows * cols` elements; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 4 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
     /// # Errors
@@ -1275,6 +1279,8 @@ impl Kernels {
     /// Picks the instance with the most elements per block that still gives every SM two blocks, else the one with the fewest:
     /// - [`Self::vector_add_f32_b256_i4`]: block 256, items 4, 4096 elements per block
     /// - [`Self::vector_add_f32_b512_i4`]: block 512, items 4, 8192 elements per block
+    ///
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 1 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `a`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused).
     ///
