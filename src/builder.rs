@@ -29,7 +29,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use crate::cache::{Cache, Lookup};
 use crate::error::{Error, Result};
 use crate::generate::{self, Event, Options, Report};
 use crate::manifest::Manifest;
@@ -301,6 +300,16 @@ impl Builder {
             crate::provision::install(&dir)?;
         }
         let report = generate::generate(&opts, &|ev| match ev {
+            Event::Compiled {
+                instance,
+                arch,
+                warnings: lines,
+                ..
+            } if self.emit_rerun => {
+                for line in lines {
+                    warnings.emit(format!("NVRTC, {instance} on {arch}: {line}"));
+                }
+            }
             Event::CacheCorrupt { message } => {
                 warnings.emit(format!("corrupt cache entry rebuilt: {message}"))
             }
@@ -310,13 +319,13 @@ impl Builder {
             _ => {}
         })?;
         if opts.compile {
-            self.warn_about_kernels(&opts, &out, &warnings);
+            self.warn_about_kernels(&out, &warnings);
         }
         Ok((report, out.join(crate::bindings::FILE_NAME)))
     }
 
-    /// NVRTC warnings (from each compile's log in the cache) and spills (from the manifest).
-    fn warn_about_kernels(&self, opts: &Options, out: &Path, warnings: &Warnings) {
+    /// Spills (from the manifest; NVRTC's warnings come with each compile's event).
+    fn warn_about_kernels(&self, out: &Path, warnings: &Warnings) {
         if !self.emit_rerun {
             return;
         }
@@ -327,12 +336,6 @@ impl Builder {
         else {
             return;
         };
-        // A library from a bundle was compiled elsewhere: its logs are not in this cache.
-        let cache = match (&opts.bundle, &opts.cache_dir) {
-            (Some(_), _) => None,
-            (None, Some(d)) => Some(Cache::open(d.clone())),
-            (None, None) => Cache::default_location().ok().map(Cache::open),
-        };
         for inst in &manifest.instances {
             for t in &inst.targets {
                 let r = &t.resources;
@@ -341,16 +344,6 @@ impl Builder {
                         "{} on {} spills registers to local memory ({} bytes stored, {} loaded)",
                         inst.name, t.arch, r.spill_store_bytes, r.spill_load_bytes
                     ));
-                }
-                if let Some(Lookup::Hit(c)) = cache.as_ref().map(|c| c.get(&t.cache_key)) {
-                    for line in c.log.lines().filter(|l| is_compiler_warning(l)) {
-                        warnings.emit(format!(
-                            "NVRTC, {} on {}: {}",
-                            inst.name,
-                            t.arch,
-                            line.trim()
-                        ));
-                    }
                 }
             }
         }
@@ -379,12 +372,6 @@ fn parse_archs_var(list: &str) -> Result<Vec<Arch>> {
                 .map_err(|e| Error::Usage(format!("TILEGEN_ARCHS=`{list}`: {e}")))
         })
         .collect()
-}
-
-/// A compiler log line that is a warning; ptxas' `-v` resource lines are not.
-fn is_compiler_warning(line: &str) -> bool {
-    let l = line.to_ascii_lowercase();
-    l.contains("warning") && !l.starts_with("ptxas info")
 }
 
 /// `cargo:warning=` lines, each printed once per run.
@@ -481,10 +468,11 @@ mod tests {
 
     #[test]
     fn compiler_warnings_and_one_line_each() {
-        assert!(is_compiler_warning(
-            "k.cu(3): warning #177-D: variable declared but never used"
-        ));
-        assert!(!is_compiler_warning("ptxas info    : Used 32 registers"));
+        let log = "k.cu(3): warning #177-D: variable declared but never used\nptxas info    : Used 32 registers, warnings none\n";
+        assert_eq!(
+            crate::nvrtc::warnings(log),
+            ["k.cu(3): warning #177-D: variable declared but never used"]
+        );
         let w = Warnings::new(false);
         w.emit("a\nb".into());
         w.emit("a b".into());

@@ -96,6 +96,10 @@ pub enum Event {
         /// Where the result came from: `local` or `remote` cache, or `compiled` here.
         source: Source,
         millis: u64,
+        /// The compiler's warnings in its log (from the cache too: they were logged when
+        /// the kernel was compiled).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
     },
     CacheCorrupt {
         message: String,
@@ -294,6 +298,7 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
             } else {
                 t.elapsed().as_millis() as u64
             },
+            warnings: nvrtc::warnings(&done.compiled.log),
         });
         Ok((done.key, done.compiled))
     };

@@ -477,6 +477,18 @@ pub struct Compiled {
     pub resources: Resources,
 }
 
+/// The compiler's warnings in a compile log, one trimmed line each (ptxas's resource
+/// reports are information, not warnings).
+pub fn warnings(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("warning") && !l.starts_with("ptxas info")
+        })
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
 /// The compile options for an arch, in the order given to NVRTC.
 pub fn options(arch: Arch) -> Vec<String> {
     let mut o = vec![format!("--gpu-architecture={}", arch.as_str())];

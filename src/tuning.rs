@@ -358,6 +358,19 @@ pub struct Dispatch<'a> {
     pub member: usize,
 }
 
+impl<'a> Dispatch<'a> {
+    /// The entry as the runtime's matcher takes it (`tilegen_runtime::tuning::pick`).
+    pub fn tuned(&self) -> tilegen_runtime::tuning::Tuned<'a> {
+        tilegen_runtime::tuning::Tuned {
+            device: self.device,
+            major: self.compute_capability[0],
+            minor: self.compute_capability[1],
+            shape: self.shape,
+            member: self.member,
+        }
+    }
+}
+
 /// The dispatch entries of `method`, whose members are `members` (manifest order), over all
 /// `tables` in order. A shape measured twice for one device keeps its first entry.
 pub fn dispatch_of<'a>(

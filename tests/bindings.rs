@@ -607,16 +607,7 @@ fn tuned(d: &Device, method: &str, shape: &[u64]) -> Option<String> {
         .filter(|i| tilegen::bindings::method_name(i) == method)
         .collect();
     let entries = tilegen::tuning::dispatch_of(&m.tuning, method, &members);
-    let table: Vec<_> = entries
-        .iter()
-        .map(|e| tilegen_runtime::tuning::Tuned {
-            device: e.device,
-            major: e.compute_capability[0],
-            minor: e.compute_capability[1],
-            shape: e.shape,
-            member: e.member,
-        })
-        .collect();
+    let table: Vec<_> = entries.iter().map(|e| e.tuned()).collect();
     tilegen_runtime::tuning::pick(d, &table, shape).map(|i| members[i].name.clone())
 }
 

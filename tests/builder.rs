@@ -55,3 +55,49 @@ fn builder_reports_spec_errors_and_bad_archs() {
         .unwrap_err();
     assert!(e.to_string().contains("unknown arch `sm_42`"), "{e}");
 }
+
+/// NVRTC's warnings reach the caller with each compile's event, and again from the cache on
+/// the next run (the log was cached with the kernel), without reading cache entries back.
+#[test]
+fn compiler_warnings_come_with_each_compile_also_from_the_cache() {
+    use tilegen::generate::{self, Event, Options};
+    let dir = tempfile::tempdir().unwrap();
+    let templates = dir.path().join("templates");
+    std::fs::create_dir_all(&templates).unwrap();
+    let original = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/elementwise.cu"),
+    )
+    .unwrap();
+    let kernel = "({{ params }}) {\n";
+    assert!(original.contains(kernel));
+    // A variable the kernel never uses: NVRTC warns (#177-D) and compiles.
+    let noisy = original.replacen(kernel, &format!("{kernel}    int tg_never_used = 0;\n"), 1);
+    std::fs::write(templates.join("elementwise.cu"), noisy).unwrap();
+    let mut opts = Options::new(specs(), dir.path().join("out"));
+    opts.templates = Some(templates);
+    opts.filter = Some("vector_add_f32_b256".into());
+    opts.cache_dir = Some(dir.path().join("cache"));
+    let warnings = |opts: &Options| {
+        let seen = std::sync::Mutex::new(Vec::new());
+        generate::generate(opts, &|e| {
+            if let Event::Compiled {
+                warnings, cached, ..
+            } = e
+            {
+                seen.lock().unwrap().push((*cached, warnings.clone()));
+            }
+        })
+        .unwrap();
+        seen.into_inner().unwrap()
+    };
+    let (first, second) = (warnings(&opts), warnings(&opts));
+    assert!(first.iter().all(|(cached, _)| !cached));
+    assert!(second.iter().all(|(cached, _)| *cached));
+    for (cached, w) in first.iter().chain(&second) {
+        assert!(
+            w.iter()
+                .any(|l| l.contains("tg_never_used") || l.contains("177")),
+            "cached: {cached}: {w:?}"
+        );
+    }
+}

@@ -109,15 +109,10 @@ impl RemoteSummary {
     /// One line for people: configuration, then what this run did.
     pub fn line(&self) -> String {
         format!(
-            "remote cache {} ({}{}{}): {} hits, {} misses, {} rejected, {} errors, {} written; \
+            "remote cache {} ({}{}): {} hits, {} misses, {} rejected, {} errors, {} written; \
              {:.1} MiB read, {:.1} MiB written",
             self.url,
-            if self.read_only {
-                "read-only"
-            } else {
-                "read-write"
-            },
-            if self.signed { ", signed" } else { "" },
+            remote_mode(self.read_only, self.signed),
             if self.disabled { ", turned off" } else { "" },
             self.hits,
             self.misses,
@@ -144,19 +139,24 @@ pub struct RemoteStatus {
 impl RemoteStatus {
     pub fn line(&self) -> String {
         format!(
-            "remote cache {} ({}{}): {}",
+            "remote cache {} ({}): {}",
             self.url,
-            if self.read_only {
-                "read-only"
-            } else {
-                "read-write"
-            },
-            if self.signed { ", signed" } else { "" },
+            remote_mode(self.read_only, self.signed),
             match &self.error {
                 None => "reachable".to_string(),
                 Some(e) => format!("not reachable: {e}"),
             }
         )
+    }
+}
+
+/// How a remote cache is used, for people: `read-only` or `read-write`, and whether its
+/// entries are signed.
+fn remote_mode(read_only: bool, signed: bool) -> String {
+    let mode = if read_only { "read-only" } else { "read-write" };
+    match signed {
+        true => format!("{mode}, signed"),
+        false => mode.to_string(),
     }
 }
 

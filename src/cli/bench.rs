@@ -6,20 +6,13 @@ use std::process::ExitCode;
 
 use tilegen::error::Error;
 
-use super::gpu::Select;
+use super::gpu::{LibraryArgs, Select};
 use super::report::Reporter;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Library folder (written by `tilegen generate`).
-    #[arg(long, default_value = "generated")]
-    lib: PathBuf,
-    /// Only instances whose name contains this text.
-    #[arg(long)]
-    filter: Option<String>,
-    /// Only instances of this op.
-    #[arg(long)]
-    op: Option<String>,
+    #[command(flatten)]
+    library: LibraryArgs,
     /// Write the results as JSON here.
     #[arg(long)]
     json_out: Option<PathBuf>,
@@ -33,9 +26,7 @@ pub struct BenchArgs {
 pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     use tilegen::gpu::{bench, problem, Gpu};
     let BenchArgs {
-        lib,
-        filter,
-        op,
+        library: LibraryArgs { lib, filter, op },
         json_out,
         dispatch,
     } = args;

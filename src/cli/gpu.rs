@@ -2,6 +2,20 @@
 
 use tilegen::error::Error;
 
+/// The library a GPU command reads and which of its instances it runs.
+#[derive(clap::Args)]
+pub struct LibraryArgs {
+    /// Library folder (written by `tilegen generate`).
+    #[arg(long, default_value = "generated")]
+    pub lib: std::path::PathBuf,
+    /// Only instances whose name contains this text.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Only instances of this op (vector_add, fma, softmax, layernorm, rmsnorm, gemm, add_rmsnorm, attention).
+    #[arg(long)]
+    pub op: Option<String>,
+}
+
 /// Which instances a GPU command runs: by name text and by op, checked before the driver is
 /// touched.
 pub struct Select {

@@ -1,25 +1,17 @@
 //! `tilegen verify`: every selected instance of a library on the GPU against a CPU f64
 //! reference.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tilegen::error::Error;
 
-use super::gpu::Select;
+use super::gpu::{LibraryArgs, Select};
 use super::report::Reporter;
 
 #[derive(clap::Args)]
 pub struct VerifyArgs {
-    /// Library folder (written by `tilegen generate`).
-    #[arg(long, default_value = "generated")]
-    lib: PathBuf,
-    /// Only instances whose name contains this text.
-    #[arg(long)]
-    filter: Option<String>,
-    /// Only instances of this op (vector_add, fma, softmax, layernorm, rmsnorm, gemm, add_rmsnorm, attention).
-    #[arg(long)]
-    op: Option<String>,
+    #[command(flatten)]
+    library: LibraryArgs,
     /// Seed for the random inputs (default: from the clock; printed for replay).
     #[arg(long)]
     seed: Option<u64>,
@@ -32,9 +24,7 @@ pub struct VerifyArgs {
 pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     use tilegen::gpu::{problem, verify, Gpu};
     let VerifyArgs {
-        lib,
-        filter,
-        op,
+        library: LibraryArgs { lib, filter, op },
         seed,
         max_elements,
     } = args;

@@ -194,16 +194,7 @@ fn rule_pick(gpu: &Gpu, members: &[InstanceEntry], p: Problem) -> Option<usize> 
 fn tuned_pick(gpu: &Gpu, method: &str, members: &[InstanceEntry], p: Problem) -> Option<usize> {
     let refs: Vec<&InstanceEntry> = members.iter().collect();
     let entries = crate::tuning::dispatch_of(&gpu.manifest.tuning, method, &refs);
-    let table: Vec<tilegen_runtime::tuning::Tuned<'_>> = entries
-        .iter()
-        .map(|d| tilegen_runtime::tuning::Tuned {
-            device: d.device,
-            major: d.compute_capability[0],
-            minor: d.compute_capability[1],
-            shape: d.shape,
-            member: d.member,
-        })
-        .collect();
+    let table: Vec<_> = entries.iter().map(|d| d.tuned()).collect();
     tilegen_runtime::tuning::pick(&device_of(gpu), &table, &shape_of(p))
         .filter(|&i| problem::fits(&members[i], p))
 }

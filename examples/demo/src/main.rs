@@ -310,7 +310,8 @@ fn run(seed: u64) -> Result<usize, Error> {
     let dev = kernels.device();
     println!(
         "device 0: {} ({}, {} SMs); seed {seed}",
-        ctx.name()?,
+        // As the loader read it: the name tuning tables are matched by.
+        dev.name.as_str(),
         dev.arch(),
         dev.sm_count
     );
