@@ -218,11 +218,7 @@ impl Builder {
             self.rerun_if_changed(t);
         }
         // The tables' folder too, so that a new table reruns the build script.
-        let tuning = self
-            .tuning
-            .clone()
-            .or_else(|| crate::tuning::default_dir(&specs));
-        if let Some(t) = &tuning {
+        if let Some(t) = &crate::tuning::dir(self.tuning.as_deref(), &specs) {
             self.rerun_if_changed(t);
         }
         let result = self.run(&specs);
@@ -305,7 +301,7 @@ impl Builder {
                 arch,
                 warnings: lines,
                 ..
-            } if self.emit_rerun => {
+            } => {
                 for line in lines {
                     warnings.emit(format!("NVRTC, {instance} on {arch}: {line}"));
                 }

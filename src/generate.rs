@@ -52,7 +52,7 @@ pub struct Options {
     /// `TILEGEN_CACHE_URL`. Needs the `remote-cache` feature (else only a warning).
     pub remote_cache: Option<String>,
     /// Folder of tuning tables (`tilegen tune`) to bake into the bindings; None reads the
-    /// `tuning` folder beside the specs when there is one ([`crate::tuning::default_dir`]).
+    /// `tuning` folder beside the specs when there is one ([`crate::tuning::dir`]).
     pub tuning: Option<PathBuf>,
     /// Leave out instances of kernels marked `tuning: candidates` that no tuning table names
     /// as a winner (every other instance is kept: the fixed rules' fallbacks).
@@ -149,10 +149,12 @@ pub struct Report {
 pub struct Rendered {
     pub instances: Vec<Instance>,
     pub sources: Vec<String>,
-    /// Spec files read, then template files read.
+    /// Spec files read, then template files read, then tuning tables read.
     pub inputs: Vec<PathBuf>,
     /// How many of `inputs` are spec files.
     pub spec_files: usize,
+    /// The tuning tables `opts` points at (checked, not yet matched to a library).
+    pub tuning: Vec<crate::tuning::TuningTable>,
 }
 
 pub fn render_all(opts: &Options) -> Result<Rendered> {
@@ -196,10 +198,10 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
             )));
         }
     }
+    let (tuning, tables_read) = read_tuning(opts)?;
     // After --arch: the tables' hashes are those of the instances as compiled.
     if opts.prune_by_tuning {
-        let (tables, _) = read_tuning(opts)?;
-        let winners: std::collections::BTreeSet<(&str, &str)> = tables
+        let winners: std::collections::BTreeSet<(&str, &str)> = tuning
             .iter()
             .flat_map(|t| &t.entries)
             .map(|e| (e.instance.as_str(), e.config_sha256.as_str()))
@@ -216,11 +218,13 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
     let mut inputs: Vec<PathBuf> = spec_files.into_iter().map(|s| s.path).collect();
     let spec_files = inputs.len();
     inputs.extend(renderer.files_read);
+    inputs.extend(tables_read);
     Ok(Rendered {
         instances,
         sources,
         inputs,
         spec_files,
+        tuning,
     })
 }
 
@@ -230,7 +234,7 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
         return crate::bundle::library::generate_from_bundle(opts, bundle, on_event);
     }
     let start = Instant::now();
-    let rendered = render_all(opts)?;
+    let mut rendered = render_all(opts)?;
     let nvrtc_version = if opts.compile {
         nvrtc::load()?.version()
     } else {
@@ -305,9 +309,8 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
     let results = in_parallel(&jobs, opts.jobs, compile_one);
     let compiled = first_error_of_all(results)?;
 
-    let (tables, tables_read) = read_tuning(opts)?;
     let (files, mut manifest) = assemble(&rendered, &nvrtc_version, &jobs, &compiled)?;
-    let (tuning, dropped) = crate::tuning::attach(tables, &manifest);
+    let (tuning, dropped) = crate::tuning::attach(std::mem::take(&mut rendered.tuning), &manifest);
     manifest.tuning = tuning;
     for message in dropped {
         on_event(&Event::TuningDropped { message });
@@ -320,12 +323,7 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
         remote_hits: remote_hits.load(Ordering::Relaxed),
         corrupt_cache_entries: corrupt.load(Ordering::Relaxed),
         remote: cache.remote_summary(),
-        inputs: rendered
-            .inputs
-            .iter()
-            .chain(&tables_read)
-            .cloned()
-            .collect(),
+        inputs: rendered.inputs.clone(),
         ..Default::default()
     };
     write_or_check(
@@ -429,7 +427,12 @@ pub fn compile_cached(
     let mut corrupt = None;
     let mut lock = None;
     for attempt in 0..2 {
-        let (found, from_remote) = match cache.get(&key) {
+        // After the wait, only this machine's entries can be new: the remote was asked.
+        let lookup = match attempt {
+            0 => cache.get(&key),
+            _ => cache.get_local(&key),
+        };
+        let (found, from_remote) = match lookup {
             Lookup::Hit(c) => (Some(c), false),
             Lookup::RemoteHit(c) => (Some(c), true),
             Lookup::Corrupt(message) => {
@@ -701,14 +704,8 @@ fn assemble(
 }
 
 /// The tuning tables `opts` asks for (none without a folder), and the files read.
-pub(crate) fn read_tuning(
-    opts: &Options,
-) -> Result<(Vec<crate::tuning::TuningTable>, Vec<PathBuf>)> {
-    match opts
-        .tuning
-        .clone()
-        .or_else(|| crate::tuning::default_dir(&opts.specs))
-    {
+fn read_tuning(opts: &Options) -> Result<(Vec<crate::tuning::TuningTable>, Vec<PathBuf>)> {
+    match crate::tuning::dir(opts.tuning.as_deref(), &opts.specs) {
         Some(dir) => crate::tuning::load_dir(&dir),
         None => Ok((Vec::new(), Vec::new())),
     }

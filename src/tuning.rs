@@ -102,9 +102,12 @@ pub fn round2(x: f64) -> f64 {
 /// the fixed rules' pick by more to replace it.
 pub const NOISE: f64 = 0.01;
 
-/// The folder `generate` reads tables from by default: `tuning` beside the specs folder (or
-/// beside the spec file), when it exists.
-pub fn default_dir(specs: &Path) -> Option<PathBuf> {
+/// The folder `generate` reads tables from: `explicit` when given, else `tuning` beside the
+/// specs folder (or beside the spec file) when it exists.
+pub fn dir(explicit: Option<&Path>, specs: &Path) -> Option<PathBuf> {
+    if let Some(d) = explicit {
+        return Some(d.to_path_buf());
+    }
     let dir = specs.parent()?.join(DIR_NAME);
     dir.is_dir().then_some(dir)
 }

@@ -3,10 +3,13 @@
 //! piling up, and many cold runs on one cache compiling the same kernels.
 //! Every run uses a tiny spec (four vector_add instances, one arch).
 
+mod common;
+use common::finish;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tilegen");
 
@@ -43,19 +46,6 @@ fn command(args: &[&str], cache: &Path) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-/// Waits for a child, killing it (and failing) if it runs past a minute: a hang is a bug.
-fn finish(mut child: std::process::Child, what: &str) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("{what}: still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
 }
 
 fn run(mut c: Command, what: &str) -> Output {

@@ -6,11 +6,14 @@
 //! Every run is a tiny spec (two vector_add instances, one arch) with empty local caches,
 //! as two machines sharing one store would be. Each test uses its own Redis database.
 
+mod common;
+use common::finish;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tilegen");
@@ -97,19 +100,6 @@ fn generate(d: &Dirs, name: &str, url: &str, env: &[(&str, &str)]) -> Command {
         c.env(k, v);
     }
     c
-}
-
-/// Waits for a child, killing it (and failing) past a minute: a hang is a bug.
-fn finish(mut child: Child, what: &str) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("{what}: still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child.wait_with_output().unwrap()
 }
 
 struct Run {

@@ -79,6 +79,21 @@ fn table(name: &str, entries: Vec<TuningEntry>) -> TuningTable {
     }
 }
 
+/// [`setup`]'s library generated again with one good entry in `tuning/h200.json`.
+fn tuned_library() -> (tempfile::TempDir, Manifest) {
+    let (dir, m) = setup();
+    write_table(
+        dir.path(),
+        "h200.json",
+        &table(
+            "NVIDIA H200",
+            vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
+        ),
+    );
+    generate(dir.path()).unwrap();
+    (dir, m)
+}
+
 fn write_table(dir: &Path, file: &str, t: &TuningTable) {
     std::fs::create_dir_all(dir.join("tuning")).unwrap();
     std::fs::write(
@@ -139,16 +154,7 @@ fn entries_that_no_longer_match_are_dropped_with_a_warning() {
 
 #[test]
 fn a_bad_table_is_refused_with_its_position_and_nothing_is_written() {
-    let (dir, m) = setup();
-    write_table(
-        dir.path(),
-        "h200.json",
-        &table(
-            "NVIDIA H200",
-            vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
-        ),
-    );
-    generate(dir.path()).unwrap();
+    let (dir, m) = tuned_library();
     let before = std::fs::read(dir.path().join("out/manifest.json")).unwrap();
     let path = dir.path().join("tuning/h200.json");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -243,16 +249,7 @@ fn two_tables_give_one_order_whatever_their_file_names() {
 /// hashes they have, as `generate` left them.
 #[test]
 fn a_manifest_with_foreign_tuning_entries_is_refused() {
-    let (dir, m) = setup();
-    write_table(
-        dir.path(),
-        "h200.json",
-        &table(
-            "NVIDIA H200",
-            vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
-        ),
-    );
-    generate(dir.path()).unwrap();
+    let (dir, _) = tuned_library();
     let sound = manifest(dir.path());
     assert_eq!(
         tilegen::tuning::manifest_problems(&sound),

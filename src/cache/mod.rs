@@ -426,11 +426,9 @@ impl Cache {
     /// Looks an entry up and checks it end to end: locally, then in the remote cache (an
     /// intact remote entry is kept locally; a rejected one is reported as corrupt).
     pub fn get(&self, key: &str) -> Lookup {
-        if !is_key(key) {
-            return Lookup::Miss;
-        }
         match self.get_local(key) {
-            Lookup::Miss => self.get_remote(key),
+            // Not a key at all is a miss here too, and never asked of the remote.
+            Lookup::Miss if is_key(key) => self.get_remote(key),
             found => found,
         }
     }
@@ -463,8 +461,9 @@ impl Cache {
         }
     }
 
-    fn get_local(&self, key: &str) -> Lookup {
-        if self.ready().is_err() {
+    /// [`Cache::get`] without the remote cache: this folder's entry, checked.
+    pub fn get_local(&self, key: &str) -> Lookup {
+        if !is_key(key) || self.ready().is_err() {
             return Lookup::Miss;
         }
         let path = self.entry_path(key);

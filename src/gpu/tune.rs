@@ -152,13 +152,19 @@ fn device_of(gpu: &Gpu) -> crate::loader::Device {
 
 /// Whether an instance runs here: a binary for this device, and for tensor maps a driver that
 /// encodes them (as `KernelInfo::runs_on` decides in the bindings).
-fn runs_here(gpu: &Gpu, inst: &InstanceEntry) -> bool {
+fn runs_here(gpu: &Gpu, device: &crate::loader::Device, inst: &InstanceEntry) -> bool {
     gpu.pick_binary(inst).is_ok()
-        && (inst.tensor_maps.is_empty() || crate::tensor_map::driver_encodes(&device_of(gpu)))
+        && (inst.tensor_maps.is_empty() || crate::tensor_map::driver_encodes(device))
 }
 
-/// The member the fixed rules run for `p`, as the bindings' plan function decides.
-fn rule_pick(gpu: &Gpu, members: &[InstanceEntry], p: Problem) -> Option<usize> {
+/// The member the fixed rules run for `p`, as the bindings' plan function decides; `runs`
+/// says which members run on `device`.
+fn rule_pick(
+    device: &crate::loader::Device,
+    members: &[InstanceEntry],
+    runs: &[bool],
+    p: Problem,
+) -> Option<usize> {
     use crate::call_checks::{gemm_order, pick_elements, pick_rows, GemmOption};
     let pick = match p {
         Problem::Elements { n, .. } => {
@@ -166,7 +172,7 @@ fn rule_pick(gpu: &Gpu, members: &[InstanceEntry], p: Problem) -> Option<usize> 
                 .iter()
                 .map(|i| i.launch.grid.elems_per_block())
                 .collect();
-            Some(pick_elements(n as usize, gpu.sm_count, &epb))
+            Some(pick_elements(n as usize, device.sm_count, &epb))
         }
         Problem::Rows { cols, .. } => {
             let max: Vec<Option<u32>> = members.iter().map(|i| i.launch.grid.max_cols()).collect();
@@ -175,14 +181,15 @@ fn rule_pick(gpu: &Gpu, members: &[InstanceEntry], p: Problem) -> Option<usize> 
         Problem::Gemm { m, n, .. } => {
             let options: Vec<GemmOption> = members
                 .iter()
-                .map(|i| GemmOption {
+                .zip(runs)
+                .map(|(i, &runs)| GemmOption {
                     tile: i.launch.grid.output_tile(),
                     tensor_maps: !i.tensor_maps.is_empty(),
-                    runs: runs_here(gpu, i),
+                    runs,
                 })
                 .collect();
             // The bindings try in this order and take the first that accepts the call.
-            gemm_order(m as usize, n as usize, &device_of(gpu), &options)
+            gemm_order(m as usize, n as usize, device, &options)
                 .into_iter()
                 .find(|&i| problem::fits(&members[i], p))
         }
@@ -191,11 +198,17 @@ fn rule_pick(gpu: &Gpu, members: &[InstanceEntry], p: Problem) -> Option<usize> 
 }
 
 /// The member the library's tuning tables pick for `p` on this device, as the bindings do.
-fn tuned_pick(gpu: &Gpu, method: &str, members: &[InstanceEntry], p: Problem) -> Option<usize> {
+fn tuned_pick(
+    gpu: &Gpu,
+    device: &crate::loader::Device,
+    method: &str,
+    members: &[InstanceEntry],
+    p: Problem,
+) -> Option<usize> {
     let refs: Vec<&InstanceEntry> = members.iter().collect();
     let entries = crate::tuning::dispatch_of(&gpu.manifest.tuning, method, &refs);
     let table: Vec<_> = entries.iter().map(|d| d.tuned()).collect();
-    tilegen_runtime::tuning::pick(&device_of(gpu), &table, &shape_of(p))
+    tilegen_runtime::tuning::pick(device, &table, &shape_of(p))
         .filter(|&i| problem::fits(&members[i], p))
 }
 
@@ -296,11 +309,16 @@ pub fn measure_method(
     max_elements: u64,
 ) -> Result<Vec<Measured>> {
     let failed = verify_members(gpu, members, verified, rng, max_elements);
+    // Once per method: which binary runs is a file read per instance.
+    let device = device_of(gpu);
+    let runs: Vec<bool> = members.iter().map(|i| runs_here(gpu, &device, i)).collect();
     let mut out = Vec::new();
     for p in shapes_for(members, shapes) {
         let runnable: Vec<&InstanceEntry> = members
             .iter()
-            .filter(|i| !failed.contains(&i.name) && problem::fits(i, p) && runs_here(gpu, i))
+            .zip(&runs)
+            .filter(|(i, &r)| r && !failed.contains(&i.name) && problem::fits(i, p))
+            .map(|(i, _)| i)
             .collect();
         if runnable.is_empty() {
             continue;
@@ -319,8 +337,8 @@ pub fn measure_method(
             problem: p,
             shape: shape_of(p),
             times,
-            rule: name(rule_pick(gpu, members, p)),
-            tuned: name(tuned_pick(gpu, method, members, p)),
+            rule: name(rule_pick(&device, members, &runs, p)),
+            tuned: name(tuned_pick(gpu, &device, method, members, p)),
             unverified: failed.iter().cloned().collect(),
         });
     }

@@ -1,5 +1,5 @@
-//! Helpers shared by the bundle tests: a small library rendered without NVRTC and given fake
-//! binaries, tilegen run as a child, and hostile archives built from raw tar headers (gzipped
+//! Helpers shared by the integration tests: a small library rendered without NVRTC and given
+//! fake binaries, tilegen run as a child (and waited for with a hang guard), and hostile archives built from raw tar headers (gzipped
 //! as tilegen writes them), with `bundle.json`'s hashes fixed up so that only the edit under
 //! test is hostile.
 
@@ -142,6 +142,19 @@ pub fn tilegen(args: &[&str], env: &[(&str, &Path)]) -> Output {
         c.env(k, v);
     }
     c.output().unwrap()
+}
+
+/// Waits for a child, killing it (and failing) if it runs past a minute: a hang is a bug.
+pub fn finish(mut child: std::process::Child, what: &str) -> Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("{what}: still running after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.wait_with_output().unwrap()
 }
 
 /// The members of a bundle (`bundle.json` first).
