@@ -1,29 +1,6 @@
 //! The build-script front end: [`Builder`] turns a specs folder into a kernel library under
-//! `OUT_DIR` and tells cargo what to watch. It runs the same core as `tilegen generate`.
-//!
-//! # Layout under `OUT_DIR`
-//!
-//! ```text
-//! $OUT_DIR/tilegen/            the library (Builder::out_dir changes it)
-//!     bindings.rs              include! this
-//!     manifest.json            every instance, its signature, launch rule and files
-//!     kernels/<name>.cu        rendered CUDA C
-//!     kernels/<name>.<arch>.ptx, kernels/<name>.<arch>.cubin
-//! ```
-//!
-//! Compiled kernels are also kept in the shared compile cache (`TILEGEN_CACHE_DIR`, else the
-//! user cache folder), so a clean build recompiles nothing that was compiled before.
-//!
-//! # Cargo conventions
-//!
-//! - What deserves a human's eye is printed as `cargo:warning=`, one line each, each once: a
-//!   corrupt cache entry that was rebuilt, a cache that cannot be used, NVRTC warnings, and
-//!   kernels that spill registers to local memory.
-//! - `TILEGEN_ARCHS` (`sm_80,sm_90`) replaces the archs of the specs and of
-//!   [`Builder::archs`], like `CUDA_COMPUTE_CAP` for other CUDA build crates.
-//! - Parallel compiles take cargo's jobserver tokens: one compile runs on the build script's
-//!   own token, one more for each token free when compiling starts (up to `NUM_JOBS`), so a
-//!   workspace build does not run more jobs than `cargo -j` allows.
+//! `OUT_DIR` and tells cargo what to watch. It runs the same core as `tilegen generate`. Its
+//! user-facing documentation (layout under `OUT_DIR`, cargo conventions) is the crate's.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -43,7 +43,9 @@ pub struct Options {
     /// Only instances whose name contains this.
     pub filter: Option<String>,
     /// Take the library from this bundle (verified) instead of compiling; NVRTC is not
-    /// needed. Specs that are present are compared with it (see [`crate::bundle::library`]).
+    /// needed. When the specs are present, only their instances are taken from the bundle
+    /// (which may hold more), each checked against what the specs render; any mismatch is an
+    /// error and nothing is written.
     pub bundle: Option<PathBuf>,
     /// With `bundle`: the public key (a `.pub` file or the key itself) whose signature
     /// `BUNDLE.minisig` must verify before anything in the bundle is read.
@@ -52,7 +54,7 @@ pub struct Options {
     /// `TILEGEN_CACHE_URL`. Needs the `remote-cache` feature (else only a warning).
     pub remote_cache: Option<String>,
     /// Folder of tuning tables (`tilegen tune`) to bake into the bindings; None reads the
-    /// `tuning` folder beside the specs when there is one ([`crate::tuning::dir`]).
+    /// `tuning` folder beside the specs when there is one.
     pub tuning: Option<PathBuf>,
     /// Leave out instances of kernels marked `tuning: candidates` that no tuning table names
     /// as a winner (every other instance is kept: the fixed rules' fallbacks).
@@ -84,6 +86,7 @@ impl Options {
 /// Progress events, for a progress bar or `--message-format json`.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Event {
     Planned {
         instances: usize,

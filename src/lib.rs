@@ -6,7 +6,8 @@
 //! library: the CUDA C, PTX, cubins, a JSON manifest and typed Rust bindings.
 //!
 //! The command-line tool and the build-script [`Builder`] run the same core,
-//! [`generate::generate`]; a bundle packs the library folder that core writes.
+//! [`generate()`] (given [`Options`], it reports [`Event`]s); a [`bundle`] packs the library
+//! folder that core writes, and [`Manifest`] reads its `manifest.json`.
 //!
 //! # From a build script
 //!
@@ -70,41 +71,187 @@
 //! A bad call (a short buffer, a misaligned view, rows longer than any instance takes)
 //! returns `kernels::Error::Arg` and launches nothing; `kernels::plan` holds the same checks
 //! as pure functions. Under `DOCS_RS` the build script compiles nothing and the bindings
-//! still compile (their kernels fail at load time). See [`builder`] for the layout under
-//! `OUT_DIR` and [`bindings`] for what the generated module holds.
+//! still compile (their kernels fail at load time).
 //!
 //! A checked-in library (`tilegen generate` writes `generated/`) is used the same way:
 //! `include!("../generated/bindings.rs")`.
+//!
+//! # Layout under `OUT_DIR`
+//!
+//! ```text
+//! $OUT_DIR/tilegen/            the library (Builder::out_dir changes it)
+//!     bindings.rs              include! this
+//!     manifest.json            every instance, its signature, launch rule and files
+//!     kernels/<name>.cu        rendered CUDA C
+//!     kernels/<name>.<arch>.ptx, kernels/<name>.<arch>.cubin
+//! ```
+//!
+//! Compiled kernels are also kept in the shared compile cache (`TILEGEN_CACHE_DIR`, else the
+//! user cache folder), so a clean build recompiles nothing that was compiled before.
+//! [`Manifest`] reads `manifest.json`; [`bundle`] packs and verifies a library folder.
+//!
+//! # Cargo conventions
+//!
+//! - What deserves a human's eye is printed as `cargo:warning=`, one line each, each once: a
+//!   corrupt cache entry that was rebuilt, a cache that cannot be used, NVRTC warnings, and
+//!   kernels that spill registers to local memory.
+//! - `TILEGEN_ARCHS` (`sm_80,sm_90`) replaces the archs of the specs and of
+//!   [`Builder::archs`], like `CUDA_COMPUTE_CAP` for other CUDA build crates.
+//! - Parallel compiles take cargo's jobserver tokens: one compile runs on the build script's
+//!   own token, one more for each token free when compiling starts (up to `NUM_JOBS`), so a
+//!   workspace build does not run more jobs than `cargo -j` allows.
+//!
+//! # The generated bindings
+//!
+//! `bindings.rs` is one module text generated from the manifest: a header (`@generated`,
+//! tilegen's version, a hash of the text), re-exports of the runtime, a compile-time check
+//! that the runtime can run these bindings, `KERNELS` (each kernel's binaries through
+//! `include_bytes!("kernels/…")`, paths relative to `bindings.rs`), `Kernels` with one method
+//! per op and dtype (dispatching by shape) and one per instance, and `plan`, the pure checks
+//! those methods run before launching. Everything else comes from the `tilegen-runtime`
+//! crate ([`launch_rules`], [`call_checks`], [`loader`] here), so two generated libraries
+//! can live in one crate. The bindings have no inner attributes: they can be `include!`d
+//! inside a module.
 
 // The examples are build scripts, whose `fn main` is the point.
 #![allow(clippy::needless_doctest_main)]
 
-pub mod bindings;
-pub mod builder;
+// Every module is private: the API is the `pub use` list below (and the `bundle` module),
+// chosen for build scripts and for programs that read libraries and bundles. The `tilegen`
+// binary and this repository's tests also reach the internals; rather than fold the command
+// line into the library (and its clap types into every build script's docs), they go through
+// one hidden module, `__internal`, which mirrors the private modules and is no API.
+mod bindings;
+mod builder;
 pub mod bundle;
-pub mod cache;
-pub mod diagnostics;
-pub mod env;
-pub mod error;
-pub mod escape;
-pub mod generate;
+mod cache;
+mod diagnostics;
+mod env;
+mod error;
+mod escape;
+mod generate;
 #[cfg(feature = "gpu")]
-pub mod gpu;
-pub mod hashing;
-pub mod manifest;
-pub mod nvrtc;
-pub mod ops;
-pub mod output;
-pub mod provision;
-pub mod render;
-pub mod spec;
-pub mod tuning;
+mod gpu;
+mod hashing;
+mod manifest;
+mod nvrtc;
+mod ops;
+mod output;
+mod provision;
+mod render;
+mod spec;
+mod tuning;
 
+// Build scripts.
 pub use builder::{compile_specs, Builder};
+
+// Errors.
+pub use diagnostics::{Diagnostic, Diagnostics, Mark};
 pub use error::{Error, Result};
+
+// The generator core, which `Builder` and `tilegen generate` run.
+pub use generate::{generate, Event, Options, Report, Source as CompileSource};
+
+// A library's `manifest.json` and what its entries are made of.
+pub use manifest::{FileRef, InstanceEntry, Manifest, Target};
+pub use nvrtc::Resources;
+pub use ops::{
+    Arg, ArgKind, GridRule, Interleave, L2Promotion, Launch, OobFill, Swizzle, TensorMap,
+};
+pub use tuning::{DeviceKey, TuningEntry, TuningTable};
+
+// The spec vocabulary (what a manifest entry records of its spec).
+pub use spec::{Arch, DType, Engine, Epilogue, Layout, Op, Origin, Params, RowVariant};
+
 /// The generated bindings' runtime (the `tilegen-runtime` crate): tilegen chooses binaries and
 /// reads PTX versions with the same code the bindings run.
 pub use tilegen_runtime::{call_checks, launch_rules, loader, tensor_map};
+
+/// Unstable internals for the `tilegen` binary and this repository's tests: not part of the
+/// API, not covered by semver, changed in any release. Each module re-exports the public items
+/// of the private module of the same name.
+#[doc(hidden)]
+pub mod __internal {
+    pub mod bindings {
+        pub use crate::bindings::*;
+    }
+    pub mod builder {
+        pub use crate::builder::*;
+    }
+    pub mod bundle {
+        pub use crate::bundle::*;
+        pub mod archive {
+            pub use crate::bundle::archive::*;
+        }
+        pub mod library {
+            pub use crate::bundle::library::*;
+        }
+        pub mod manifest {
+            pub use crate::bundle::manifest::*;
+        }
+        pub mod sign {
+            pub use crate::bundle::sign::*;
+        }
+        pub mod stage {
+            pub use crate::bundle::stage::*;
+        }
+        pub mod unpack {
+            pub use crate::bundle::unpack::*;
+        }
+        pub mod verify {
+            pub use crate::bundle::verify::*;
+        }
+    }
+    pub mod cache {
+        pub use crate::cache::*;
+    }
+    pub mod diagnostics {
+        pub use crate::diagnostics::*;
+    }
+    pub mod env {
+        pub use crate::env::*;
+    }
+    pub mod error {
+        pub use crate::error::*;
+    }
+    pub mod escape {
+        pub use crate::escape::*;
+    }
+    pub mod generate {
+        pub use crate::generate::*;
+    }
+    #[cfg(feature = "gpu")]
+    pub mod gpu {
+        pub use crate::gpu::*;
+    }
+    pub mod hashing {
+        pub use crate::hashing::*;
+    }
+    pub mod manifest {
+        pub use crate::manifest::*;
+    }
+    pub mod nvrtc {
+        pub use crate::nvrtc::*;
+    }
+    pub mod ops {
+        pub use crate::ops::*;
+    }
+    pub mod output {
+        pub use crate::output::*;
+    }
+    pub mod provision {
+        pub use crate::provision::*;
+    }
+    pub mod render {
+        pub use crate::render::*;
+    }
+    pub mod spec {
+        pub use crate::spec::*;
+    }
+    pub mod tuning {
+        pub use crate::tuning::*;
+    }
+}
 
 /// tilegen's version, recorded in every generated file and in every cache key.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

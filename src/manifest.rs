@@ -314,6 +314,8 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
         (Field::Causal, p.causal.is_some()),
         (Field::TileQ, p.tile_q.is_some()),
         (Field::TileKv, p.tile_kv.is_some()),
+        (Field::RowsPerBlock, p.rows_per_block.is_some()),
+        (Field::Lean, p.lean.is_some()),
     ];
     for (f, is_set) in set {
         if is_set && !info.fields.contains(&f) {

@@ -23,6 +23,13 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("gemm.cu", include_str!("../templates/gemm.cu")),
     ("gemm_sm90.cu", include_str!("../templates/gemm_sm90.cu")),
     ("attention.cu", include_str!("../templates/attention.cu")),
+    ("wgmma.cuh", include_str!("../templates/wgmma.cuh")),
+    ("sm90.cuh", include_str!("../templates/sm90.cuh")),
+    ("attention.cuh", include_str!("../templates/attention.cuh")),
+    (
+        "attention_sm90.cu",
+        include_str!("../templates/attention_sm90.cu"),
+    ),
 ];
 
 /// A set of templates ready to render, with the files it was built from (for

@@ -60,7 +60,7 @@ pub struct DeviceKey {
 pub struct TuningEntry {
     /// The bindings method (e.g. `layernorm_bf16`): op, layout, epilogue and dtypes.
     pub method: String,
-    /// The method's size arguments, in order ([`shape_args`]).
+    /// The method's size arguments, in order (`n`; `rows, cols`; `m, n, k`).
     pub shape: Vec<u64>,
     /// The winner, and the configuration hash it had when measured.
     pub instance: String,
@@ -133,7 +133,7 @@ pub fn load_dir(dir: &Path) -> Result<(Vec<TuningTable>, Vec<PathBuf>)> {
 }
 
 fn load_file(path: &Path) -> Result<TuningTable> {
-    let bad = |m: String| Error::Usage(format!("tuning table {}: {m}", path.display()));
+    let bad = |m: String| Error::input(path, format!("tuning table {}: {m}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if !meta.is_file() {
         return Err(bad("not a regular file".into()));
@@ -146,12 +146,15 @@ fn load_file(path: &Path) -> Result<TuningTable> {
     }
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let table: TuningTable = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::Usage(format!(
-            "{}:{}:{}: not a tuning table: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
+        Error::input(
+            path,
+            format!(
+                "{}:{}:{}: not a tuning table: {e}",
+                path.display(),
+                e.line(),
+                e.column()
+            ),
+        )
     })?;
     let problems = table.problems();
     if !problems.is_empty() {

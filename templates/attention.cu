@@ -35,14 +35,6 @@
 #define TG_KERNEL attention_fwd
 #endif
 #define TG_SHARED_BYTES SMEM_BYTES  // the harness sizes the launch from the same formula
-// The kernel's parameters; tilegen's are the op's signature (integers as long long, the
-// cu_seqlens as const void*), which the kernel reads the same way.
-#define TG_PARAMS                                                                                      \
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,       \
-        float* __restrict__ lse, const int* __restrict__ cu_seqlens_q, const int* __restrict__ cu_seqlens_kv, \
-        int heads_q, int heads_kv, int seq_q, int seq_kv, long long q_bs, long long q_ss, long long q_hs,  \
-        long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs,    \
-        long long o_bs, long long o_ss, long long o_hs, long long lse_bs, long long lse_hs, float scale
 #if 0
 {% endraw %}
 #endif
@@ -114,20 +106,23 @@ template <bool B> struct tg_bool { static constexpr bool value = B; };
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);
 }
-// 16-byte global -> shared copy bypassing L1; `src_bytes` 0 zero-fills and reads nothing.
-__device__ __forceinline__ void tg_cp_async16(unsigned dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
+#if 0
+{% endraw %}
+#endif
+#ifdef TG_STANDALONE
+#include "attention.cuh"
+#else
+{% include "attention.cuh" %}
+#endif
+#if 0
+{% raw %}
+#endif
 __device__ __forceinline__ void tg_cp_async16(unsigned dst, const void* src) {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void tg_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void tg_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void tg_ldsm_x4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 __device__ __forceinline__ void tg_ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
@@ -145,18 +140,6 @@ __device__ __forceinline__ void tg_mma(float (&c)[4], const unsigned (&a)[4], un
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
-}
-// Two floats as one 32-bit pair of T, `lo` in the low half (the lower column of a fragment).
-__device__ __forceinline__ unsigned tg_pack2(float lo, float hi) {
-    unsigned u;
-    if constexpr (BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
-    else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
-    return u;
-}
-__device__ __forceinline__ float tg_exp2(float x) {  // ex2.approx.ftz: -inf gives 0
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
 }
 
 // Shared-memory tiles are [rows][D] with the 16-byte chunks of row r XOR-swizzled by r % 8, so
@@ -180,16 +163,6 @@ __device__ __forceinline__ void tg_copy_tile(unsigned dst, const T* src, long lo
     }
 }
 
-// Rows [start, start + len) of sequence b of a packed batch whose offsets are `cu`, clamped
-// into [0, batch * seq) with len <= seq.
-__device__ __forceinline__ void tg_clamp_sequence(const int* cu, int b, long long batch, long long seq,
-                                                  long long& start, int& len) {
-    const long long cap = batch * seq;
-    const long long s0 = min(max((long long)cu[b], 0LL), cap);
-    const long long s1 = min(max((long long)cu[b + 1], s0), min(cap, s0 + seq));
-    start = s0;
-    len = (int)(s1 - s0);
-}
 
 // Grid: x = query tiles (of the longest sequence), y = heads_q, z = batch; THREADS threads and
 // SMEM_BYTES of dynamic shared memory per block. Causal blocks run their query tiles in
@@ -197,27 +170,11 @@ __device__ __forceinline__ void tg_clamp_sequence(const int* cu, int b, long lon
 extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(TG_PARAMS) {
     extern __shared__ __align__(128) unsigned char tg_smem[];
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int b = (int)blockIdx.z, h = (int)blockIdx.y;
-    const int hk = h / ((int)heads_q / (int)heads_kv);  // GQA: query heads share a K/V head in groups
-    // varlen: sequence b is rows [cu[b], cu[b+1]) of a packed batch (int32 offsets, as flash-attn)
-    const int* const cu_q = static_cast<const int*>(cu_seqlens_q);
-    const int* const cu_kv = static_cast<const int*>(cu_seqlens_kv);
-    long long q_start = 0, kv_start = 0;
-    int sq = (int)seq_q, skv = (int)seq_kv;
-    // The offsets are device data the launcher may not have seen: each sequence is clamped to at
-    // most seq rows inside the batch * seq rows the launcher checked the tensors hold, so bad
-    // offsets give wrong rows, never accesses outside the buffers (valid ones are unchanged).
-    if (cu_q != nullptr) tg_clamp_sequence(cu_q, b, (long long)gridDim.z, seq_q, q_start, sq);
-    if (cu_kv != nullptr) tg_clamp_sequence(cu_kv, b, (long long)gridDim.z, seq_kv, kv_start, skv);
-    const int mt = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int m0 = mt * BM;
-    if (m0 >= sq) return;
-    const int off = skv - sq;  // causal: query row r sees keys 0 ..= r + off (bottom-right aligned)
-    const int q_rows = min(BM, sq - m0);
-    // Keys this tile's rows can see: [0, kv_end); tiles [0, n_full) need no mask.
-    const int kv_end = CAUSAL ? min(skv, m0 + q_rows + off) : skv;
-    const int n_tiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
-    const int n_full = CAUSAL ? min(skv / BN, max(0, m0 + off + 1) / BN) : skv / BN;
+    tg_attn_block blk;
+    if (!tg_attn_block_of<BM, BN, CAUSAL>(cu_seqlens_q, cu_seqlens_kv, heads_q, heads_kv, seq_q, seq_kv, blk)) return;
+    const int b = blk.b, h = blk.h, hk = blk.hk, sq = blk.sq, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
+    const int off = blk.off, n_tiles = blk.n_tiles, n_full = blk.n_full;
+    const long long q_start = blk.q_start, kv_start = blk.kv_start;
 
     const T* qg = q + b * q_bs + (q_start + m0) * q_ss + h * q_hs;
     const T* kg = k + b * k_bs + kv_start * k_ss + hk * k_hs;

@@ -57,29 +57,11 @@ static_assert(STAGING_BYTES == 64u * EPI_COLS * sizeof(OT), "staging holds 64 ro
 static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds cover the tile in whole boxes");
 }  // namespace cfg
 
+{% include "sm90.cuh" %}
 {% raw -%}
-// ---- sm_90 PTX helpers ----
-__device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// Spins until the barrier's phase with this parity has completed.
-__device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
-    unsigned ok;
-    do {
-        asm volatile(
-            "{\n.reg .pred P;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, P;\n}\n"
-            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    } while (!ok);
-}
+// ---- TMA helpers ----
 __device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
 // 2-D TMA box load into shared memory; completes `bar`'s transaction bytes. Out-of-bounds
@@ -101,29 +83,6 @@ __device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bul
 __device__ __forceinline__ void tg_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
-}
-// Generic-proxy writes to shared memory become visible to the TMA (async proxy).
-__device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void tg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void tg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void tg_wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accumulator reads or writes across the async wgmma.
-__device__ __forceinline__ void tg_reg_fence(float (&acc)[cfg::ACC]) {
-#pragma unroll
-    for (int i = 0; i < cfg::ACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
-}
-
-// Shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte offsets
-// (each >> 4), swizzle mode 1 in bits 62-63.
-__device__ __forceinline__ unsigned long long tg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
 }
 {%- endraw %}
 

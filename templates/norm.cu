@@ -11,7 +11,7 @@
 // out = x / sqrt(mean(x^2) + eps){% if affine %} * weight{% endif %}.
 {%- endif %}
 // The row lives in {% if variant == "staged" %}shared memory{% else %}registers{% endif %}: {{ block }} threads x {{ items }} vectors x {{ vec }} elements = at most
-// {{ block * items * vec }} columns. Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}one block per {{ rows_per_block }} rows, walked
+// {{ block * items * vec }} columns. Launch: {{ block }} threads, {% if variant == "staged" and stages > 1 %}one block per {% if rows_per_block == 1 %}row{% else %}{{ rows_per_block }} rows{% endif %}, walked
 // through a shared-memory ring of {{ stages }} row buffers{% else %}one block per row{% endif %} (grid-stride).
 // Vector path when cols % {{ vec }} == 0 (pointers 16-byte aligned), else a scalar path.
 
@@ -99,6 +99,44 @@ __device__ __forceinline__ void tg_load_row_residual(const T* __restrict__ xr, c
 // Weight{% if op == "layernorm" %} and bias{% endif %} vectors in flight ahead of their use: a row's first ones load before its
 // statistics, so their latency hides behind the reduction instead of stalling every warp.
 #define TG_PREFETCH {{ prefetch_vectors }}
+{%- endif %}
+{%- if lean %}
+// Two block-wide sums, as tg_block_sum2, for blocks of at most 8 warps: every thread reads the
+// warps' partial sums and adds them pairwise (log2 of the warps deep, as the shuffle tree),
+// instead of a second round of shuffles.
+template <int THREADS> __device__ __forceinline__ void tg_block_sum2_few(float& a, float& b, float* scratch) {
+    constexpr int W = THREADS / 32;
+    if constexpr (W > 8) {
+        tg_block_sum2<THREADS>(a, b, scratch);
+    } else {
+        a = tg_warp_sum(a);
+        b = tg_warp_sum(b);
+        if constexpr (W > 1) {
+            const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+            __syncthreads();
+            if (lane == 0) {
+                scratch[warp] = a;
+                scratch[32 + warp] = b;
+            }
+            __syncthreads();
+            float pa[W], pb[W];
+#pragma unroll
+            for (int w = 0; w < W; ++w) {
+                pa[w] = scratch[w];
+                pb[w] = scratch[32 + w];
+            }
+#pragma unroll
+            for (int s = 1; s < W; s *= 2)
+#pragma unroll
+                for (int i = 0; i + s < W; i += 2 * s) {
+                    pa[i] += pa[i + s];
+                    pb[i] += pb[i + s];
+                }
+            a = pa[0];
+            b = pb[0];
+        }
+    }
+}
 {%- endif %}
 extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kernel }}({{ params }}) {
     __shared__ float scratch[64];
@@ -194,6 +232,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         // to all after a barrier.
         __syncthreads();
         const float shift = tg_to_float(srow[0]);
+{%- if lean %}
+        // A row exactly as long as the block's capacity has every vector whole: its path
+        // checks no bounds and fills nothing per vector, work that short rows pay per element.
+        const bool full = vec_ok && ncols == TG_THREADS * TG_ITEMS * TG_VEC;
+{%- endif %}
 {%- elif op == "layernorm" %}
         // The shift (see the one-pass variant): loaded before the wait for the row, so it
         // arrives with it (reading thread 0's copy of column 0 from shared memory needs a
@@ -211,6 +254,21 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
 {%- endif %}
 {%- if op == "layernorm" %}
         float s1 = 0.0f, s2 = 0.0f;
+{%- if lean %}
+        if (full) {
+#pragma unroll
+            for (int j = 0; j < TG_ITEMS; ++j) {
+                float t[TG_VEC];
+                tg_load16_shared(srow + tg_col(j), t);
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) {
+                    const float d = t[e] - shift;
+                    s1 += d;
+                    s2 = fmaf(d, d, s2);
+                }
+            }
+        } else {
+{%- endif %}
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {
             float t[TG_VEC];
@@ -222,7 +280,12 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
                 s2 = fmaf(d, d, s2);
             }
         }
+{%- if lean %}
+        }
+        tg_block_sum2_few<TG_THREADS>(s1, s2, scratch);
+{%- else %}
         tg_block_sum2<TG_THREADS>(s1, s2, scratch);
+{%- endif %}
         const float dmean = s1 * inv_cols;
         const float mean = shift + dmean;
         const float rstd = rsqrtf(fmaxf(s2 * inv_cols - dmean * dmean, 0.0f) + eps);
@@ -242,6 +305,29 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) {{ kerne
         }
         const float rstd = rsqrtf(tg_block_sum<TG_THREADS>(q, scratch) * inv_cols + eps);
         const float mean = 0.0f;
+{%- endif %}
+{%- if lean %}
+        if (full) {
+#pragma unroll
+            for (int j = 0; j < TG_ITEMS; ++j) {
+                float t[TG_VEC];
+                tg_load16_shared(srow + tg_col(j), t);
+{%- if affine %}
+                float wj[TG_VEC], bj[TG_VEC];
+                weights_of(j, wj, bj);
+{%- endif %}
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) {
+                    float y = (t[e] - mean) * rstd;
+{%- if affine %}
+                    y = fmaf(y, wj[e], bj[e]);
+{%- endif %}
+                    t[e] = y;
+                }
+                tg_store16(yr + tg_col(j), t);
+            }
+            continue;
+        }
 {%- endif %}
 #pragma unroll
         for (int j = 0; j < TG_ITEMS; ++j) {

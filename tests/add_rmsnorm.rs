@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
+use tilegen::__internal::gpu::problem::{Problem, LAYERNORM_EPS};
+use tilegen::__internal::gpu::reference::{self, Inputs};
 use tilegen::call_checks::{self, Buf};
-use tilegen::gpu::problem::{Problem, LAYERNORM_EPS};
-use tilegen::gpu::reference::{self, Inputs};
 use tilegen::launch_rules::ArgError;
-use tilegen::manifest::{InstanceEntry, Manifest};
-use tilegen::ops::ArgKind;
-use tilegen::spec::{DType, Op};
+use tilegen::ArgKind;
+use tilegen::{DType, Op};
+use tilegen::{InstanceEntry, Manifest};
 
 const SPEC: &str = "\
 kernels:
@@ -34,14 +34,14 @@ fn render(dir: &Path) -> (Manifest, String, String) {
     std::fs::create_dir_all(&specs).unwrap();
     std::fs::write(specs.join("a.yaml"), SPEC).unwrap();
     let out = dir.join("lib");
-    let mut o = tilegen::generate::Options::new(&specs, &out);
+    let mut o = tilegen::Options::new(&specs, &out);
     o.compile = false;
     o.cache_dir = Some(dir.join("cache"));
-    tilegen::generate::generate(&o, &|_| {}).expect("the spec renders");
+    tilegen::generate(&o, &|_| {}).expect("the spec renders");
     let m = Manifest::from_bytes(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let bindings = std::fs::read_to_string(out.join("bindings.rs")).unwrap();
     let cu =
-        std::fs::read_to_string(out.join("kernels/add_rmsnorm_bf16_staged_b64_i2.cu")).unwrap();
+        std::fs::read_to_string(out.join("kernels/add_rmsnorm_bf16_staged_s1_b64_i2.cu")).unwrap();
     (m, bindings, cu)
 }
 
@@ -57,12 +57,12 @@ fn spec_is_accepted_with_its_argument_roles_and_checks() {
     assert_eq!(
         names,
         [
-            "add_rmsnorm_bf16_b64_i2",
-            "add_rmsnorm_bf16_staged_b64_i2",
-            "add_rmsnorm_f32_b64_i2"
+            "add_rmsnorm_bf16_onepass_b64_i2",
+            "add_rmsnorm_bf16_staged_s1_b64_i2",
+            "add_rmsnorm_f32_onepass_b64_i2"
         ]
     );
-    let inst = instance(&m, "add_rmsnorm_bf16_staged_b64_i2");
+    let inst = instance(&m, "add_rmsnorm_bf16_staged_s1_b64_i2");
     assert_eq!(inst.op, Op::AddRmsNorm);
     assert_eq!(
         inst.params.affine,
@@ -109,7 +109,9 @@ fn spec_is_accepted_with_its_argument_roles_and_checks() {
         "kernels:\n  - name: n\n    op: add_rmsnorm\n    dtype: f32\n    variant: online\n  - name: m\n    op: add_rmsnorm\n    dtype: f16\n    variant: staged\n    archs: [sm_75]\n",
     )
     .unwrap();
-    let err = tilegen::spec::load_dir(&bad).unwrap_err().to_string();
+    let err = tilegen::__internal::spec::load_dir(&bad)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("add_rmsnorm has no online variant"), "{err}");
     assert!(err.contains("cp.async, which needs sm_80+"), "{err}");
 }
@@ -186,14 +188,14 @@ fn reference_norms_the_rounded_h() {
     };
     // bf16: h is written as [1, 3] (x + r rounded), and y is the norm of that h; the expected
     // h is the exact sum, which the check allows the dtype's rounding of.
-    let bf16 = instance(&m, "add_rmsnorm_bf16_b64_i2");
+    let bf16 = instance(&m, "add_rmsnorm_bf16_onepass_b64_i2");
     assert_eq!(bf16.dtype, DType::Bf16);
     let ex = reference::compute(&bf16, p, &inp).unwrap();
     let s = 1.0 / (5.0f64 + eps).sqrt();
     close(&ex.values, &[1.0 + tiny, 3.0, s, 6.0 * s], "bf16 h then y");
     assert_eq!(ex.err.len(), 4);
     // f32 keeps the sum: y is the norm of 1 + 2^-9.
-    let f32 = instance(&m, "add_rmsnorm_f32_b64_i2");
+    let f32 = instance(&m, "add_rmsnorm_f32_onepass_b64_i2");
     let ex = reference::compute(&f32, p, &inp).unwrap();
     let h0 = 1.0 + tiny;
     let s = 1.0 / ((h0 * h0 + 9.0) / 2.0 + eps).sqrt();

@@ -8,8 +8,8 @@ use std::process::Command;
 
 use tilegen::call_checks::Buf;
 use tilegen::launch_rules::ArgError;
-use tilegen::manifest::Manifest;
-use tilegen::ops::GridRule;
+use tilegen::GridRule;
+use tilegen::Manifest;
 use tilegen_runtime::attention::{self as rt, AttnShape, AttnStrides, TensorStrides, Varlen};
 
 mod lib {
@@ -38,10 +38,10 @@ fn render(dir: &Path, spec: &str) -> (Manifest, String) {
     std::fs::create_dir_all(&specs).unwrap();
     std::fs::write(specs.join("a.yaml"), spec).unwrap();
     let out = dir.join("lib");
-    let mut o = tilegen::generate::Options::new(&specs, &out);
+    let mut o = tilegen::Options::new(&specs, &out);
     o.compile = false;
     o.cache_dir = Some(dir.join("cache"));
-    tilegen::generate::generate(&o, &|_| {}).expect("the spec renders");
+    tilegen::generate(&o, &|_| {}).expect("the spec renders");
     let m = Manifest::from_bytes(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let cu =
         std::fs::read_to_string(out.join("kernels/attention_bf16_d128_causal_q64x64_s2_b128.cu"))
@@ -385,8 +385,16 @@ fn bindings_dispatch_by_mask_and_device() {
     assert!(name(&masked).contains("_causal_"), "{}", name(&masked));
     assert!(!name(&plain).contains("_causal_"), "{}", name(&plain));
     assert_ne!(masked.dims, None);
-    // An A100 runs the same (sm_80 cubins); a Turing card has nothing to run.
-    assert_eq!(plan(&device(8, 0), true).unwrap().kernel, masked.kernel);
+    // An sm_90 device runs the Hopper (wgmma) instances; an A100 the portable ones (sm_80
+    // cubins), with the same mask; a Turing card has nothing to run.
+    assert!(name(&masked).ends_with("_wgmma"), "{}", name(&masked));
+    assert!(name(&plain).ends_with("_wgmma"), "{}", name(&plain));
+    let a100 = plan(&device(8, 0), true).unwrap();
+    assert!(
+        name(&a100).contains("_causal_") && !name(&a100).ends_with("_wgmma"),
+        "{}",
+        name(&a100)
+    );
     assert!(matches!(
         plan(&device(7, 5), false),
         Err(ArgError::NoInstance {

@@ -596,17 +596,17 @@ fn picked(p: &Result<Plan, ArgError>) -> &'static str {
 /// `shape` on `d`, computed from the manifest as the bindings' tables were; None where no
 /// entry applies and the fixed rules decide.
 fn tuned(d: &Device, method: &str, shape: &[u64]) -> Option<String> {
-    static MANIFEST: std::sync::OnceLock<tilegen::manifest::Manifest> = std::sync::OnceLock::new();
+    static MANIFEST: std::sync::OnceLock<tilegen::Manifest> = std::sync::OnceLock::new();
     let m = MANIFEST.get_or_init(|| {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/generated/manifest.json");
-        tilegen::manifest::Manifest::from_bytes(&std::fs::read(path).unwrap()).unwrap()
+        tilegen::Manifest::from_bytes(&std::fs::read(path).unwrap()).unwrap()
     });
     let members: Vec<_> = m
         .instances
         .iter()
-        .filter(|i| tilegen::bindings::method_name(i) == method)
+        .filter(|i| tilegen::__internal::bindings::method_name(i) == method)
         .collect();
-    let entries = tilegen::tuning::dispatch_of(&m.tuning, method, &members);
+    let entries = tilegen::__internal::tuning::dispatch_of(&m.tuning, method, &members);
     let table: Vec<_> = entries.iter().map(|e| e.tuned()).collect();
     tilegen_runtime::tuning::pick(d, &table, shape).map(|i| members[i].name.clone())
 }

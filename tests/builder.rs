@@ -60,7 +60,7 @@ fn builder_reports_spec_errors_and_bad_archs() {
 /// the next run (the log was cached with the kernel), without reading cache entries back.
 #[test]
 fn compiler_warnings_come_with_each_compile_also_from_the_cache() {
-    use tilegen::generate::{self, Event, Options};
+    use tilegen::{Event, Options};
     let dir = tempfile::tempdir().unwrap();
     let templates = dir.path().join("templates");
     std::fs::create_dir_all(&templates).unwrap();
@@ -79,7 +79,7 @@ fn compiler_warnings_come_with_each_compile_also_from_the_cache() {
     opts.cache_dir = Some(dir.path().join("cache"));
     let warnings = |opts: &Options| {
         let seen = std::sync::Mutex::new(Vec::new());
-        generate::generate(opts, &|e| {
+        tilegen::generate(opts, &|e| {
             if let Event::Compiled {
                 warnings, cached, ..
             } = e

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{file, golden_specs, raw_archive, sha, tilegen, FakeLibrary, Raw};
+use tilegen::__internal::output::FileSet;
 use tilegen::bundle::{self, Limits};
-use tilegen::output::FileSet;
 use tilegen::Error;
 
 /// Compares two file sets by name and hash (no giant byte dumps on failure).
@@ -161,7 +161,7 @@ fn bundle_manifest_lists_versions_archs_isa_and_members() {
     let f = fixture();
     let b = bundle::open(&f.bundle, &Limits::default()).unwrap();
     let m = &b.manifest;
-    assert_eq!(m.format, bundle::manifest::FORMAT);
+    assert_eq!(m.format, tilegen::__internal::bundle::manifest::FORMAT);
     assert_eq!(m.tilegen_version, tilegen::VERSION);
     assert_eq!(m.nvrtc_version, "none");
     assert_eq!(m.archs, vec!["sm_80", "sm_90"]);
@@ -202,7 +202,7 @@ fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
     std::fs::create_dir_all(stale.join("kernels")).unwrap();
     std::fs::write(stale.join("kernels/half.ptx"), b"half").unwrap();
     assert_eq!(
-        bundle::unpack::leftovers(&dest).unwrap(),
+        tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap(),
         vec![stale.clone()]
     );
     // The temporary folder of an unpack still running (its pid is alive: this process's)
@@ -215,7 +215,9 @@ fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
     bundle::unpack(&f.bundle, &dest, &Limits::default()).unwrap();
     assert!(!stale.exists(), "the next unpack removes leftovers");
     assert!(running.exists(), "a live unpack's folder is left alone");
-    assert!(bundle::unpack::leftovers(&dest).unwrap().is_empty());
+    assert!(tilegen::__internal::bundle::unpack::leftovers(&dest)
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -433,29 +435,28 @@ fn generate_from_a_bundle_needs_no_nvrtc_and_checks_the_specs() {
     let f = fixture();
     let out = tempfile::tempdir().unwrap();
     // No specs present: the bundle is taken as it is.
-    let mut o =
-        tilegen::generate::Options::new(out.path().join("no-specs"), out.path().join("lib"));
+    let mut o = tilegen::Options::new(out.path().join("no-specs"), out.path().join("lib"));
     o.bundle = Some(f.bundle.clone());
-    let r = tilegen::generate::generate(&o, &|_| {}).expect("builds from the bundle");
+    let r = tilegen::generate(&o, &|_| {}).expect("builds from the bundle");
     assert_eq!(r.compiled, 0);
     assert_eq!(r.inputs, vec![f.bundle.clone()]);
     let want = bundle::load_library(&f.lib).unwrap();
     let got = bundle::load_library(&out.path().join("lib")).unwrap();
     assert_same(&got, &want);
     // A second run writes nothing; --check agrees.
-    let r = tilegen::generate::generate(&o, &|_| {}).unwrap();
+    let r = tilegen::generate(&o, &|_| {}).unwrap();
     assert!(r.written.is_empty());
     o.check = true;
-    tilegen::generate::generate(&o, &|_| {}).unwrap();
+    tilegen::generate(&o, &|_| {}).unwrap();
 
     // Matching specs: fine. (The fixture used `--filter _f32`; a spec file with only those.)
     let specs = out.path().join("specs");
     std::fs::create_dir(&specs).unwrap();
     let text = std::fs::read_to_string(golden_specs().join("golden.yaml")).unwrap();
-    let mut o = tilegen::generate::Options::new(&specs, out.path().join("lib2"));
+    let mut o = tilegen::Options::new(&specs, out.path().join("lib2"));
     o.bundle = Some(f.bundle.clone());
     std::fs::write(specs.join("golden.yaml"), &text).unwrap();
-    let e = tilegen::generate::generate(&o, &|_| {}).unwrap_err();
+    let e = tilegen::generate(&o, &|_| {}).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, Error::OutOfDate(_)), "{msg}");
     assert!(
@@ -470,14 +471,12 @@ fn generate_from_a_bundle_needs_no_nvrtc_and_checks_the_specs() {
     // The specs the fixture was made from, line for line: fine.
     let only_f32 = f32_only_spec(&text);
     std::fs::write(specs.join("golden.yaml"), &only_f32).unwrap();
-    tilegen::generate::generate(&o, &|_| {}).expect("specs that match the bundle");
+    tilegen::generate(&o, &|_| {}).expect("specs that match the bundle");
     // One configuration changed: named, with the field.
     let changed = only_f32.replacen("    archs: [sm_80, sm_90]", "    archs: [sm_90]", 1);
     assert_ne!(changed, only_f32);
     std::fs::write(specs.join("golden.yaml"), &changed).unwrap();
-    let msg = tilegen::generate::generate(&o, &|_| {})
-        .unwrap_err()
-        .to_string();
+    let msg = tilegen::generate(&o, &|_| {}).unwrap_err().to_string();
     assert!(
         msg.contains("vector_add_f32_b256_i4 (golden.yaml:"),
         "{msg}"
@@ -490,7 +489,7 @@ fn generate_from_a_bundle_needs_no_nvrtc_and_checks_the_specs() {
     // A spec edit that moves its lines: the same kernels, whose headers now name the new
     // lines (as a compile would write them).
     std::fs::write(specs.join("golden.yaml"), format!("# moved\n{only_f32}")).unwrap();
-    tilegen::generate::generate(&o, &|_| {}).expect("moved lines are the same kernels");
+    tilegen::generate(&o, &|_| {}).expect("moved lines are the same kernels");
     let cu =
         std::fs::read_to_string(out.path().join("lib2/kernels/vector_add_f32_b256_i4.cu")).unwrap();
     assert!(
@@ -501,9 +500,7 @@ fn generate_from_a_bundle_needs_no_nvrtc_and_checks_the_specs() {
     // A changed tile size renames the instance: both sides are named.
     let renamed = only_f32.replacen("items: 4", "items: 2", 1);
     std::fs::write(specs.join("golden.yaml"), &renamed).unwrap();
-    let msg = tilegen::generate::generate(&o, &|_| {})
-        .unwrap_err()
-        .to_string();
+    let msg = tilegen::generate(&o, &|_| {}).unwrap_err().to_string();
     assert!(
         msg.contains("vector_add_f32_b256_i2 (golden.yaml:"),
         "{msg}"
@@ -596,18 +593,22 @@ fn cli_create_verify_inspect_unpack_and_generate() {
 /// A fixture with a key pair in `keys/` and the bundle signed by it.
 fn signed_fixture() -> (Fixture, PathBuf, PathBuf) {
     let f = fixture();
-    let (pk, sk) = bundle::sign::keygen(&f._dir.path().join("keys")).expect("keygen");
-    let sig = bundle::sign::sign(&f.bundle, &sk).expect("signs");
-    assert_eq!(sig, bundle::sign::signature_path(&f.bundle));
+    let (pk, sk) =
+        tilegen::__internal::bundle::sign::keygen(&f._dir.path().join("keys")).expect("keygen");
+    let sig = tilegen::__internal::bundle::sign::sign(&f.bundle, &sk).expect("signs");
+    assert_eq!(
+        sig,
+        tilegen::__internal::bundle::sign::signature_path(&f.bundle)
+    );
     assert!(sig.to_str().unwrap().ends_with("kernels.tar.gz.minisig"));
     (f, pk, sk)
 }
 
-fn pubkey(path: &Path) -> bundle::sign::PublicKey {
-    bundle::sign::read_public_key(path.to_str().unwrap()).unwrap()
+fn pubkey(path: &Path) -> bundle::PublicKey {
+    bundle::read_public_key(path.to_str().unwrap()).unwrap()
 }
 
-fn policy(key: &bundle::sign::PublicKey, required: bool) -> Option<bundle::SignaturePolicy<'_>> {
+fn policy(key: &bundle::PublicKey, required: bool) -> Option<bundle::SignaturePolicy<'_>> {
     Some(bundle::SignaturePolicy {
         pubkey: key,
         required,
@@ -647,7 +648,7 @@ fn a_signed_bundle_verifies_and_unpacks() {
     let line = std::fs::read_to_string(&pk).unwrap();
     let line = line.lines().last().unwrap();
     assert!(line.starts_with("RW"));
-    let key2 = bundle::sign::read_public_key(line).unwrap();
+    let key2 = bundle::read_public_key(line).unwrap();
     assert!(bundle::open_signed(&f.bundle, &Limits::default(), policy(&key2, true)).is_ok());
     let dest = f._dir.path().join("dest");
     bundle::unpack_signed(&f.bundle, &dest, &Limits::default(), policy(&key, true))
@@ -686,7 +687,7 @@ fn a_tampered_bundle_fails_the_signature_check_and_writes_nothing() {
     );
     // A tampered signature (its trusted comment edited) fails too.
     std::fs::write(&f.bundle, &f.bytes).unwrap();
-    let sig_path = bundle::sign::signature_path(&f.bundle);
+    let sig_path = tilegen::__internal::bundle::sign::signature_path(&f.bundle);
     let sig = std::fs::read_to_string(&sig_path).unwrap();
     std::fs::write(&sig_path, sig.replace("file:kernels", "file:other")).unwrap();
     let e = bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, true))
@@ -702,7 +703,8 @@ fn a_tampered_bundle_fails_the_signature_check_and_writes_nothing() {
 #[test]
 fn the_wrong_key_fails_with_both_key_ids() {
     let (f, _, _) = signed_fixture();
-    let (other, _) = bundle::sign::keygen(&f._dir.path().join("other")).unwrap();
+    let (other, _) =
+        tilegen::__internal::bundle::sign::keygen(&f._dir.path().join("other")).unwrap();
     let key = pubkey(&other);
     let e = bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, false))
         .expect_err("wrong key");
@@ -717,7 +719,7 @@ fn the_wrong_key_fails_with_both_key_ids() {
 #[test]
 fn require_signed_refuses_an_unsigned_bundle_and_writes_nothing() {
     let f = fixture();
-    let (pk, _) = bundle::sign::keygen(&f._dir.path().join("keys")).unwrap();
+    let (pk, _) = tilegen::__internal::bundle::sign::keygen(&f._dir.path().join("keys")).unwrap();
     let key = pubkey(&pk);
     let dest = f._dir.path().join("dest");
     let e = bundle::unpack_signed(&f.bundle, &dest, &Limits::default(), policy(&key, true))
@@ -738,9 +740,9 @@ fn require_signed_refuses_an_unsigned_bundle_and_writes_nothing() {
 #[test]
 fn keygen_never_overwrites() {
     let dir = tempfile::tempdir().unwrap();
-    let (pk, sk) = bundle::sign::keygen(dir.path()).unwrap();
+    let (pk, sk) = tilegen::__internal::bundle::sign::keygen(dir.path()).unwrap();
     let before = (std::fs::read(&pk).unwrap(), std::fs::read(&sk).unwrap());
-    let e = bundle::sign::keygen(dir.path()).expect_err("keys exist");
+    let e = tilegen::__internal::bundle::sign::keygen(dir.path()).expect_err("keys exist");
     assert!(e.to_string().contains("never overwrites"), "{e}");
     assert_eq!(
         (std::fs::read(&pk).unwrap(), std::fs::read(&sk).unwrap()),
@@ -791,7 +793,7 @@ fn cli_keygen_sign_verify_and_require_signed() {
     // Sign, then verify and unpack.
     let o = tilegen(&["bundle", "sign", &s(&f.bundle), "--key", &s(&sk)], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(bundle::sign::signature_path(&f.bundle).is_file());
+    assert!(tilegen::__internal::bundle::sign::signature_path(&f.bundle).is_file());
     let o = tilegen(
         &["bundle", "verify", &s(&f.bundle), "--pubkey", &s(&pk)],
         &[],
@@ -953,20 +955,19 @@ fn killed_unpack_leaves_nothing_half_installed() {
 fn generate_from_a_bundle_with_a_key_requires_its_signature() {
     let f = fixture();
     let keys = f._dir.path();
-    let (pk, sk) = bundle::sign::keygen(&keys.join("keys")).unwrap();
-    let (other_pk, _) = bundle::sign::keygen(&keys.join("other")).unwrap();
+    let (pk, sk) = tilegen::__internal::bundle::sign::keygen(&keys.join("keys")).unwrap();
+    let (other_pk, _) = tilegen::__internal::bundle::sign::keygen(&keys.join("other")).unwrap();
     let out = tempfile::tempdir().unwrap();
     let run = |key: &Path, lib: &str| {
-        let mut o =
-            tilegen::generate::Options::new(out.path().join("no-specs"), out.path().join(lib));
+        let mut o = tilegen::Options::new(out.path().join("no-specs"), out.path().join(lib));
         o.bundle = Some(f.bundle.clone());
         o.bundle_pubkey = Some(key.to_str().unwrap().to_string());
-        tilegen::generate::generate(&o, &|_| {})
+        tilegen::generate(&o, &|_| {})
     };
     let e = run(&pk, "unsigned").expect_err("an unsigned bundle is refused");
     assert!(matches!(e, Error::Bundle { .. }), "{e}");
     assert!(!out.path().join("unsigned").exists());
-    bundle::sign::sign(&f.bundle, &sk).unwrap();
+    tilegen::__internal::bundle::sign::sign(&f.bundle, &sk).unwrap();
     let e = run(&other_pk, "wrong-key").expect_err("another key is refused");
     assert!(matches!(e, Error::Bundle { .. }), "{e}");
     assert!(!out.path().join("wrong-key").exists());

@@ -11,7 +11,7 @@ use std::process::Stdio;
 
 use common::FakeLibrary;
 use tilegen::bundle::{self, Limits};
-use tilegen::manifest::Manifest;
+use tilegen::Manifest;
 
 /// A small library (golden specs, `_f32` instances, no NVRTC) with fake binaries for sm_80,
 /// written into `dir`; the first instance's cubin is `big` bytes. Returns that cubin's path
@@ -210,11 +210,11 @@ fn a_non_utf8_signature_is_a_bad_bundle() {
     fake_library(&lib, 4096);
     let archive = w.join("kernels.tar.gz");
     bundle::create(&lib, &archive).unwrap();
-    let (pk, _) = bundle::sign::keygen(&w.join("keys")).unwrap();
-    let sig = bundle::sign::signature_path(&archive);
+    let (pk, _) = tilegen::__internal::bundle::sign::keygen(&w.join("keys")).unwrap();
+    let sig = tilegen::__internal::bundle::sign::signature_path(&archive);
     std::fs::write(&sig, b"untrusted comment: \xff\xfe\x00 not text\n").unwrap();
 
-    let key = bundle::sign::read_public_key(pk.to_str().unwrap()).unwrap();
+    let key = bundle::read_public_key(pk.to_str().unwrap()).unwrap();
     let policy = Some(bundle::SignaturePolicy {
         pubkey: &key,
         required: true,

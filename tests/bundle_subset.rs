@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tilegen::generate::{generate, Options};
+use tilegen::{generate, Options};
 
 const KERNEL: &str =
     "    op: vector_add\n    dtype: f32\n    archs: [sm_80]\n    block: 128\n    items: 1\n";
@@ -115,10 +115,9 @@ fn a_subset_of_a_bundle_equals_a_compile_of_the_subset() {
     let r = generate(&o, &|_| {}).expect("takes two instances from the bundle");
     assert_eq!((r.instances, r.compiled), (2, 0));
     assert_same_tree(&from_bundle, &compiled);
-    let m = tilegen::manifest::Manifest::from_bytes(
-        &std::fs::read(from_bundle.join("manifest.json")).unwrap(),
-    )
-    .unwrap();
+    let m =
+        tilegen::Manifest::from_bytes(&std::fs::read(from_bundle.join("manifest.json")).unwrap())
+            .unwrap();
     assert_eq!(m.instances.len(), 2);
     assert!(m.instances.iter().all(|i| i.origin.file == "mine.yaml"));
     // --check agrees with what was written.
@@ -190,12 +189,10 @@ fn a_config_hash_mismatch_names_both_hashes() {
     let d = f.dir.path();
     let text = spec_text(&["two"], 0).replace("[sm_80]", "[sm_90]");
     let specs = write_specs(d, "other.yaml", &text);
-    let (_, insts) = tilegen::spec::load_dir(&specs).unwrap();
-    let ours = tilegen::render::config_hash(&insts[0]);
-    let lib = tilegen::manifest::Manifest::from_bytes(
-        &std::fs::read(f.lib.join("manifest.json")).unwrap(),
-    )
-    .unwrap();
+    let (_, insts) = tilegen::__internal::spec::load_dir(&specs).unwrap();
+    let ours = tilegen::__internal::render::config_hash(&insts[0]);
+    let lib = tilegen::Manifest::from_bytes(&std::fs::read(f.lib.join("manifest.json")).unwrap())
+        .unwrap();
     let theirs = &lib.instance(&insts[0].name).unwrap().config_sha256;
     assert_ne!(&ours, theirs);
 

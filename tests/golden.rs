@@ -9,8 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tilegen::generate::{self, Options};
-use tilegen::manifest::Manifest;
+use tilegen::__internal::generate;
+use tilegen::Manifest;
+use tilegen::Options;
 
 #[allow(clippy::all)]
 mod golden {
@@ -29,7 +30,7 @@ fn dir() -> PathBuf {
 }
 
 fn bless() -> bool {
-    tilegen::env::var_os("TILEGEN_BLESS").is_some_and(|v| !v.is_empty() && v != "0")
+    tilegen::__internal::env::var_os("TILEGEN_BLESS").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// Under TILEGEN_BLESS, regenerates the whole golden library once, before any test reads it,
@@ -39,7 +40,7 @@ fn bless_once() {
     DONE.get_or_init(|| {
         if bless() {
             let opts = Options::new(dir().join("specs"), dir());
-            generate::generate(&opts, &|_| {}).expect("blessing regenerates the golden library");
+            tilegen::generate(&opts, &|_| {}).expect("blessing regenerates the golden library");
         }
     });
 }
@@ -53,7 +54,7 @@ fn blessed_manifest() -> Manifest {
 
 #[test]
 fn bindings_match_the_golden_file() {
-    let text = tilegen::bindings::generate_in(&blessed_manifest(), &dir()).unwrap();
+    let text = tilegen::__internal::bindings::generate_in(&blessed_manifest(), &dir()).unwrap();
     let path = dir().join("bindings.rs");
     let golden = std::fs::read_to_string(&path).unwrap_or_default();
     if text != golden {
@@ -77,7 +78,7 @@ fn every_golden_file_is_what_the_templates_make_now() {
     bless_once();
     let mut opts = Options::new(dir().join("specs"), dir());
     opts.check = true;
-    match generate::generate(&opts, &|_| {}) {
+    match tilegen::generate(&opts, &|_| {}) {
         Ok(_) => {}
         Err(e) => panic!(
             "{e}\nif the change is intended, bless it:\n    TILEGEN_BLESS=1 cargo test --release --test golden"
@@ -92,7 +93,7 @@ fn golden_manifest_still_describes_its_specs() {
     let now: Vec<(String, String)> = rendered
         .instances
         .iter()
-        .map(|i| (i.name.clone(), tilegen::render::config_hash(i)))
+        .map(|i| (i.name.clone(), tilegen::__internal::render::config_hash(i)))
         .collect();
     let blessed: Vec<(String, String)> = blessed_manifest()
         .instances
@@ -108,10 +109,10 @@ fn golden_manifest_still_describes_its_specs() {
 #[test]
 fn generation_is_deterministic() {
     let m = blessed_manifest();
-    let first = tilegen::bindings::generate_in(&m, &dir()).unwrap();
+    let first = tilegen::__internal::bindings::generate_in(&m, &dir()).unwrap();
     for _ in 0..3 {
         assert_eq!(
-            tilegen::bindings::generate_in(&m.clone(), &dir()).unwrap(),
+            tilegen::__internal::bindings::generate_in(&m.clone(), &dir()).unwrap(),
             first
         );
     }
@@ -125,7 +126,7 @@ fn bindings_without_binaries_parse_and_embed_nothing() {
         inst.targets.clear();
     }
     // Nothing to read: no target lists a PTX file.
-    let text = tilegen::bindings::generate(&m, &|_| None).unwrap();
+    let text = tilegen::__internal::bindings::generate(&m, &|_| None).unwrap();
     assert!(!text.contains("include_bytes!"));
     syn::parse_file(&text).expect("bindings parse");
 }
@@ -207,7 +208,7 @@ fn two_libraries_live_in_one_crate() {
 /// tilegen that generated them, with a message that says what to change.
 #[test]
 fn bindings_check_the_runtime_version_at_compile_time() {
-    let text = tilegen::bindings::generate_in(&blessed_manifest(), &dir()).unwrap();
+    let text = tilegen::__internal::bindings::generate_in(&blessed_manifest(), &dir()).unwrap();
     let check = format!(
         "const _: () = ::core::assert!(\n    ::tilegen_runtime::compatible(::tilegen_runtime::VERSION, \"{}\"),",
         tilegen::VERSION
@@ -282,10 +283,10 @@ mod compiled {
         // 4096² makes 1024 tiles of 128²: plenty for 132 SMs, so the larger tile.
         assert_eq!(
             name(gemm(4096, 4096, 4096)),
-            "gemm_bf16_128x128x32_w32x32_nn"
+            "gemm_bf16_128x128x32_w32x32_s3_nn"
         );
         // 512² makes only 16 such tiles: the 64² tile spreads wider.
-        assert_eq!(name(gemm(512, 512, 512)), "gemm_bf16_64x64x32_w32x32_nn");
+        assert_eq!(name(gemm(512, 512, 512)), "gemm_bf16_64x64x32_w32x32_s3_nn");
         assert_eq!(
             call_checks::tile_order(512, 512, SMS.sm_count, &[(64, 64), (128, 128)]),
             vec![0, 1]
@@ -548,9 +549,12 @@ mod compiled {
         };
         assert_eq!(
             gemm(&h200, 16, 8192, 8192),
-            "gemm_bf16_128x128x32_w32x32_nn"
+            "gemm_bf16_128x128x32_w32x32_s3_nn"
         );
-        assert_eq!(gemm(&a100, 16, 8192, 8192), "gemm_bf16_64x64x32_w32x32_nn");
+        assert_eq!(
+            gemm(&a100, 16, 8192, 8192),
+            "gemm_bf16_64x64x32_w32x32_s3_nn"
+        );
         // The table's entries, as the manifest holds them.
         let m = super::blessed_manifest();
         assert_eq!(m.tuning.len(), 1);
@@ -600,7 +604,7 @@ mod compiled {
             "{e:?}"
         );
         let h = |arg, len| Buf::of::<half::f16>(arg, len, BASE);
-        let e = plan::layernorm_f16_b256_i2(
+        let e = plan::layernorm_f16_onepass_b256_i2(
             SMS,
             h("x", 2 * 64),
             h("weight", 64),

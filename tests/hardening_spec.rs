@@ -9,8 +9,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use tilegen::generate::{self, Options};
+use tilegen::__internal::generate;
 use tilegen::Error;
+use tilegen::Options;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tilegen");
 
@@ -195,7 +196,7 @@ fn filter_matching_nothing_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     let specs = write_specs(&tmp.path().join("specs"), &spec(&["aaa"]));
     let out = tmp.path().join("out");
-    generate::generate(&no_compile(&specs, &out, tmp.path()), &|_| {}).unwrap();
+    tilegen::generate(&no_compile(&specs, &out, tmp.path()), &|_| {}).unwrap();
     let before = fs::read(out.join("manifest.json")).unwrap();
 
     let o = tilegen(
@@ -239,7 +240,7 @@ fn failed_kernel_write_leaves_previous_bindings_and_manifest() {
     let specs = tmp.path().join("specs");
     let out = tmp.path().join("out");
     write_specs(&specs, &spec(&["aaa"]));
-    generate::generate(&no_compile(&specs, &out, tmp.path()), &|_| {}).unwrap();
+    tilegen::generate(&no_compile(&specs, &out, tmp.path()), &|_| {}).unwrap();
     let bindings = fs::read(out.join("bindings.rs")).unwrap();
     let manifest = fs::read(out.join("manifest.json")).unwrap();
 
@@ -252,7 +253,7 @@ fn failed_kernel_write_leaves_previous_bindings_and_manifest() {
         .find(|i| i.name.starts_with("bbb"))
         .unwrap();
     fs::create_dir_all(out.join(format!("kernels/{}.cu", bbb.name))).unwrap();
-    let err = generate::generate(&opts, &|_| {}).unwrap_err();
+    let err = tilegen::generate(&opts, &|_| {}).unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
     assert_eq!(fs::read(out.join("bindings.rs")).unwrap(), bindings);
     assert_eq!(fs::read(out.join("manifest.json")).unwrap(), manifest);
@@ -266,12 +267,12 @@ fn leftover_temporary_files_are_checked_and_removed() {
     let specs = write_specs(&tmp.path().join("specs"), &spec(&["aaa"]));
     let out = tmp.path().join("out");
     let mut opts = no_compile(&specs, &out, tmp.path());
-    generate::generate(&opts, &|_| {}).unwrap();
+    tilegen::generate(&opts, &|_| {}).unwrap();
     fs::write(out.join("kernels/.tilegen-Ab12Cd"), b"half a cubin").unwrap();
     fs::write(out.join(".tilegen-Zz99Yy"), b"half a manifest").unwrap();
 
     opts.check = true;
-    let err = generate::generate(&opts, &|_| {}).unwrap_err();
+    let err = tilegen::generate(&opts, &|_| {}).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::OutOfDate(_)), "{msg}");
     assert!(
@@ -281,12 +282,12 @@ fn leftover_temporary_files_are_checked_and_removed() {
     );
 
     opts.check = false;
-    let report = generate::generate(&opts, &|_| {}).unwrap();
+    let report = tilegen::generate(&opts, &|_| {}).unwrap();
     assert_eq!(report.removed.len(), 2, "{:?}", report.removed);
     assert!(!out.join("kernels/.tilegen-Ab12Cd").exists());
     assert!(!out.join(".tilegen-Zz99Yy").exists());
     opts.check = true;
-    generate::generate(&opts, &|_| {}).unwrap();
+    tilegen::generate(&opts, &|_| {}).unwrap();
 }
 
 /// A UTF-8 byte order mark before a spec is accepted, and positions after it stay right.

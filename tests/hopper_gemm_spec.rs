@@ -128,11 +128,11 @@ fn default_engine_is_not_stored() {
     let entry = |extra: &[&str], out: &str| -> serde_json::Value {
         let specs = spec(t, extra);
         let out = t.join(out);
-        let mut o = tilegen::generate::Options::new(&specs, &out);
+        let mut o = tilegen::Options::new(&specs, &out);
         o.compile = false;
         o.jobs = 1;
         o.cache_dir = Some(t.join("cache"));
-        tilegen::generate::generate(&o, &|_| {}).expect("generate without compiling");
+        tilegen::generate(&o, &|_| {}).expect("generate without compiling");
         let m: serde_json::Value =
             serde_json::from_slice(&fs::read(out.join("manifest.json")).unwrap()).unwrap();
         m["instances"][0].clone()
@@ -170,7 +170,7 @@ fn tiny_wgmma_instance_generates_with_tensor_maps() {
     let m: serde_json::Value =
         serde_json::from_slice(&fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let e = &m["instances"][0];
-    assert_eq!(e["name"], "hg_bf16_128x64x64_tn_wgmma");
+    assert_eq!(e["name"], "hg_bf16_128x64x64_s4_tn_wgmma_bias_residual");
     assert_eq!(e["params"]["engine"], "wgmma");
     assert_eq!(
         e["launch"]["grid"],
@@ -206,7 +206,9 @@ fn tiny_wgmma_instance_generates_with_tensor_maps() {
     assert!(target["resources"]["registers"].as_u64().unwrap() > 0);
     assert_eq!(target["resources"]["spill_store_bytes"], 0);
     assert_eq!(target["resources"]["stack_bytes"], 0);
-    let src = fs::read_to_string(out.join("kernels/hg_bf16_128x64x64_tn_wgmma.cu")).unwrap();
+    let src =
+        fs::read_to_string(out.join("kernels/hg_bf16_128x64x64_s4_tn_wgmma_bias_residual.cu"))
+            .unwrap();
     for needle in [
         "const __grid_constant__ TgTensorMap a_map",
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
@@ -224,7 +226,7 @@ fn tiny_wgmma_instance_generates_with_tensor_maps() {
 fn ptxas_guard_fails_a_spilling_sm90a_kernel() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    let template = tilegen::render::EMBEDDED
+    let template = tilegen::__internal::render::EMBEDDED
         .iter()
         .find(|(n, _)| *n == "gemm_sm90.cu")
         .unwrap()
@@ -265,7 +267,7 @@ fn ptxas_guard_fails_a_spilling_sm90a_kernel() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(4), "{err}");
     for needle in [
-        "hg_f16_128x64x64_nn_wgmma",
+        "hg_f16_128x64x64_s4_nn_wgmma",
         "sm_90a",
         "an sm_90a kernel must have none of these",
         "bytes of stack frame",
@@ -290,20 +292,20 @@ fn arch_override_applies_after_the_filter() {
     )
     .unwrap();
     let opts = |filter: Option<&str>| {
-        let mut o = tilegen::generate::Options::new(&specs, t.join("lib"));
+        let mut o = tilegen::Options::new(&specs, t.join("lib"));
         o.compile = false;
         o.jobs = 1;
         o.cache_dir = Some(t.join("cache"));
-        o.archs = Some(vec![tilegen::spec::model::Arch::Sm90]);
+        o.archs = Some(vec![tilegen::Arch::Sm90]);
         o.filter = filter.map(str::to_string);
         o
     };
-    let err = tilegen::generate::generate(&opts(None), &|_| {}).unwrap_err();
+    let err = tilegen::generate(&opts(None), &|_| {}).unwrap_err();
     assert_eq!(err.exit_code(), 2);
     let msg = err.to_string();
     assert!(
-        msg.contains("--arch does not fit") && msg.contains("hw_bf16_128x256x64_nn_wgmma"),
+        msg.contains("--arch does not fit") && msg.contains("hw_bf16_128x256x64_s3_nn_wgmma"),
         "{msg}"
     );
-    tilegen::generate::generate(&opts(Some("hm_")), &|_| {}).expect("the mma.sync instance alone");
+    tilegen::generate(&opts(Some("hm_")), &|_| {}).expect("the mma.sync instance alone");
 }

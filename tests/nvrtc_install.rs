@@ -97,7 +97,7 @@ fn installs_the_pinned_wheel_with_its_hashes_and_publishes_it_once() {
     assert!(log.contains("--require-hashes"), "{log}");
     assert!(log.contains("--no-deps"), "{log}");
     assert!(log.contains("nvidia-cuda-nvrtc==13.0.88"), "{log}");
-    for h in tilegen::provision::WHEEL_SHA256 {
+    for h in tilegen::__internal::provision::WHEEL_SHA256 {
         assert!(log.contains(&format!("--hash=sha256:{h}")), "{log}");
     }
     assert!(leftovers(dir.parent().unwrap()).is_empty());

@@ -6,12 +6,12 @@
 
 use std::time::Instant;
 
-use tilegen::gpu::problem::{self, Numerics, Problem};
-use tilegen::gpu::reference::{self, Inputs};
-use tilegen::gpu::{data, verify};
-use tilegen::manifest::{InstanceEntry, Manifest};
-use tilegen::ops::ArgKind;
-use tilegen::spec::model::{Epilogue, Layout, Op};
+use tilegen::__internal::gpu::problem::{self, Numerics, Problem};
+use tilegen::__internal::gpu::reference::{self, Inputs};
+use tilegen::__internal::gpu::{data, verify};
+use tilegen::ArgKind;
+use tilegen::{Epilogue, Layout, Op};
+use tilegen::{InstanceEntry, Manifest};
 
 fn manifest() -> Manifest {
     let bytes = std::fs::read(concat!(
@@ -224,7 +224,7 @@ fn references_are_complete_and_fast_for_every_verify_case() {
         // for the first instance of each op (the suite's time matters on 2 cores).
         // Attention's cases and reference are its own (strides, varlen): gpu::attention.
         if inst.op == Op::Attention {
-            assert!(!tilegen::gpu::attention::verify_cases(inst, None).is_empty());
+            assert!(!tilegen::__internal::gpu::attention::verify_cases(inst, None).is_empty());
             continue;
         }
         let large_ok = large_done.insert(inst.op);

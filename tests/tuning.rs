@@ -7,9 +7,9 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use tilegen::generate::{self, Event, Options};
-use tilegen::manifest::Manifest;
-use tilegen::tuning::{DeviceKey, TuningEntry, TuningTable};
+use tilegen::Manifest;
+use tilegen::{DeviceKey, TuningEntry, TuningTable};
+use tilegen::{Event, Options};
 
 const SPEC: &str = "\
 kernels:
@@ -27,7 +27,7 @@ fn generate(dir: &Path) -> tilegen::Result<Vec<String>> {
     opts.compile = false;
     opts.cache_dir = Some(dir.join("cache"));
     let warnings = Mutex::new(Vec::new());
-    generate::generate(&opts, &|e| {
+    tilegen::generate(&opts, &|e| {
         if let Event::TuningDropped { message } = e {
             warnings.lock().unwrap().push(message.clone());
         }
@@ -66,7 +66,7 @@ fn entry(m: &Manifest, instance: &str, shape: &[u64]) -> TuningEntry {
 
 fn table(name: &str, entries: Vec<TuningEntry>) -> TuningTable {
     TuningTable {
-        format: tilegen::tuning::FORMAT,
+        format: tilegen::__internal::tuning::FORMAT,
         device: DeviceKey {
             name: name.into(),
             compute_capability: [9, 0],
@@ -252,18 +252,18 @@ fn a_manifest_with_foreign_tuning_entries_is_refused() {
     let (dir, _) = tuned_library();
     let sound = manifest(dir.path());
     assert_eq!(
-        tilegen::tuning::manifest_problems(&sound),
+        tilegen::__internal::tuning::manifest_problems(&sound),
         Vec::<String>::new()
     );
     let mut m = sound.clone();
     m.tuning[0].entries[0].instance = "softmax_f32_onepass_b1024_i2".into();
-    assert!(tilegen::tuning::manifest_problems(&m)[0].contains("not a member"));
+    assert!(tilegen::__internal::tuning::manifest_problems(&m)[0].contains("not a member"));
     let mut m = sound.clone();
     m.tuning[0].entries[0].config_sha256 = "00".repeat(32);
-    assert!(tilegen::tuning::manifest_problems(&m)[0].contains("has changed"));
+    assert!(tilegen::__internal::tuning::manifest_problems(&m)[0].contains("has changed"));
     let mut m = sound;
     m.tuning[0].device.name = "x".repeat(200);
-    assert!(tilegen::tuning::manifest_problems(&m)[0].contains("device name"));
+    assert!(tilegen::__internal::tuning::manifest_problems(&m)[0].contains("device name"));
 }
 
 /// `tuning: candidates` marks instances that only measurements justify: generated as usual
@@ -289,7 +289,7 @@ fn pruning_keeps_rule_instances_and_winning_candidates_only() {
     opts.compile = false;
     opts.cache_dir = Some(dir.path().join("cache"));
     opts.prune_by_tuning = true;
-    generate::generate(&opts, &|_| {}).unwrap();
+    tilegen::generate(&opts, &|_| {}).unwrap();
     let names: Vec<String> = manifest(dir.path())
         .instances
         .iter()

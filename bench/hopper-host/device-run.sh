@@ -15,9 +15,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 start=$(date +%s)
 san() {
   local tool=$1
-  for f in gemm_bf16_128x256x64_nn_wgmma_bias_gelu gemm_bf16_128x256x64_tt_wgmma \
-           gemm_bf16_to_f32_128x256x64_nn_wgmma gemm_residual_bf16_128x256x64_nn_wgmma \
-           gemm_bf16_128x128x64_nt_wgmma; do
+  for f in gemm_bf16_128x256x64_s3_nn_wgmma_bias_gelu gemm_bf16_128x256x64_s3_tt_wgmma \
+           gemm_bf16_to_f32_128x256x64_s3_nn_wgmma gemm_residual_bf16_128x256x64_s3_nn_wgmma_scale_bias_residual \
+           gemm_bf16_128x128x64_s4_nt_wgmma; do
     echo "=== $tool $f" >> "$OUT/sanitize-$tool.txt"
     TILEGEN_VERBOSE=1 timeout 25 "$SAN" --tool "$tool" --error-exitcode 99 --print-limit 20 \
       "$B" verify --filter "$f" --max-elements 40000 --seed 5 >> "$OUT/sanitize-$tool.txt" 2>&1
@@ -31,6 +31,6 @@ echo "verify gemm rc $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/verif
 wait
 echo "sanitizers done after $(( $(date +%s) - start )) s"
 cat "$OUT/sanitize-summary.txt"
-timeout 90 "$B" bench --op gemm --filter "${BENCH_FILTER:-128x256x64_n}" --json-out "$OUT/bench-wgmma.json" > "$OUT/bench-wgmma.txt" 2>&1
+timeout 90 "$B" bench --op gemm --filter "${BENCH_FILTER:-128x256x64_s3_n}" --json-out "$OUT/bench-wgmma.json" > "$OUT/bench-wgmma.txt" 2>&1
 echo "bench rc $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/bench-wgmma.txt"
 tail -n 2 "$OUT/verify-gemm.txt"; grep FAIL "$OUT/verify-gemm.txt" | head -20; grep -c "ratio" "$OUT/bench-wgmma.txt"

@@ -25,6 +25,7 @@ WARMUP, TIMED = 3, 25
 SHAPES = {  # head_dim -> (batch, heads_q, heads_kv, seq), as bench_shapes in src/gpu/attention.rs
     128: [(8, 16, 16, 4096), (4, 32, 32, 8192), (4, 32, 8, 8192)],
     64: [(16, 16, 16, 2048), (8, 16, 16, 1024), (4, 16, 16, 8192)],
+    256: [(4, 16, 16, 4096), (2, 32, 8, 8192)],
 }
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 BACKENDS = {"torch-flash": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION}

@@ -23,13 +23,13 @@ fn expected_args(inst: &InstanceEntry) -> Vec<Arg> {
 /// passes (a bundle's manifest is checked the same way; this keeps the launcher sound).
 pub fn check_signature(inst: &InstanceEntry) -> Result<()> {
     if inst.args != expected_args(inst) {
-        return Err(Error::Usage(format!(
+        return Err(Error::internal(format!(
             "bindings: `{}` does not take attention's arguments (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_kv, sizes, strides, scale)",
             inst.name
         )));
     }
     if !matches!(inst.launch.grid, GridRule::QueryTiles { .. }) {
-        return Err(Error::Usage(format!(
+        return Err(Error::internal(format!(
             "bindings: `{}` (attention) has launch rule {:?}, not query_tiles",
             inst.name, inst.launch.grid
         )));
@@ -56,11 +56,16 @@ pub fn what(inst: &InstanceEntry) -> String {
 pub fn niche(inst: &InstanceEntry) -> String {
     let p = &inst.params;
     format!(
-        "{}, {}x{} tiles, {} stages, {} threads",
+        "{}{}, {}x{} tiles, {} stages, {} threads",
         if p.causal == Some(true) {
             "causal"
         } else {
             "no mask"
+        },
+        if ops::attention::wgmma(p) {
+            ", Hopper (wgmma, sm_90a only; preferred where it runs)"
+        } else {
+            ""
         },
         p.tile_q.unwrap_or(0),
         p.tile_kv.unwrap_or(0),
@@ -91,7 +96,7 @@ fn elem_type(d: DType) -> TokenStream {
 fn ident(name: &str) -> Result<Ident> {
     match crate::escape::rust_name_problem(name, crate::escape::DERIVED_NAME) {
         None => Ok(Ident::new(name, Span::call_site())),
-        Some(p) => Err(Error::Usage(format!(
+        Some(p) => Err(Error::internal(format!(
             "bindings: `{}` cannot be a Rust identifier ({p})",
             crate::escape::shown(name)
         ))),
@@ -153,10 +158,12 @@ pub fn plan_fns(m: &Manifest, g: &Group) -> Result<TokenStream> {
             GridRule::QueryTiles { tile_q } => Literal::u32_unsuffixed(tile_q),
             _ => Literal::u32_unsuffixed(1),
         };
+        let hopper = ops::attention::wgmma(&inst.params);
         options.push(quote!(::tilegen_runtime::attention::AttnOption {
             causal: #causal,
             tile_q: #tq,
             runs: super::KERNELS[#index].runs_on(device, false),
+            hopper: #hopper,
         }));
         let pos = Literal::usize_unsuffixed(pos);
         arms.push(quote!(#pos => #f(device, q, k, v, o, lse, varlen, shape, strides, scale),));

@@ -18,7 +18,7 @@ use super::group::{role, Family, Group, Role};
 fn ident(name: &str) -> Result<Ident> {
     match crate::escape::rust_name_problem(name, crate::escape::DERIVED_NAME) {
         None => Ok(Ident::new(name, Span::call_site())),
-        Some(problem) => Err(crate::error::Error::Usage(format!(
+        Some(problem) => Err(crate::error::Error::internal(format!(
             "bindings: `{}` cannot be a Rust identifier ({problem})",
             crate::escape::shown(name)
         ))),
@@ -121,7 +121,7 @@ fn map_arg(inst: &InstanceEntry, map: &str, name: &str, pointer: bool) -> Result
             let i = usize_lit(i);
             Ok(quote!(tensor_map::SizeArg { arg: #i, name: #name }))
         }
-        None => Err(crate::error::Error::Usage(format!(
+        None => Err(crate::error::Error::internal(format!(
             "bindings: tensor map `{}` of `{}` names `{}`, which is not a {} argument of it",
             crate::escape::shown(map),
             inst.name,
@@ -365,7 +365,7 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
             Family::Gemm,
         ) => gemm_body(inst, *tile_m, *tile_n, Some(*ctas_per_sm))?,
         (rule, _) => {
-            return Err(crate::error::Error::Usage(format!(
+            return Err(crate::error::Error::internal(format!(
                 "bindings: `{}` ({}) has launch rule {rule:?}, which its op family does not use",
                 inst.name, inst.op
             )))

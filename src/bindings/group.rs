@@ -98,7 +98,7 @@ pub fn groups(m: &Manifest) -> Result<Vec<Group>> {
         for &i in &members[1..] {
             let other = &m.instances[i];
             if other.args != first.args {
-                return Err(Error::Usage(format!(
+                return Err(Error::internal(format!(
                     "bindings: instances `{}` and `{}` both map to method `{method}` but take different arguments",
                     first.name, other.name
                 )));
@@ -203,7 +203,7 @@ pub fn role(inst: &InstanceEntry, arg: &Arg) -> Result<Role> {
         _ => None,
     };
     r.ok_or_else(|| {
-        Error::Usage(format!(
+        Error::internal(format!(
             "bindings: argument `{}` ({:?} {}) of `{}` has no known role for op {}; teach src/bindings/group.rs about it",
             arg.name,
             arg.kind,
@@ -222,7 +222,7 @@ fn check_roles(inst: &InstanceEntry) -> Result<()> {
     for a in &inst.args {
         if let Role::Matrix(ld) = role(inst, a)? {
             if !names.contains(&ld) {
-                return Err(Error::Usage(format!(
+                return Err(Error::internal(format!(
                     "bindings: `{}` takes matrix `{}` but no `{ld}`",
                     inst.name, a.name
                 )));
@@ -238,7 +238,7 @@ fn check_roles(inst: &InstanceEntry) -> Result<()> {
     let needs_cols = family(inst.op) == Family::Elements && names.contains(&"bias");
     for r in required.iter().chain(needs_cols.then_some(&"cols")) {
         if !names.contains(r) {
-            return Err(Error::Usage(format!(
+            return Err(Error::internal(format!(
                 "bindings: `{}` lacks the size argument `{r}`",
                 inst.name
             )));

@@ -43,13 +43,13 @@ pub fn generate(m: &Manifest, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<
     let groups = group::groups(m)?;
     let ptx_isa = |path: &str| {
         let bytes = read(path).ok_or_else(|| {
-            Error::Usage(format!(
+            Error::internal(format!(
                 "bindings: the library has no `{}`, which its manifest lists",
                 shown(path)
             ))
         })?;
         crate::loader::Version::of_ptx(&bytes).ok_or_else(|| {
-            Error::Usage(format!(
+            Error::internal(format!(
                 "bindings: `{}` has no `.version X.Y` line (is it PTX?)",
                 shown(path)
             ))
@@ -84,11 +84,8 @@ pub fn generate(m: &Manifest, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<
         #(#methods)*
         #plan
     };
-    let file: syn::File = syn::parse2(items).map_err(|e| {
-        Error::Usage(format!(
-            "bindings: generated code does not parse (a tilegen bug): {e}"
-        ))
-    })?;
+    let file: syn::File = syn::parse2(items)
+        .map_err(|e| Error::internal(format!("bindings: generated code does not parse: {e}")))?;
     let body = prettyplease::unparse(&file);
 
     let uses_half = m.instances.iter().any(|i| {
@@ -149,7 +146,7 @@ fn check_names(m: &Manifest) -> Result<()> {
         }
         for a in &inst.args {
             if let Some(p) = crate::escape::rust_name_problem(&a.name, rule) {
-                return Err(Error::Usage(format!(
+                return Err(Error::internal(format!(
                     "bindings: argument name `{}` of `{}` is not a plain identifier ({p}): {}",
                     shown(&a.name),
                     inst.name,

@@ -23,7 +23,8 @@ pub struct Limits {
     pub max_member_bytes: u64,
     /// Tar entries (extension headers included).
     pub max_entries: usize,
-    /// Decompressed bytes per compressed byte, checked once past [`RATIO_FLOOR`] bytes.
+    /// Decompressed bytes per compressed byte, checked once past 1 MiB
+    /// (`RATIO_FLOOR`).
     pub max_ratio: u64,
 }
 

@@ -1,41 +1,44 @@
 //! Prebuilt kernel bundles: one reproducible `.tar.gz` holding a kernel library (what
-//! `tilegen generate` writes) and `bundle.json`, which lists every member with its sha256
-//! and size, the tilegen and NVRTC versions, the archs and the PTX ISA versions.
+//! `tilegen generate` writes) and `bundle.json` ([`BundleManifest`]), which lists every member
+//! with its sha256 and size, the tilegen and NVRTC versions, the archs and the PTX ISA
+//! versions.
 //!
-//! One module per job:
-//! - this one: [`create`] and [`pack`] a library folder;
-//! - [`archive`]: the tar.gz format, read as a stream against hostile input ([`Limits`]);
-//! - [`manifest`]: `bundle.json`, derived from the library's files (or their digests);
-//! - [`verify`]: streaming verification, holding no member ([`check_signed`], for
-//!   `bundle verify` and `bundle inspect`) or keeping the files in memory ([`open`]);
-//! - [`stage`]: verifying while writing each member into a private staging folder
-//!   ([`stage_signed`], for `generate --bundle`);
-//! - [`unpack()`]: verifying into a temporary folder, then installing atomically;
-//! - [`sign`]: detached minisign signatures (`FILE.minisig`), checked on the raw archive
-//!   before anything in it is read;
-//! - [`library`]: a library from a bundle with no NVRTC (`tilegen generate --bundle`,
-//!   [`crate::Builder::bundle`], `TILEGEN_BUNDLE`), written by [`crate::output`].
+//! - [`create`] and [`pack`] make one from a library folder;
+//! - [`open`] and [`verify_bytes`] verify one into memory ([`Bundle`]); [`check_signed`]
+//!   verifies one as a stream, holding no member; [`stage_signed`] verifies while writing each
+//!   member into a private staging folder ([`Staged`]);
+//! - [`unpack()`] verifies one into a temporary folder, then installs it atomically;
+//! - the `_signed` forms first check a detached minisign signature (`FILE.minisig`) on the raw
+//!   archive against a [`SignaturePolicy`] ([`read_public_key`]), before anything in it is read.
+//!
+//! Every reader treats the archive as hostile, within [`Limits`]. A build script takes its
+//! library from a bundle with [`crate::Builder::bundle`] (or `TILEGEN_BUNDLE`).
 //!
 //! Layout inside the archive: `bundle.json` first, then the library files sorted by path
 //! (`bindings.rs`, `kernels/…`, `manifest.json`), all at the archive root.
 
-pub mod archive;
-pub mod library;
-pub mod manifest;
-pub mod sign;
-pub mod stage;
-pub mod unpack;
-pub mod verify;
+// One module per job: `archive` (the tar.gz format, read as a stream against hostile input),
+// `manifest` (`bundle.json`, derived from the library's files or their digests), `verify`,
+// `stage`, `unpack`, `sign`, and `library` (a library from a bundle with no NVRTC, for
+// `generate --bundle`).
+pub(crate) mod archive;
+pub(crate) mod library;
+pub(crate) mod manifest;
+pub(crate) mod sign;
+pub(crate) mod stage;
+pub(crate) mod unpack;
+pub(crate) mod verify;
 
 use std::fs;
 use std::path::Path;
 
 use crate::error::{Error, IoContext, Result};
-use crate::output::FileSet;
+
+pub use crate::output::FileSet;
 
 pub use archive::Limits;
-pub use manifest::{BundleManifest, Member};
-pub use sign::{SignaturePolicy, Signed};
+pub use manifest::{BundleManifest, Member, TunedDevice};
+pub use sign::{read_public_key, PublicKey, SignaturePolicy, Signed};
 pub use stage::{stage_signed, Staged};
 pub use unpack::{unpack, unpack_signed};
 pub use verify::{check_signed, open, open_signed, verify_bytes};
@@ -57,7 +60,7 @@ fn bad(path: &Path, message: impl Into<String>) -> Error {
     }
 }
 
-/// `SOURCE_DATE_EPOCH` (read through [`crate::env`]), else 0.
+/// `SOURCE_DATE_EPOCH` (a build script reruns when it changes), else 0.
 pub fn source_date_epoch() -> Result<u64> {
     match crate::env::var("SOURCE_DATE_EPOCH") {
         None => Ok(0),
@@ -74,15 +77,15 @@ pub fn load_library(dir: &Path) -> Result<FileSet> {
     let mpath = dir.join(crate::manifest::FILE_NAME);
     let mbytes = fs::read(&mpath).at(&mpath)?;
     let lib = crate::manifest::Manifest::from_bytes(&mbytes).map_err(|e| {
-        Error::Usage(format!(
-            "{}: not a tilegen library manifest: {e}",
-            mpath.display()
-        ))
+        Error::input(
+            &mpath,
+            format!("{}: not a tilegen library manifest: {e}", mpath.display()),
+        )
     })?;
     let mut files = FileSet::new();
     for rel in &lib.files {
         archive::check_member_path(rel)
-            .map_err(|m| Error::Usage(format!("{}: {m}", mpath.display())))?;
+            .map_err(|m| Error::input(&mpath, format!("{}: {m}", mpath.display())))?;
         let p = dir.join(rel);
         files.insert(rel.clone(), fs::read(&p).at(&p)?);
     }

@@ -130,10 +130,10 @@ fn write_new(path: &Path, bytes: &[u8], private: bool) -> Result<()> {
 fn read_secret_key(path: &Path) -> Result<minisign::SecretKey> {
     let text = fs::read_to_string(path).at(path)?;
     let sk_box = minisign::SecretKeyBox::from_string(&text).map_err(|e| {
-        Error::Usage(format!(
-            "{}: not a minisign secret key: {e}",
-            path.display()
-        ))
+        Error::input(
+            path,
+            format!("{}: not a minisign secret key: {e}", path.display()),
+        )
     })?;
     let sk = match crate::env::var("TILEGEN_SIGN_PASSWORD") {
         Some(password) => sk_box.into_secret_key(Some(password)),
@@ -225,7 +225,7 @@ pub struct SignaturePolicy<'a> {
     pub required: bool,
 }
 
-/// The outcome of [`check`].
+/// The outcome of a signature check (the `_signed` readers').
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Signed {
     /// Verified; the signature's trusted comment.

@@ -63,7 +63,7 @@ impl Staged {
 
     /// Member `rel` for the library writer: a staged file is moved into the library (and so
     /// used up), bytes held in memory are written.
-    pub fn content(&self, rel: &str) -> Result<Content<'_>> {
+    pub(crate) fn content(&self, rel: &str) -> Result<Content<'_>> {
         Ok(match self.held(rel)? {
             Held::Memory(b) => Content::Bytes(b),
             Held::File(p) => Content::File(p),

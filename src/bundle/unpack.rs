@@ -142,7 +142,7 @@ fn install(staged: &Staged, dest: &Path) -> Result<()> {
     for (rel, held) in &staged.files {
         // Names were checked when the archive was read; check again before touching disk.
         super::archive::check_member_path(rel)
-            .map_err(|m| Error::Usage(format!("refusing to write: {m}")))?;
+            .map_err(|m| Error::internal(format!("refusing to write: {m}")))?;
         let path = tree.join(rel);
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).at(dir)?;

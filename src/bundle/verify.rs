@@ -368,7 +368,7 @@ pub fn open(path: &Path, limits: &Limits) -> Result<Bundle> {
 }
 
 /// [`open`], first checking the archive's raw bytes against its detached signature
-/// `FILE.minisig` when `policy` is given (see [`sign::check`]): nothing in the archive is read
+/// `FILE.minisig` when `policy` is given (see [`SignaturePolicy`]): nothing in the archive is read
 /// before the signature verifies.
 pub fn open_signed(
     path: &Path,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tilegen::error::Error;
+use tilegen::Error;
 
 use super::gpu::{LibraryArgs, Select};
 use super::report::Reporter;
@@ -24,7 +24,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
-    use tilegen::gpu::{bench, problem, Gpu};
+    use tilegen::__internal::gpu::{bench, problem, Gpu};
     let BenchArgs {
         library: LibraryArgs { lib, filter, op },
         json_out,
@@ -53,14 +53,15 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let mut results = Vec::new();
     let mut failures = 0;
     let insts = select.of(&gpu);
-    let blas = match insts.iter().any(|i| i.op == tilegen::spec::Op::Gemm) {
-        true => Some(tilegen::gpu::cublas::Blas::new(&gpu)?),
+    let blas = match insts.iter().any(|i| i.op == tilegen::Op::Gemm) {
+        true => Some(tilegen::__internal::gpu::cublas::Blas::new(&gpu)?),
         false => None,
     };
     let mut attention = Vec::new();
     for inst in insts {
-        if inst.op == tilegen::spec::Op::Attention {
-            let (r, f) = tilegen::gpu::attention::bench_instance(&mut gpu, &inst, rep.is_json());
+        if inst.op == tilegen::Op::Attention {
+            let (r, f) =
+                tilegen::__internal::gpu::attention::bench_instance(&mut gpu, &inst, rep.is_json());
             for x in &r {
                 rep.event(|| serde_json::json!({"event": "bench", "attention": x}));
             }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use tilegen::error::Error;
+use tilegen::Error;
 
 use super::report::Reporter;
 
@@ -68,7 +68,8 @@ pub struct SigArgs {
 }
 
 pub fn run(action: BundleAction, rep: &Reporter) -> Result<ExitCode, Error> {
-    use tilegen::bundle::{self, sign, SignaturePolicy, Signed};
+    use tilegen::__internal::bundle::sign;
+    use tilegen::bundle::{self, SignaturePolicy, Signed};
     let limits = bundle::Limits::default();
     let pubkey = |sig: &SigArgs| sig.pubkey.as_deref().map(sign::read_public_key).transpose();
     fn policy<'a>(sig: &SigArgs, key: &'a Option<sign::PublicKey>) -> Option<SignaturePolicy<'a>> {

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use tilegen::cache::Cache;
-use tilegen::error::Error;
+use tilegen::__internal::cache::Cache;
+use tilegen::Error;
 
 use super::report::Reporter;
 

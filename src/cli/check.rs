@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tilegen::error::Error;
-use tilegen::generate;
+use tilegen::__internal::generate;
+use tilegen::Error;
 
 use super::report::Reporter;
 use super::Inputs;

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
-use tilegen::cache::Cache;
-use tilegen::error::Error;
+use tilegen::__internal::cache::Cache;
+use tilegen::Error;
 
 use super::report::Reporter;
 
@@ -15,7 +15,7 @@ pub struct DoctorArgs {
 }
 
 pub fn run(args: DoctorArgs, rep: &Reporter) -> Result<ExitCode, Error> {
-    let nvrtc = tilegen::nvrtc::load();
+    let nvrtc = tilegen::__internal::nvrtc::load();
     let cache = Cache::default_location();
     let (gpu_line, gpu_fields, gpu_ok) = gpu_status();
     // NVRTC is what every generate needs; a GPU only what --gpu asks for.
@@ -56,14 +56,14 @@ pub fn run(args: DoctorArgs, rep: &Reporter) -> Result<ExitCode, Error> {
 /// What doctor reports of the GPU: a line for people and fields for JSON, and whether a
 /// device opened.
 fn gpu_status() -> (String, serde_json::Value, bool) {
-    if !tilegen::gpu::driver_present() {
+    if !tilegen::__internal::gpu::driver_present() {
         return (
             "GPU: no CUDA driver (libcuda.so) found".into(),
             serde_json::json!({"driver": false, "device": null}),
             false,
         );
     }
-    let driver = tilegen::gpu::driver_version().map(|v| v.to_string());
+    let driver = tilegen::__internal::gpu::driver_version().map(|v| v.to_string());
     match cudarc::driver::CudaContext::new(0) {
         Ok(ctx) => {
             let cc = ctx

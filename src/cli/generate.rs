@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
-use tilegen::error::Error;
-use tilegen::generate::{self, Event};
+use tilegen::Error;
+use tilegen::Event;
 
 use super::report::Reporter;
 use super::Inputs;
@@ -53,10 +53,10 @@ pub fn run(args: GenerateArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let mut o = args.inputs.options(args.out);
     o.bundle = args
         .bundle
-        .or_else(|| tilegen::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
+        .or_else(|| tilegen::__internal::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
     o.bundle_pubkey = args
         .bundle_pubkey
-        .or_else(|| tilegen::env::var("TILEGEN_BUNDLE_PUBKEY"));
+        .or_else(|| tilegen::__internal::env::var("TILEGEN_BUNDLE_PUBKEY"));
     o.jobs = args.jobs;
     o.tuning = args.tuning;
     o.prune_by_tuning = args.prune_by_tuning;
@@ -103,7 +103,7 @@ pub fn run(args: GenerateArgs, rep: &Reporter) -> Result<ExitCode, Error> {
             _ => {}
         }
     };
-    let report = generate::generate(&o, &on_event)?;
+    let report = tilegen::generate(&o, &on_event)?;
     if let Some(pb) = bar.lock().unwrap_or_else(|p| p.into_inner()).take() {
         pb.finish_and_clear();
     }

@@ -1,6 +1,6 @@
 //! What the GPU commands (`verify`, `bench`) share: which instances of a library they run.
 
-use tilegen::error::Error;
+use tilegen::Error;
 
 /// The library a GPU command reads and which of its instances it runs.
 #[derive(clap::Args)]
@@ -20,24 +20,21 @@ pub struct LibraryArgs {
 /// touched.
 pub struct Select {
     filter: Option<String>,
-    op: Option<tilegen::spec::Op>,
+    op: Option<tilegen::Op>,
 }
 
 impl Select {
     pub fn new(filter: Option<String>, op: Option<String>) -> Result<Select, Error> {
         let op = match op {
             None => None,
-            Some(o) => Some(tilegen::spec::Op::parse(&o).ok_or_else(|| {
-                Error::Usage(format!(
-                    "--op {o}: not an op ({})",
-                    tilegen::spec::Op::choices()
-                ))
+            Some(o) => Some(tilegen::Op::parse(&o).ok_or_else(|| {
+                Error::Usage(format!("--op {o}: not an op ({})", tilegen::Op::choices()))
             })?),
         };
         Ok(Select { filter, op })
     }
 
-    pub fn of(&self, gpu: &tilegen::gpu::Gpu) -> Vec<tilegen::manifest::InstanceEntry> {
+    pub fn of(&self, gpu: &tilegen::__internal::gpu::Gpu) -> Vec<tilegen::InstanceEntry> {
         gpu.manifest
             .instances
             .iter()

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tilegen::error::Error;
-use tilegen::generate;
+use tilegen::__internal::generate;
+use tilegen::Error;
 
 use super::report::Reporter;
 use super::Inputs;
@@ -18,13 +18,15 @@ pub struct ListArgs {
 pub fn run(args: ListArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let r = generate::render_all(&args.inputs.options(PathBuf::new()))?;
     for inst in &r.instances {
-        let launch = tilegen::ops::launch(inst);
+        let launch = tilegen::__internal::ops::launch(inst);
         rep.out(
             || {
                 serde_json::json!({
-                    "name": inst.name, "op": inst.op, "dtype": inst.dtype, "params": inst.params,
+                    "name": inst.name, "op": inst.op, "dtype": inst.dtype,
+                    "out_dtype": inst.out_dtype, "params": inst.params,
                     "epilogue": inst.epilogue, "archs": inst.archs, "threads": launch.threads,
-                    "origin": format!("{}:{}", inst.origin.file, inst.origin.line)
+                    "origin": format!("{}:{}", inst.origin.file, inst.origin.line),
+                    "config_sha256": tilegen::__internal::render::config_hash(inst)
                 })
             },
             || {

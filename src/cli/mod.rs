@@ -18,8 +18,8 @@ pub mod verify;
 
 use std::path::PathBuf;
 
-use tilegen::generate::Options;
-use tilegen::spec::Arch;
+use tilegen::Arch;
+use tilegen::Options;
 
 /// The spec inputs of the commands that read specs.
 #[derive(clap::Args, Clone)]

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use tilegen::error::Error;
-use tilegen::provision;
+use tilegen::__internal::provision;
+use tilegen::Error;
 
 use super::report::Reporter;
 
@@ -29,7 +29,7 @@ pub fn run(action: NvrtcAction, rep: &Reporter) -> Result<ExitCode, Error> {
     match action {
         NvrtcAction::Install { dir, if_missing } => {
             if if_missing {
-                if let Ok(nv) = tilegen::nvrtc::load() {
+                if let Ok(nv) = tilegen::__internal::nvrtc::load() {
                     report(rep, "found", &nv.location, &nv.version());
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -46,7 +46,7 @@ pub fn run(action: NvrtcAction, rep: &Reporter) -> Result<ExitCode, Error> {
             rep.text_err(|| {
                 format!(
                     "installing {} into {} (pip, checked against its pinned sha256)",
-                    tilegen::nvrtc::PINNED_WHEEL,
+                    tilegen::__internal::nvrtc::PINNED_WHEEL,
                     dir.display()
                 )
             });
@@ -65,7 +65,7 @@ pub fn run(action: NvrtcAction, rep: &Reporter) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         NvrtcAction::Path => {
-            let nv = tilegen::nvrtc::load()?;
+            let nv = tilegen::__internal::nvrtc::load()?;
             report(rep, "found", &nv.location, &nv.version());
             Ok(ExitCode::SUCCESS)
         }

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use serde_json::Value;
-use tilegen::error::Error;
+use tilegen::Error;
 
 pub struct Reporter {
     json: bool,

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tilegen::cache::Cache;
-use tilegen::error::Error;
-use tilegen::generate;
-use tilegen::spec::Arch;
+use tilegen::__internal::cache::Cache;
+use tilegen::__internal::generate;
+use tilegen::Arch;
+use tilegen::Error;
 
 use super::report::Reporter;
 use super::{parse_arch, Inputs};
@@ -39,7 +39,7 @@ pub fn run(args: ShowArgs, _rep: &Reporter) -> Result<ExitCode, Error> {
         };
         return Err(Error::Usage(format!(
             "no instance named `{}`; {hint}`tilegen list` shows them",
-            tilegen::escape::shown(&name)
+            tilegen::__internal::escape::shown(&name)
         )));
     };
     match ptx {
@@ -48,12 +48,15 @@ pub fn run(args: ShowArgs, _rep: &Reporter) -> Result<ExitCode, Error> {
             // The checks `generate` applies to the instance's own archs, for this one.
             let mut one = r.instances[i].clone();
             one.archs = vec![arch];
-            if let Some((_, why)) = tilegen::ops::arch_problems(&one).into_iter().next() {
+            if let Some((_, why)) = tilegen::__internal::ops::arch_problems(&one)
+                .into_iter()
+                .next()
+            {
                 return Err(Error::Usage(format!(
                     "cannot show {name}'s PTX for {arch}: {why}"
                 )));
             }
-            let nvrtc = tilegen::nvrtc::load()?.version();
+            let nvrtc = tilegen::__internal::nvrtc::load()?.version();
             let cache = Cache::open(Cache::default_location()?);
             let c = generate::compile_cached(&cache, &nvrtc, &name, &r.sources[i], arch)?.compiled;
             print!("{}", String::from_utf8_lossy(&c.ptx));

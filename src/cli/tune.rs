@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tilegen::error::Error;
+use tilegen::Error;
 
 use super::report::Reporter;
 
@@ -60,7 +60,7 @@ impl TuneArgs {
 }
 
 pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
-    use tilegen::gpu::{tune, Gpu};
+    use tilegen::__internal::gpu::{tune, Gpu};
     let shapes = match &args.shapes {
         Some(path) => tune::read_shapes(path)?,
         None => BTreeMap::new(),
@@ -68,8 +68,8 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let started = std::time::Instant::now();
     let mut gpu = Gpu::open(&args.lib)?;
     if let Some(dir) = &args.tuning {
-        let (tables, _) = tilegen::tuning::load_dir(dir)?;
-        let (tables, dropped) = tilegen::tuning::attach(tables, &gpu.manifest);
+        let (tables, _) = tilegen::__internal::tuning::load_dir(dir)?;
+        let (tables, dropped) = tilegen::__internal::tuning::attach(tables, &gpu.manifest);
         for d in dropped {
             rep.note(|| format!("warning: {d}"));
         }
@@ -84,7 +84,7 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     }
     let seed = args.seed.unwrap_or_else(super::gpu::clock_seed);
     // Memory-bound methods are also reported against the device copy of this run.
-    let ceiling = tilegen::gpu::bench::copy_ceiling(&gpu, 1 << 30)?;
+    let ceiling = tilegen::__internal::gpu::bench::copy_ceiling(&gpu, 1 << 30)?;
     rep.text(|| {
         format!(
             "tune {} on {} (sm_{}, {} SMs), {} methods, seed {seed}; device copy {ceiling:.0} GB/s\n{:<34} {:<16} {:<44} {:>9} {:>7} {:>7} {:>7} {:>7}",
@@ -103,7 +103,7 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
             "vs copy"
         )
     });
-    let mut rng = tilegen::gpu::data::rng(seed);
+    let mut rng = tilegen::__internal::gpu::data::rng(seed);
     let mut verified = BTreeMap::new();
     let mut all = Vec::new();
     let mut unverified = std::collections::BTreeSet::new();
@@ -131,9 +131,9 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
                 .get(1)
                 .map_or("-".to_string(), |t| format!("{:.3}", t.1 / best_us));
             let vs_copy = match m.problem {
-                tilegen::gpu::problem::Problem::Gemm { .. } => None,
+                tilegen::__internal::gpu::problem::Problem::Gemm { .. } => None,
                 p => {
-                    let bytes = tilegen::gpu::bench::traffic(&members[0], p).0 as f64;
+                    let bytes = tilegen::__internal::gpu::bench::traffic(&members[0], p).0 as f64;
                     Some(bytes / (best_us * 1e-6) / 1e9 / ceiling)
                 }
             };

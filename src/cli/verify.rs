@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use tilegen::error::Error;
+use tilegen::Error;
 
 use super::gpu::{LibraryArgs, Select};
 use super::report::Reporter;
@@ -22,7 +22,7 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
-    use tilegen::gpu::{problem, verify, Gpu};
+    use tilegen::__internal::gpu::{problem, verify, Gpu};
     let VerifyArgs {
         library: LibraryArgs { lib, filter, op },
         seed,
@@ -50,15 +50,15 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
             "rel L2"
         )
     });
-    let verbose = tilegen::env::var_os("TILEGEN_VERBOSE").is_some();
-    let mut rng = tilegen::gpu::data::rng(seed);
+    let verbose = tilegen::__internal::env::var_os("TILEGEN_VERBOSE").is_some();
+    let mut rng = tilegen::__internal::gpu::data::rng(seed);
     let (mut passed, mut failed) = (0, 0);
     for inst in &instances {
         let started = std::time::Instant::now();
-        if inst.op == tilegen::spec::Op::Attention {
+        if inst.op == tilegen::Op::Attention {
             let emit = |v: serde_json::Value| rep.event(|| v);
             let json_emit: Option<&dyn Fn(serde_json::Value)> = rep.is_json().then_some(&emit);
-            let (p, f) = tilegen::gpu::attention::verify_instance(
+            let (p, f) = tilegen::__internal::gpu::attention::verify_instance(
                 &mut gpu,
                 inst,
                 max_elements,

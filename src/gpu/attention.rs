@@ -899,6 +899,7 @@ pub struct AttnBench {
 pub fn bench_shapes(head_dim: usize) -> Vec<(usize, usize, usize, usize)> {
     match head_dim {
         64 => vec![(16, 16, 16, 2048), (8, 16, 16, 1024), (4, 16, 16, 8192)],
+        256 => vec![(4, 16, 16, 4096), (2, 32, 8, 8192)],
         _ => vec![(8, 16, 16, 4096), (4, 32, 32, 8192), (4, 32, 8, 8192)],
     }
 }

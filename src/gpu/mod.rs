@@ -69,7 +69,10 @@ impl Gpu {
         let path = lib_dir.join(crate::manifest::FILE_NAME);
         let bytes = std::fs::read(&path).at(&path)?;
         let manifest = Manifest::from_bytes(&bytes).map_err(|e| {
-            Error::Usage(format!("{}: not a tilegen manifest: {e}", path.display()))
+            Error::input(
+                &path,
+                format!("{}: not a tilegen manifest: {e}", path.display()),
+            )
         })?;
         if !driver_present() {
             return Err(Error::Environment(

@@ -1,7 +1,7 @@
 //! `tilegen tune` and `tilegen bench --dispatch`: every instance of a bindings method that
 //! can run a shape, verified first, then timed turn about with the others (the same timing
 //! code as `bench`), beside what the fixed dispatch rules pick and what the library's own
-//! tuning tables pick. `tune` writes the winners as a tuning table ([`crate::tuning`]).
+//! tuning tables pick. `tune` writes the winners as a tuning table ([`crate::TuningTable`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,36 +51,48 @@ pub type Shapes = BTreeMap<Op, Vec<Vec<u64>>>;
 pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let raw: BTreeMap<String, Vec<Vec<u64>>> = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::Usage(format!(
-            "{}:{}:{}: not a shapes file (an object from op name to lists of sizes): {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
+        Error::input(
+            path,
+            format!(
+                "{}:{}:{}: not a shapes file (an object from op name to lists of sizes): {e}",
+                path.display(),
+                e.line(),
+                e.column()
+            ),
+        )
     })?;
     let mut out = Shapes::new();
     for (op, shapes) in raw {
         let parsed = Op::parse(&op).ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: `{}` is not an op ({})",
-                path.display(),
-                crate::escape::shown(&op),
-                Op::choices()
-            ))
+            Error::input(
+                path,
+                format!(
+                    "{}: `{}` is not an op ({})",
+                    path.display(),
+                    crate::escape::shown(&op),
+                    Op::choices()
+                ),
+            )
         })?;
         let want = shape_args(family(parsed)).ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: {op} is not tuned by shape (it dispatches by head size)",
-                path.display()
-            ))
+            Error::input(
+                path,
+                format!(
+                    "{}: {op} is not tuned by shape (it dispatches by head size)",
+                    path.display()
+                ),
+            )
         })?;
         for s in &shapes {
             if s.len() != want.len() || s.iter().any(|&d| d == 0 || d > 1 << 40) {
-                return Err(Error::Usage(format!(
-                    "{}: {op} shape {s:?}: give ({}), each 1 to 2^40",
-                    path.display(),
-                    want.join(", ")
-                )));
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "{}: {op} shape {s:?}: give ({}), each 1 to 2^40",
+                        path.display(),
+                        want.join(", ")
+                    ),
+                ));
             }
         }
         out.insert(parsed, shapes);

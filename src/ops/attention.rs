@@ -10,10 +10,15 @@
 //! heads_kv (GQA; MQA with heads_kv = 1). Variable-length batches pass `cu_seqlens_q/kv` (int32,
 //! batch + 1 offsets into a packed [total, heads, head_dim] tensor, as flash-attn).
 //!
+//! `engine: wgmma` (sm_90a only) renders `attention_sm90.cu` instead: a producer warpgroup
+//! copies Q and K/V tiles (cp.async, 128-byte swizzle) into an mbarrier-guarded ring and
+//! `tile_q / 64` consumer warpgroups run S = Q·Kᵀ and O += P·V on wgmma, taking turns so that
+//! one's softmax overlaps another's matrix products.
+//!
 //! Shapes and numbers measured on the H200: bench/flash-attn/NOTES.md.
 
 use super::{Arg, ArgKind, Field, GridRule, Launch, OpInfo};
-use crate::spec::model::{Arch, DType, Instance, Params};
+use crate::spec::model::{Arch, DType, Engine, Instance, Params};
 
 pub static ATTENTION: OpInfo = OpInfo {
     template: "attention.cu",
@@ -25,16 +30,38 @@ pub static ATTENTION: OpInfo = OpInfo {
         Field::TileKv,
         Field::Block,
         Field::Stages,
+        Field::Engine,
     ],
     epilogues: &[],
 };
 
 pub const HEAD_DIMS: &[u32] = &[64, 128];
+/// The Hopper path also takes head_dim 256 (O alone is 128 registers per consumer thread).
+pub const HEAD_DIMS_WGMMA: &[u32] = &[64, 128, 256];
 const DEFAULT_THREADS: u32 = 128;
 const DEFAULT_STAGES: u32 = 2;
 /// Accumulator, score and Q-fragment registers per thread above which ptxas spills (measured:
 /// 160 builds clean with two slices per warp; head_dim 128 with tile_kv 128 spills).
 const MAX_FRAGMENT_REGS: u32 = 160;
+/// The largest dynamic shared memory a block may ask for on sm_90 (227 KiB).
+const MAX_SHARED_SM90: u32 = 232_448;
+/// Fragment registers per consumer thread that build without spills on the Hopper path, with
+/// two and with three consumers (measured: 192 and 128 do, 208 and 144 spill).
+const WGMMA_FRAGMENT_REGS: [u32; 2] = [192, 128];
+
+/// Whether the instance runs on the Hopper path.
+pub fn wgmma(p: &Params) -> bool {
+    p.engine == Some(Engine::Wgmma)
+}
+
+/// The template that renders the instance.
+pub fn template(inst: &Instance) -> &'static str {
+    if wgmma(&inst.params) {
+        "attention_sm90.cu"
+    } else {
+        ATTENTION.template
+    }
+}
 
 /// Tiles of the fastest instances on the H200 (mma.sync), per head_dim and mask.
 pub fn default_tiles(head_dim: u32, causal: bool) -> (u32, u32) {
@@ -45,15 +72,38 @@ pub fn default_tiles(head_dim: u32, causal: bool) -> (u32, u32) {
     }
 }
 
+/// Tiles of the fastest Hopper instances on the H200, per head_dim: 2 consumer warpgroups and
+/// 128-key tiles at head_dim 128, 3 consumers at 64, 64-key tiles at 256.
+pub fn default_tiles_wgmma(head_dim: u32) -> (u32, u32) {
+    match head_dim {
+        64 => (192, 128),
+        128 => (128, 128),
+        _ => (128, 64),
+    }
+}
+
 /// head_dim has no default (it is the problem's, not a tuning choice); the rest do.
 pub fn defaults(p: &mut Params) {
+    // The default engine is never stored (as for gemm): names and config hashes stay put.
+    if p.engine == Some(Engine::MmaSync) {
+        p.engine = None;
+    }
     let causal = *p.causal.get_or_insert(false);
+    let hopper = wgmma(p);
     if let Some(d) = p.head_dim {
-        let (tq, tkv) = default_tiles(d, causal);
+        let (tq, tkv) = if hopper {
+            default_tiles_wgmma(d)
+        } else {
+            default_tiles(d, causal)
+        };
         p.tile_q.get_or_insert(tq);
         p.tile_kv.get_or_insert(tkv);
     }
-    p.block.get_or_insert(DEFAULT_THREADS);
+    let threads = match (hopper, p.tile_q) {
+        (true, Some(tq)) => 128 * (1 + tq / 64),
+        _ => DEFAULT_THREADS,
+    };
+    p.block.get_or_insert(threads);
     p.stages.get_or_insert(DEFAULT_STAGES);
 }
 
@@ -67,23 +117,50 @@ pub struct Plan {
     pub threads: u32,
     pub warps: u32,
     pub stages: u32,
+    /// The Hopper path: a producer warpgroup and `tile_q / 64` consumer warpgroups.
+    pub wgmma: bool,
 }
 
 impl Plan {
     pub fn new(p: &Params) -> Plan {
-        let head_dim = p.head_dim.unwrap_or(128);
-        let causal = p.causal.unwrap_or(false);
-        let (tq, tkv) = default_tiles(head_dim, causal);
+        let mut p = p.clone();
+        if p.head_dim.is_none() {
+            p.head_dim = Some(128);
+        }
+        defaults(&mut p);
         let threads = p.block.unwrap_or(DEFAULT_THREADS);
         Plan {
-            head_dim,
-            causal,
-            tile_q: p.tile_q.unwrap_or(tq),
-            tile_kv: p.tile_kv.unwrap_or(tkv),
+            head_dim: p.head_dim.unwrap_or(128),
+            causal: p.causal.unwrap_or(false),
+            tile_q: p.tile_q.unwrap_or(128),
+            tile_kv: p.tile_kv.unwrap_or(64),
             threads,
             warps: threads / 32,
             stages: p.stages.unwrap_or(DEFAULT_STAGES),
+            wgmma: wgmma(&p),
         }
+    }
+    /// Consumer warpgroups of the Hopper path (64 query rows each).
+    pub fn consumers(&self) -> u32 {
+        self.tile_q / 64
+    }
+    /// setmaxnreg budgets of the Hopper path, (producer, consumers): whole register file
+    /// (65536) shared by 128 producer threads and 128 per consumer warpgroup.
+    pub fn register_split(&self) -> (u32, u32) {
+        if self.consumers() <= 2 {
+            (40, 232)
+        } else {
+            (32, 160)
+        }
+    }
+    /// Hopper path: Q's fragments stay in registers when two consumers leave room for them.
+    pub fn q_in_registers(&self) -> bool {
+        self.consumers() <= 2
+            && self.other_fragment_regs() + self.head_dim / 4 <= WGMMA_FRAGMENT_REGS[0]
+    }
+    /// Hopper path: O, S and P per consumer thread (f32 O and S, P as 16-bit pairs).
+    fn other_fragment_regs(&self) -> u32 {
+        self.head_dim / 2 + self.tile_kv / 2 + self.tile_kv / 4
     }
     /// 16-row query slices per warp.
     pub fn slices(&self) -> u32 {
@@ -93,24 +170,121 @@ impl Plan {
     fn row_bytes(&self) -> u32 {
         self.head_dim * 2
     }
-    /// Q tile plus `stages` K and V tiles.
+    /// Q tile plus `stages` K and V tiles; the Hopper path adds 1024 bytes to align the tiles
+    /// for the 128-byte swizzle and its mbarriers (Q full, and K/V full and empty per stage).
     pub fn shared_bytes(&self) -> u32 {
-        (self.tile_q + self.stages * 2 * self.tile_kv) * self.row_bytes()
+        let tiles = (self.tile_q + self.stages * 2 * self.tile_kv) * self.row_bytes();
+        if self.wgmma {
+            1024 + tiles + 8 * (1 + 4 * self.stages)
+        } else {
+            tiles
+        }
     }
-    /// O accumulators + S scores + Q fragments (kept in registers with one slice per warp).
+    /// O accumulators + S scores + Q fragments (kept in registers with one slice per warp);
+    /// on the Hopper path per consumer thread: O, S, P as 16-bit pairs, and Q when kept.
     pub fn fragment_regs(&self) -> u32 {
+        if self.wgmma {
+            let q = if self.q_in_registers() {
+                self.head_dim / 4
+            } else {
+                0
+            };
+            return self.other_fragment_regs() + q;
+        }
         let s = self.slices();
         let q = if s == 1 { self.head_dim / 4 } else { 0 };
         s * self.head_dim / 2 + s * self.tile_kv / 2 + q
     }
-    pub fn problems(&self) -> Vec<(Field, String)> {
+    /// The Hopper path's limits (measured: no spills up to 192 fragment registers with two
+    /// consumers, 128 with three).
+    fn wgmma_problems(&self) -> Vec<(Field, String)> {
         let mut out = Vec::new();
-        if !HEAD_DIMS.contains(&self.head_dim) {
+        if self.tile_q != 128 && self.tile_q != 192 {
             out.push((
-                Field::HeadDim,
-                format!("head_dim must be 64 or 128, not {}", self.head_dim),
+                Field::TileQ,
+                format!(
+                    "tile_q must be 128 or 192 with engine wgmma (2 or 3 consumer warpgroups of 64 rows), not {}",
+                    self.tile_q
+                ),
             ));
             return out;
+        }
+        let threads = 128 * (1 + self.consumers());
+        if self.threads != threads {
+            out.push((
+                Field::Block,
+                format!(
+                    "block must be {threads} with engine wgmma and tile_q {} (a producer warpgroup and {} consumers), not {}",
+                    self.tile_q,
+                    self.consumers(),
+                    self.threads
+                ),
+            ));
+        }
+        if ![64, 128, 192, 256].contains(&self.tile_kv) {
+            out.push((
+                Field::TileKv,
+                format!(
+                    "tile_kv must be 64, 128, 192 or 256 with engine wgmma (a wgmma N), not {}",
+                    self.tile_kv
+                ),
+            ));
+        }
+        if !(2..=4).contains(&self.stages) {
+            out.push((
+                Field::Stages,
+                format!("stages must be from 2 to 4, not {}", self.stages),
+            ));
+        }
+        if !out.is_empty() {
+            return out;
+        }
+        let (limit, consumers) = if self.consumers() <= 2 {
+            (WGMMA_FRAGMENT_REGS[0], 2)
+        } else {
+            (WGMMA_FRAGMENT_REGS[1], 3)
+        };
+        let regs = self.fragment_regs();
+        if regs > limit {
+            out.push((
+                Field::TileKv,
+                format!(
+                    "tile_kv {} with head_dim {} needs about {regs} fragment registers per consumer thread, over the {limit} that {consumers} consumers leave without spilling; use a smaller tile_kv",
+                    self.tile_kv, self.head_dim
+                ),
+            ));
+        }
+        let smem = self.shared_bytes();
+        if smem > MAX_SHARED_SM90 {
+            out.push((
+                Field::Stages,
+                format!(
+                    "{} stages of {}-key tiles need {smem} bytes of shared memory, over the {MAX_SHARED_SM90} a block may have; use fewer stages or a smaller tile_kv",
+                    self.stages, self.tile_kv
+                ),
+            ));
+        }
+        out
+    }
+    pub fn problems(&self) -> Vec<(Field, String)> {
+        let mut out = Vec::new();
+        let allowed = if self.wgmma {
+            HEAD_DIMS_WGMMA
+        } else {
+            HEAD_DIMS
+        };
+        if !allowed.contains(&self.head_dim) {
+            out.push((
+                Field::HeadDim,
+                format!(
+                    "head_dim must be 64 or 128 (256 with engine wgmma), not {}",
+                    self.head_dim
+                ),
+            ));
+            return out;
+        }
+        if self.wgmma {
+            return self.wgmma_problems();
         }
         if !super::is_pow2_in(self.threads, 64, 256) {
             out.push((
@@ -190,6 +364,14 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
 }
 
 pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
+    if inst.op == crate::spec::model::Op::Attention && wgmma(&inst.params) {
+        return (arch != Arch::Sm90a).then(|| {
+            format!(
+                "attention with engine wgmma uses wgmma.mma_async and setmaxnreg, which only sm_90a has \
+                 (and sm_90a code runs on no other GPU): give `archs: [sm_90a]`, not {arch}"
+            )
+        });
+    }
     (inst.op == crate::spec::model::Op::Attention && arch.sm() < 80).then(|| {
         format!(
             "attention uses cp.async, ldmatrix and mma.sync m16n8k16, which need sm_80+; {arch} lacks them"
@@ -293,6 +475,22 @@ pub fn launch(inst: &Instance) -> Launch {
 
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     let plan = Plan::new(&inst.params);
+    if plan.wgmma {
+        let (producer, consumer) = plan.register_split();
+        return vec![
+            ("head_dim", plan.head_dim.into()),
+            ("causal", plan.causal.into()),
+            ("tile_q", plan.tile_q.into()),
+            ("tile_kv", plan.tile_kv.into()),
+            ("consumers", plan.consumers().into()),
+            ("stages", plan.stages.into()),
+            ("producer_regs", producer.into()),
+            ("consumer_regs", consumer.into()),
+            ("q_regs", u32::from(plan.q_in_registers()).into()),
+            ("shared_bytes", plan.shared_bytes().into()),
+            ("requirements", runtime_requirements(inst).into()),
+        ];
+    }
     vec![
         ("head_dim", plan.head_dim.into()),
         ("causal", plan.causal.into()),
@@ -376,6 +574,92 @@ mod tests {
         }
         let inst = Instance::for_test(Op::Attention, DType::Bf16, Params::default());
         assert_eq!(check(&inst)[0].0, Field::HeadDim);
+    }
+
+    fn hopper(d: u32, tq: u32, tkv: u32, stages: u32) -> Params {
+        let mut p = Params {
+            head_dim: Some(d),
+            tile_q: Some(tq),
+            tile_kv: Some(tkv),
+            stages: Some(stages),
+            engine: Some(Engine::Wgmma),
+            ..Params::default()
+        };
+        defaults(&mut p);
+        p
+    }
+
+    #[test]
+    fn hopper_plans_match_the_harness() {
+        // (d, tile_q, tile_kv, stages) -> threads, shared bytes as run.py's smem_bytes (sm90)
+        for (d, tq, tkv, st, threads, smem) in [
+            (128, 128, 128, 2, 384, 164_936),
+            (128, 128, 128, 3, 384, 230_504),
+            (64, 192, 128, 3, 512, 124_008),
+            (128, 192, 64, 3, 512, 148_584),
+            (256, 128, 64, 2, 384, 197_704),
+        ] {
+            let plan = Plan::new(&hopper(d, tq, tkv, st));
+            assert_eq!(
+                (plan.threads, plan.shared_bytes()),
+                (threads, smem),
+                "{plan:?}"
+            );
+            assert!(
+                plan.problems().is_empty(),
+                "{plan:?}: {:?}",
+                plan.problems()
+            );
+        }
+        // Q stays in registers with two consumers only (three have no room for it).
+        assert!(Plan::new(&hopper(128, 128, 128, 2)).q_in_registers());
+        assert!(!Plan::new(&hopper(64, 192, 128, 3)).q_in_registers());
+        assert_eq!(
+            Plan::new(&hopper(64, 192, 128, 3)).register_split(),
+            (32, 160)
+        );
+        // head_dim 256: O alone is 128 registers, so Q stays in shared memory.
+        assert!(!Plan::new(&hopper(256, 128, 64, 2)).q_in_registers());
+        let mut d256 = Params {
+            head_dim: Some(256),
+            engine: Some(Engine::Wgmma),
+            ..Params::default()
+        };
+        defaults(&mut d256);
+        assert_eq!(
+            (d256.tile_q, d256.tile_kv, d256.block),
+            (Some(128), Some(64), Some(384))
+        );
+    }
+
+    #[test]
+    fn hopper_limits_are_refused_with_their_field() {
+        let mut wrong_block = hopper(128, 128, 128, 2);
+        wrong_block.block = Some(256);
+        for (p, field) in [
+            (hopper(128, 64, 128, 2), Field::TileQ),
+            (hopper(128, 128, 96, 2), Field::TileKv),
+            (hopper(128, 128, 192, 2), Field::TileKv), // spills (measured)
+            (hopper(64, 192, 192, 2), Field::TileKv),  // three consumers: 128 registers
+            (hopper(128, 128, 128, 4), Field::Stages), // over 227 KiB of shared memory
+            (hopper(128, 128, 128, 1), Field::Stages),
+            (hopper(256, 128, 128, 2), Field::TileKv), // 224 registers
+            (hopper(96, 128, 128, 2), Field::HeadDim),
+            (wrong_block, Field::Block),
+        ] {
+            let probs = Plan::new(&p).problems();
+            assert!(probs.iter().any(|(f, _)| *f == field), "{p:?}: {probs:?}");
+        }
+        let inst = Instance::for_test(Op::Attention, DType::Bf16, hopper(128, 128, 128, 2));
+        assert!(arch_problem(&inst, Arch::Sm90).is_some());
+        assert!(arch_problem(&inst, Arch::Sm90a).is_none());
+        assert_eq!(template(&inst), "attention_sm90.cu");
+        let portable = Instance::for_test(
+            Op::Attention,
+            DType::Bf16,
+            params(128, false, 128, 32, 128, 2),
+        );
+        assert_eq!(template(&portable), "attention.cu");
     }
 
     /// A manifest entry for `inst` as `generate` writes it (no targets).

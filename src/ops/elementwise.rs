@@ -32,6 +32,13 @@ pub fn defaults(p: &mut Params) {
     p.items.get_or_insert(4);
 }
 
+/// Every parameter the kernel uses, defaults filled in (see `ops::resolved`).
+pub fn resolved(inst: &Instance) -> Params {
+    let mut p = inst.params.clone();
+    defaults(&mut p);
+    p
+}
+
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let p = &inst.params;
     [

@@ -68,6 +68,28 @@ pub fn defaults(p: &mut Params) {
     p.tf32.get_or_insert(false);
 }
 
+/// Every parameter the kernel uses, defaults filled in (see `ops::resolved`): `stages` as
+/// the pipeline has it; no `warp` on the wgmma engine.
+pub fn resolved(inst: &Instance) -> Params {
+    let mut p = inst.params.clone();
+    defaults(&mut p);
+    if wgmma(&p) {
+        p.warp = None;
+        p.stages = Some(gemm_sm90::stages(&p));
+    } else {
+        p.stages = Some(stages(inst));
+    }
+    p
+}
+
+/// Pipeline depth: the spec's, or the default of the path (tensor cores or SIMT).
+fn stages(inst: &Instance) -> u32 {
+    let tc = tensor_cores(inst);
+    inst.params
+        .stages
+        .unwrap_or(if tc { DEFAULT_TC_STAGES } else { SIMT_STAGES })
+}
+
 /// True when the parameters ask for the sm_90a wgmma engine.
 pub fn wgmma(p: &Params) -> bool {
     p.engine == Some(Engine::Wgmma)
@@ -150,9 +172,7 @@ impl Plan {
         let (warps_m, warps_n) = ((tm / wm).max(1), (tn / wn).max(1));
         let threads = warps_m * warps_n * 32;
         let tc = tensor_cores(inst);
-        let stages = p
-            .stages
-            .unwrap_or(if tc { DEFAULT_TC_STAGES } else { SIMT_STAGES });
+        let stages = stages(inst);
         let layout = p.layout.unwrap_or(Layout::Nn);
         let elem = inst.dtype.size();
         let vec = inst.dtype.per_16_bytes();

@@ -41,6 +41,12 @@ pub fn defaults(p: &mut Params) {
     p.tf32.get_or_insert(false);
 }
 
+/// Pipeline depth: the spec's, or 3 for tiles wider than 128 columns and 4 for the rest.
+pub fn stages(p: &Params) -> u32 {
+    let [_, tile_n, _] = p.tile.unwrap_or([TILE_M, 256, TILE_K]);
+    p.stages.unwrap_or(if tile_n.max(64) > 128 { 3 } else { 4 })
+}
+
 /// Everything derived from an instance's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Plan {
@@ -85,7 +91,7 @@ impl Plan {
         }
         Plan {
             tile_n,
-            stages: p.stages.unwrap_or(if tile_n > 128 { 3 } else { 4 }),
+            stages: stages(p),
             a_k_major,
             b_k_major: layout.b_transposed(),
             in_elem: inst.dtype.size(),

@@ -34,6 +34,8 @@ pub enum Field {
     Causal,
     TileQ,
     TileKv,
+    RowsPerBlock,
+    Lean,
 }
 
 impl Field {
@@ -54,6 +56,8 @@ impl Field {
         Field::Causal,
         Field::TileQ,
         Field::TileKv,
+        Field::RowsPerBlock,
+        Field::Lean,
     ];
     pub fn key(self) -> &'static str {
         match self {
@@ -73,6 +77,8 @@ impl Field {
             Field::Causal => "causal",
             Field::TileQ => "tile_q",
             Field::TileKv => "tile_kv",
+            Field::RowsPerBlock => "rows_per_block",
+            Field::Lean => "lean",
         }
     }
     pub fn from_key(key: &str) -> Option<Field> {
@@ -151,12 +157,106 @@ fn shared_memory_field(op: Op) -> Field {
     }
 }
 
-/// Suffix appended to the spec name to make the instance name, e.g. `_b256_i4`.
+/// Every parameter the instance's kernel uses, each with the value the template and the launch
+/// use (the op's default where the spec gave none), and none that it does not use. Names are
+/// spelled from this, so writing a default explicitly or leaving it out gives one name.
+pub fn resolved(inst: &Instance) -> Params {
+    match inst.op {
+        Op::VectorAdd | Op::Fma => elementwise::resolved(inst),
+        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::resolved(inst),
+        Op::Gemm => gemm::resolved(inst),
+        Op::Attention => {
+            let plan = attention::Plan::new(&inst.params);
+            Params {
+                head_dim: Some(plan.head_dim),
+                causal: Some(plan.causal),
+                tile_q: Some(plan.tile_q),
+                tile_kv: Some(plan.tile_kv),
+                block: Some(plan.threads),
+                stages: Some(plan.stages),
+                engine: plan.wgmma.then_some(Engine::Wgmma),
+                ..Params::default()
+            }
+        }
+    }
+}
+
+/// The parameters an instance stores (and its config hash covers): the spec's values with
+/// every one dropped whose absence resolves to the same kernel, then the op's defaults. So a
+/// default written out and a default left out give one instance: same name, same params,
+/// same hash. Fields the op's defaults fill in stay set; the rest are unset at their default
+/// (as for a spec that omits them), so templates and launch read what they always read.
+/// For a checked instance only: a field that `check` rejects is not dropped silently here.
+pub fn canonical(inst: &Instance) -> Params {
+    let target = resolved(inst);
+    let mut probe = inst.clone();
+    apply_defaults(inst.op, &mut probe.params);
+    for &field in Field::ALL {
+        let mut without = probe.params.clone();
+        if !unset(&mut without, field) {
+            continue;
+        }
+        apply_defaults(inst.op, &mut without);
+        let kept = std::mem::replace(&mut probe.params, without);
+        // A field the op requires (attention's head_dim) stays, though the plan has a default.
+        if resolved(&probe) != target || !check(&probe).is_empty() {
+            probe.params = kept;
+        }
+    }
+    probe.params
+}
+
+/// Clears one field of the parameters; false when it was not set (or is not a parameter).
+fn unset(p: &mut Params, field: Field) -> bool {
+    // Exhaustive: a new parameter does not compile until it is cleared below as well.
+    let Params {
+        block: _,
+        items: _,
+        variant: _,
+        affine: _,
+        tile: _,
+        warp: _,
+        stages: _,
+        layout: _,
+        tf32: _,
+        engine: _,
+        head_dim: _,
+        causal: _,
+        tile_q: _,
+        tile_kv: _,
+        rows_per_block: _,
+        lean: _,
+    } = p;
+    match field {
+        Field::Block => p.block.take().is_some(),
+        Field::Items => p.items.take().is_some(),
+        Field::Variant => p.variant.take().is_some(),
+        Field::Affine => p.affine.take().is_some(),
+        Field::Tile => p.tile.take().is_some(),
+        Field::Warp => p.warp.take().is_some(),
+        Field::Stages => p.stages.take().is_some(),
+        Field::Layout => p.layout.take().is_some(),
+        Field::Tf32 => p.tf32.take().is_some(),
+        Field::Engine => p.engine.take().is_some(),
+        Field::HeadDim => p.head_dim.take().is_some(),
+        Field::Causal => p.causal.take().is_some(),
+        Field::TileQ => p.tile_q.take().is_some(),
+        Field::TileKv => p.tile_kv.take().is_some(),
+        Field::RowsPerBlock => p.rows_per_block.take().is_some(),
+        Field::Lean => p.lean.take().is_some(),
+        // Not parameters: the instance holds them.
+        Field::OutDtype | Field::Epilogue => false,
+    }
+}
+
+/// Suffix appended to `NAME_DTYPE[_to_OUT]` to make the instance name, e.g. `_b256_i4`: every
+/// resolved size and shape in a fixed order, then the flags that are not their default.
+/// A pure function of the instance's own resolved values, so a sweep that grows renames nothing.
 pub fn name_suffix(inst: &Instance) -> String {
-    let p = &inst.params;
+    let p = resolved(inst);
     let mut s = String::new();
     if inst.op == Op::Attention {
-        s += &attention::name_suffix(p);
+        s += &attention::name_suffix(&p);
     }
     if let Some(v) = p.variant {
         s += &format!("_{v}");
@@ -179,11 +279,25 @@ pub fn name_suffix(inst: &Instance) -> String {
     if let Some(i) = p.items {
         s += &format!("_i{i}");
     }
+    // Only when not the default (rows::resolved leaves the default unset).
+    if let Some(r) = p.rows_per_block {
+        s += &format!("_r{r}");
+    }
     if p.tf32 == Some(true) {
         s += "_tf32";
     }
     if let Some(e) = p.engine.filter(|&e| e != Engine::MmaSync) {
         s += &format!("_{e}");
+    }
+    if p.affine == Some(false) {
+        s += "_noaffine";
+    }
+    if p.lean == Some(true) {
+        s += "_lean";
+    }
+    for e in &inst.epilogue {
+        s += "_";
+        s += e.as_str();
     }
     s
 }
@@ -192,6 +306,7 @@ pub fn name_suffix(inst: &Instance) -> String {
 pub fn template(inst: &Instance) -> &'static str {
     match inst.op {
         Op::Gemm => gemm::template(inst),
+        Op::Attention => attention::template(inst),
         op => info(op).template,
     }
 }

@@ -11,7 +11,13 @@ const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
 pub static SOFTMAX: OpInfo = OpInfo {
     template: "softmax.cu",
     dtypes: ALL_DTYPES,
-    fields: &[Field::Block, Field::Items, Field::Variant, Field::Stages],
+    fields: &[
+        Field::Block,
+        Field::Items,
+        Field::Variant,
+        Field::Stages,
+        Field::RowsPerBlock,
+    ],
     epilogues: &[],
 };
 
@@ -22,12 +28,24 @@ const NORM_FIELDS: &[Field] = &[
     Field::Variant,
     Field::Stages,
     Field::Affine,
+    Field::RowsPerBlock,
+];
+
+/// Layernorm also has the trimmed ring path (`lean`).
+const LAYERNORM_FIELDS: &[Field] = &[
+    Field::Block,
+    Field::Items,
+    Field::Variant,
+    Field::Stages,
+    Field::Affine,
+    Field::RowsPerBlock,
+    Field::Lean,
 ];
 
 pub static LAYERNORM: OpInfo = OpInfo {
     template: "norm.cu",
     dtypes: ALL_DTYPES,
-    fields: NORM_FIELDS,
+    fields: LAYERNORM_FIELDS,
     epilogues: &[],
 };
 
@@ -47,16 +65,31 @@ pub static ADD_RMSNORM: OpInfo = OpInfo {
     epilogues: &[],
 };
 
+/// The variant when a spec gives none: softmax stores it; a norm leaves it unset, which its
+/// template reads as this one (the row in registers).
+const DEFAULT_VARIANT: RowVariant = RowVariant::OnePass;
+/// Depth of a staged row ring when a spec gives none: one row, copied then computed.
+const DEFAULT_ROW_STAGES: u32 = 1;
+
 pub fn defaults(op: Op, p: &mut Params) {
     p.block.get_or_insert(256);
     p.items.get_or_insert(2);
     match op {
         Op::Softmax => {
-            p.variant.get_or_insert(RowVariant::OnePass);
+            p.variant.get_or_insert(DEFAULT_VARIANT);
         }
         _ => {
             p.affine.get_or_insert(true);
         }
+    }
+    // The default rows per block of a ring is never stored, so writing it out changes no
+    // name or hash.
+    let ring = p.variant == Some(RowVariant::Staged) && p.stages.unwrap_or(1) > 1;
+    if ring && p.rows_per_block == Some(RING_ROWS_PER_BLOCK) {
+        p.rows_per_block = None;
+    }
+    if p.lean == Some(false) {
+        p.lean = None;
     }
 }
 
@@ -68,14 +101,29 @@ const MAX_ROW_STAGES: u32 = 4;
 
 /// Rows in a staged block's shared-memory ring (1: copy, then compute, one row per block).
 pub fn stages(inst: &Instance) -> u32 {
-    inst.params.stages.unwrap_or(1)
+    inst.params.stages.unwrap_or(DEFAULT_ROW_STAGES)
+}
+
+/// Every parameter the kernel uses, defaults filled in (see `ops::resolved`): the variant
+/// always, `stages` for the staged variant only.
+pub fn resolved(inst: &Instance) -> Params {
+    let mut p = inst.params.clone();
+    defaults(inst.op, &mut p);
+    let variant = *p.variant.get_or_insert(DEFAULT_VARIANT);
+    p.stages = (variant == RowVariant::Staged).then(|| stages(inst));
+    p
 }
 
 /// Rows each block of a staged ring owns (every gridDim.x-th from its first), so that the
 /// ring has rows to prefetch and held weights pay off. A fixed count rather than a grid of
 /// exactly the resident blocks: on the H200 that was faster (0.87 against 0.85 of the
 /// copy for layernorm bf16 at 4096 columns) and needs no occupancy figure at launch.
+/// A spec may ask for another count (`rows_per_block`): fewer rows shorten the blocks still
+/// running when the grid runs out, more load weights once for more rows.
 const RING_ROWS_PER_BLOCK: u32 = 8;
+
+/// Most rows a spec may give each block of a ring.
+const MAX_RING_ROWS_PER_BLOCK: u32 = 64;
 
 /// A staged ring of 2+ rows: each block owns several rows.
 fn ring(inst: &Instance) -> bool {
@@ -84,7 +132,7 @@ fn ring(inst: &Instance) -> bool {
 
 fn rows_per_block(inst: &Instance) -> u32 {
     if ring(inst) {
-        RING_ROWS_PER_BLOCK
+        inst.params.rows_per_block.unwrap_or(RING_ROWS_PER_BLOCK)
     } else {
         1
     }
@@ -216,6 +264,26 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             ));
         }
     }
+    if let Some(rpb) = p.rows_per_block {
+        if p.variant != Some(RowVariant::Staged) || p.stages.unwrap_or(1) < 2 {
+            out.push((
+                Field::RowsPerBlock,
+                "rows_per_block is how many rows each block of a staged ring owns; set `variant: staged` and `stages` 2 or more, or leave rows_per_block out".into(),
+            ));
+        } else if !(1..=MAX_RING_ROWS_PER_BLOCK).contains(&rpb) {
+            out.push((
+                Field::RowsPerBlock,
+                format!("rows_per_block must be from 1 to {MAX_RING_ROWS_PER_BLOCK}, not {rpb}"),
+            ));
+        }
+    }
+    if p.lean == Some(true) && (p.variant != Some(RowVariant::Staged) || p.stages.unwrap_or(1) < 2)
+    {
+        out.push((
+            Field::Lean,
+            "lean trims the per-row work of a staged ring; set `variant: staged` and `stages` 2 or more, or leave lean out".into(),
+        ));
+    }
     out.extend(
         p.block
             .and_then(|b| pow2_problem(Field::Block, b, 32, 1024)),
@@ -343,11 +411,12 @@ pub fn min_blocks(inst: &Instance) -> u32 {
 /// evicted rows before their blocks came (0.72–0.93); a ring of staged rows lost (0.89 → 0.86).
 const L2_AHEAD_BYTES: u32 = 2 << 20;
 
-/// Bytes of rows to warm in L2 ahead: none for rings of staged rows (their blocks own rows far
-/// apart and prefetch them into shared memory) and for the online softmax (it reads each row
-/// twice, the second time from L2).
+/// Bytes of rows to warm in L2 ahead: none for rings of staged rows whose blocks own several
+/// rows (far apart, prefetched into shared memory) and for the online softmax (it reads each
+/// row twice, the second time from L2). A ring of one row per block hands rows out in order,
+/// as one-row blocks do, so it warms them too.
 fn l2_ahead_bytes(inst: &Instance) -> u32 {
-    if ring(inst) || inst.params.variant == Some(RowVariant::Online) {
+    if (ring(inst) && rows_per_block(inst) > 1) || inst.params.variant == Some(RowVariant::Online) {
         0
     } else if inst.op == Op::AddRmsNorm {
         L2_AHEAD_BYTES / 2 // each of x and r: as many bytes ahead in all
@@ -364,6 +433,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("stages", stages(inst).into()),
         ("rows_per_block", rows_per_block(inst).into()),
         ("residual_ahead", residual_ahead(inst).into()),
+        ("lean", (inst.params.lean == Some(true)).into()),
         (
             "weights",
             match weights {

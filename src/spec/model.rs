@@ -205,6 +205,14 @@ pub struct Params {
     /// Attention: keys per K/V tile.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tile_kv: Option<u32>,
+    /// Row ops, a ring of staged rows: rows each block owns; unset means the default (8), so
+    /// instances that do not ask keep their names and hashes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rows_per_block: Option<u32>,
+    /// Layernorm, a ring of staged rows: the trimmed per-row path (see `norm.cu`); unset
+    /// means off (`false` is never stored).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub lean: Option<bool>,
 }
 
 /// Where an instance came from, for headers and messages.

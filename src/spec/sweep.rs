@@ -64,6 +64,8 @@ const SWEPT: &[Field] = &[
     Field::Causal,
     Field::TileQ,
     Field::TileKv,
+    Field::RowsPerBlock,
+    Field::Lean,
 ];
 
 /// The values of one swept field: `None` is the dtype. A field the kernel does not give has
@@ -101,6 +103,8 @@ impl Val {
             (Some(Field::HeadDim), Val::Int(v)) => p.head_dim = Some(*v),
             (Some(Field::TileQ), Val::Int(v)) => p.tile_q = Some(*v),
             (Some(Field::TileKv), Val::Int(v)) => p.tile_kv = Some(*v),
+            (Some(Field::RowsPerBlock), Val::Int(v)) => p.rows_per_block = Some(*v),
+            (Some(Field::Lean), Val::Bool(v)) => p.lean = Some(*v),
             (Some(Field::Affine), Val::Bool(v)) => p.affine = Some(*v),
             (Some(Field::Tf32), Val::Bool(v)) => p.tf32 = Some(*v),
             (Some(Field::Causal), Val::Bool(v)) => p.causal = Some(*v),
@@ -523,9 +527,6 @@ impl<'a> FileContext<'a> {
             fields.get(key).filter(|_| applies).map(|(_, v)| *v)
         };
         let archs: Vec<Arch> = arch_nodes.iter().map(|(a, _)| *a).collect();
-        let epilogue_swept = axes
-            .iter()
-            .any(|a| a.field == Some(Field::Epilogue) && a.choices.len() > 1);
         let name_node = get("name").unwrap_or(entry);
         let origin = Origin {
             file: self.src.rel.clone(),
@@ -563,7 +564,7 @@ impl<'a> FileContext<'a> {
                 }
             }
             ops::apply_defaults(op, &mut inst.params);
-            inst.name = instance_name(name, &inst, epilogue_swept);
+            inst.name = instance_name(name, &inst);
             let mut bad = false;
             for (field, msg) in ops::check(&inst) {
                 bad = true;
@@ -595,6 +596,8 @@ impl<'a> FileContext<'a> {
                 }
             }
             if !bad {
+                // Stored as written without its defaults: an explicit default changes nothing.
+                inst.params = ops::canonical(&inst);
                 out.push((inst, name_node.mark));
             }
         }
@@ -621,8 +624,11 @@ impl<'a> FileContext<'a> {
             | Field::Stages
             | Field::HeadDim
             | Field::TileQ
-            | Field::TileKv => self.optional_sweep(n, key, |c, n| c.integer(n, key).map(Val::Int)),
-            Field::Affine | Field::Tf32 | Field::Causal => {
+            | Field::TileKv
+            | Field::RowsPerBlock => {
+                self.optional_sweep(n, key, |c, n| c.integer(n, key).map(Val::Int))
+            }
+            Field::Affine | Field::Tf32 | Field::Causal | Field::Lean => {
                 self.optional_sweep(n, key, |c, n| c.boolean(n, key).map(Val::Bool))
             }
             Field::Variant => self.optional_sweep(n, key, |c, n| {
@@ -994,27 +1000,15 @@ fn scalar_text(n: &Node) -> String {
     }
 }
 
-/// `{name}_{dtype}[_{out}]{params}[_{epilogue}]`: readable, stable, and unique within a sweep.
-fn instance_name(name: &str, inst: &Instance, epilogue_swept: bool) -> String {
+/// `{name}_{dtype}[_to_{out}]{params}[_{epilogue}]`: readable, unique within a sweep, and a
+/// function of the instance's own resolved values only (`ops::name_suffix`), never of what
+/// else its kernel sweeps or of which defaults the spec wrote out.
+fn instance_name(name: &str, inst: &Instance) -> String {
     let mut s = format!("{name}_{}", inst.dtype);
     if inst.out_dtype != inst.dtype {
         s += &format!("_to_{}", inst.out_dtype);
     }
-    s += &ops::name_suffix(inst);
-    if inst.params.affine == Some(false) {
-        s += "_noaffine";
-    }
-    if epilogue_swept {
-        if inst.epilogue.is_empty() {
-            s += "_plain";
-        } else {
-            for e in &inst.epilogue {
-                s += "_";
-                s += e.as_str();
-            }
-        }
-    }
-    s
+    s + &ops::name_suffix(inst)
 }
 
 #[cfg(test)]

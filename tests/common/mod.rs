@@ -10,10 +10,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use tilegen::manifest::{FileRef, Manifest, Target};
+use tilegen::{FileRef, Manifest, Target};
 
 pub fn sha(b: &[u8]) -> String {
-    tilegen::hashing::sha256_hex(b)
+    tilegen::__internal::hashing::sha256_hex(b)
 }
 
 pub fn golden_specs() -> PathBuf {
@@ -36,11 +36,11 @@ impl FakeLibrary<'_> {
     /// Writes the library into `dir` and returns its manifest.
     pub fn write(&self, dir: &Path) -> Manifest {
         let cache = tempfile::tempdir().unwrap();
-        let mut o = tilegen::generate::Options::new(&self.specs, dir);
+        let mut o = tilegen::Options::new(&self.specs, dir);
         o.compile = false;
         o.cache_dir = Some(cache.path().to_path_buf());
         o.filter = self.filter.map(str::to_string);
-        tilegen::generate::generate(&o, &|_| {}).expect("renders without NVRTC");
+        tilegen::generate(&o, &|_| {}).expect("renders without NVRTC");
         let mpath = dir.join("manifest.json");
         let mut m = Manifest::from_bytes(&std::fs::read(&mpath).unwrap()).unwrap();
         let mut big = self.big_cubin;
@@ -77,7 +77,7 @@ impl FakeLibrary<'_> {
                 let ptx = write("ptx", ptx.as_bytes());
                 m.files.extend([ptx.path.clone(), cubin.path.clone()]);
                 inst.targets.push(Target {
-                    arch: tilegen::spec::Arch::parse(arch).unwrap(),
+                    arch: tilegen::Arch::parse(arch).unwrap(),
                     cache_key: sha(arch.as_bytes()),
                     ptx,
                     cubin,
@@ -88,7 +88,7 @@ impl FakeLibrary<'_> {
         // Bindings generated as `generate` does: from the file list without themselves.
         m.files.retain(|f| f != "bindings.rs");
         m.files.sort();
-        let bindings = tilegen::bindings::generate_in(&m, dir).unwrap();
+        let bindings = tilegen::__internal::bindings::generate_in(&m, dir).unwrap();
         std::fs::write(dir.join("bindings.rs"), bindings).unwrap();
         m.files.push("bindings.rs".into());
         m.files.sort();
@@ -159,7 +159,7 @@ pub fn finish(mut child: std::process::Child, what: &str) -> Output {
 
 /// The members of a bundle (`bundle.json` first).
 pub fn members(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
-    tilegen::bundle::archive::read(bytes, &tilegen::bundle::Limits::default()).unwrap()
+    tilegen::__internal::bundle::archive::read(bytes, &tilegen::bundle::Limits::default()).unwrap()
 }
 
 /// `members` with member `path` replaced by `bytes` and `bundle.json` (the first member)

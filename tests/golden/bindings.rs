@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 f68d1d7cdafb9cde
+// content sha256 6434355ed8cd2aa7
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -30,27 +30,31 @@ const _: () = ::core::assert!(
 #[allow(dead_code)]
 pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
-        name: "bias_gelu_bf16_b256_i4",
-        entry_point: "tg_bias_gelu_bf16_b256_i4",
+        name: "bias_gelu_bf16_b256_i4_bias_gelu",
+        entry_point: "tg_bias_gelu_bf16_b256_i4_bias_gelu",
         shared_bytes: 0,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
-                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i4.sm_90.cubin"),
+                bytes: include_bytes!(
+                    "kernels/bias_gelu_bf16_b256_i4_bias_gelu.sm_90.cubin"
+                ),
             },
             loader::Binary {
                 arch: "sm_90",
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/bias_gelu_bf16_b256_i4.sm_90.ptx"),
+                bytes: include_bytes!(
+                    "kernels/bias_gelu_bf16_b256_i4_bias_gelu.sm_90.ptx"
+                ),
             },
         ],
     },
     loader::KernelInfo {
-        name: "gemm_bf16_128x128x32_w32x32_nn",
-        entry_point: "tg_gemm_bf16_128x128x32_w32x32_nn",
+        name: "gemm_bf16_128x128x32_w32x32_s3_nn",
+        entry_point: "tg_gemm_bf16_128x128x32_w32x32_s3_nn",
         shared_bytes: 56832,
         binaries: &[
             loader::Binary {
@@ -58,39 +62,45 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/gemm_bf16_128x128x32_w32x32_nn.sm_90.cubin"
+                    "kernels/gemm_bf16_128x128x32_w32x32_s3_nn.sm_90.cubin"
                 ),
             },
             loader::Binary {
                 arch: "sm_90",
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/gemm_bf16_128x128x32_w32x32_nn.sm_90.ptx"),
+                bytes: include_bytes!(
+                    "kernels/gemm_bf16_128x128x32_w32x32_s3_nn.sm_90.ptx"
+                ),
             },
         ],
     },
     loader::KernelInfo {
-        name: "gemm_bf16_64x64x32_w32x32_nn",
-        entry_point: "tg_gemm_bf16_64x64x32_w32x32_nn",
+        name: "gemm_bf16_64x64x32_w32x32_s3_nn",
+        entry_point: "tg_gemm_bf16_64x64x32_w32x32_s3_nn",
         shared_bytes: 29184,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
-                bytes: include_bytes!("kernels/gemm_bf16_64x64x32_w32x32_nn.sm_90.cubin"),
+                bytes: include_bytes!(
+                    "kernels/gemm_bf16_64x64x32_w32x32_s3_nn.sm_90.cubin"
+                ),
             },
             loader::Binary {
                 arch: "sm_90",
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/gemm_bf16_64x64x32_w32x32_nn.sm_90.ptx"),
+                bytes: include_bytes!(
+                    "kernels/gemm_bf16_64x64x32_w32x32_s3_nn.sm_90.ptx"
+                ),
             },
         ],
     },
     loader::KernelInfo {
-        name: "gemm_fused_bf16_64x64x32_w32x32_nn",
-        entry_point: "tg_gemm_fused_bf16_64x64x32_w32x32_nn",
+        name: "gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual",
+        entry_point: "tg_gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual",
         shared_bytes: 29440,
         binaries: &[
             loader::Binary {
@@ -98,7 +108,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/gemm_fused_bf16_64x64x32_w32x32_nn.sm_90.cubin"
+                    "kernels/gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual.sm_90.cubin"
                 ),
             },
             loader::Binary {
@@ -106,33 +116,14 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!(
-                    "kernels/gemm_fused_bf16_64x64x32_w32x32_nn.sm_90.ptx"
+                    "kernels/gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual.sm_90.ptx"
                 ),
             },
         ],
     },
     loader::KernelInfo {
-        name: "layernorm_f16_b256_i2",
-        entry_point: "tg_layernorm_f16_b256_i2",
-        shared_bytes: 0,
-        binaries: &[
-            loader::Binary {
-                arch: "sm_90",
-                kind: loader::BinaryKind::Cubin,
-                ptx_isa: None,
-                bytes: include_bytes!("kernels/layernorm_f16_b256_i2.sm_90.cubin"),
-            },
-            loader::Binary {
-                arch: "sm_90",
-                kind: loader::BinaryKind::Ptx,
-                ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/layernorm_f16_b256_i2.sm_90.ptx"),
-            },
-        ],
-    },
-    loader::KernelInfo {
-        name: "layernorm_f16_b256_i2_noaffine",
-        entry_point: "tg_layernorm_f16_b256_i2_noaffine",
+        name: "layernorm_f16_onepass_b256_i2",
+        entry_point: "tg_layernorm_f16_onepass_b256_i2",
         shared_bytes: 0,
         binaries: &[
             loader::Binary {
@@ -140,14 +131,37 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/layernorm_f16_b256_i2_noaffine.sm_90.cubin"
+                    "kernels/layernorm_f16_onepass_b256_i2.sm_90.cubin"
                 ),
             },
             loader::Binary {
                 arch: "sm_90",
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
-                bytes: include_bytes!("kernels/layernorm_f16_b256_i2_noaffine.sm_90.ptx"),
+                bytes: include_bytes!("kernels/layernorm_f16_onepass_b256_i2.sm_90.ptx"),
+            },
+        ],
+    },
+    loader::KernelInfo {
+        name: "layernorm_f16_onepass_b256_i2_noaffine",
+        entry_point: "tg_layernorm_f16_onepass_b256_i2_noaffine",
+        shared_bytes: 0,
+        binaries: &[
+            loader::Binary {
+                arch: "sm_90",
+                kind: loader::BinaryKind::Cubin,
+                ptx_isa: None,
+                bytes: include_bytes!(
+                    "kernels/layernorm_f16_onepass_b256_i2_noaffine.sm_90.cubin"
+                ),
+            },
+            loader::Binary {
+                arch: "sm_90",
+                kind: loader::BinaryKind::Ptx,
+                ptx_isa: Some(loader::Version::new(9, 0)),
+                bytes: include_bytes!(
+                    "kernels/layernorm_f16_onepass_b256_i2_noaffine.sm_90.ptx"
+                ),
             },
         ],
     },
@@ -319,7 +333,7 @@ impl Kernels {
 impl Kernels {
     /// `out[i] = gelu(x[i] * w[i] + b[i] + bias[i % cols])` for `i < n`, in f32 arithmetic. `bias` is a row of `cols` elements broadcast over the `n / cols` rows. `gelu` is the tanh approximation.
     ///
-    /// Runs [`Self::bias_gelu_bf16_b256_i4`] (block 256, items 4, 8192 elements per block).
+    /// Runs [`Self::bias_gelu_bf16_b256_i4_bias_gelu`] (block 256, items 4, 8192 elements per block).
     ///
     /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
     ///
@@ -352,7 +366,7 @@ impl Kernels {
     }
     /// `out[i] = gelu(x[i] * w[i] + b[i] + bias[i % cols])` for `i < n`, in f32 arithmetic. `bias` is a row of `cols` elements broadcast over the `n / cols` rows. `gelu` is the tanh approximation.
     ///
-    /// Always runs instance `bias_gelu_bf16_b256_i4` (block 256, items 4, 8192 elements per block); [`Self::fma_bias_gelu_bf16`] picks among its family by shape.
+    /// Always runs instance `bias_gelu_bf16_b256_i4_bias_gelu` (block 256, items 4, 8192 elements per block); [`Self::fma_bias_gelu_bf16`] picks among its family by shape.
     ///
     /// `x`, `w`, `b`, `out` must hold at least `n` elements and start 16-byte aligned (a view at an offset that is not a multiple of 16 bytes is refused). `cols` ≥ 1 must divide `n`, and `bias` hold at least `cols` elements.
     ///
@@ -360,7 +374,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn bias_gelu_bf16_b256_i4(
+    pub fn bias_gelu_bf16_b256_i4_bias_gelu(
         &self,
         stream: &::cudarc::driver::CudaStream,
         x: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
@@ -372,7 +386,7 @@ impl Kernels {
         cols: usize,
     ) -> Result<(), Error> {
         self.run_fma_bias_gelu_bf16(
-            plan::bias_gelu_bf16_b256_i4,
+            plan::bias_gelu_bf16_b256_i4_bias_gelu,
             stream,
             x,
             w,
@@ -466,8 +480,8 @@ impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
     /// Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:
-    /// - [`Self::gemm_bf16_64x64x32_w32x32_nn`]: tile 64x64x32
-    /// - [`Self::gemm_bf16_128x128x32_w32x32_nn`]: tile 128x128x32
+    /// - [`Self::gemm_bf16_64x64x32_w32x32_s3_nn`]: tile 64x64x32
+    /// - [`Self::gemm_bf16_128x128x32_w32x32_s3_nn`]: tile 128x128x32
     ///
     /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 1 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
@@ -506,7 +520,7 @@ impl Kernels {
     }
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Always runs instance `gemm_bf16_64x64x32_w32x32_nn` (tile 64x64x32); [`Self::gemm_nn_bf16`] picks among its family by shape.
+    /// Always runs instance `gemm_bf16_64x64x32_w32x32_s3_nn` (tile 64x64x32); [`Self::gemm_nn_bf16`] picks among its family by shape.
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -514,7 +528,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn gemm_bf16_64x64x32_w32x32_nn(
+    pub fn gemm_bf16_64x64x32_w32x32_s3_nn(
         &self,
         stream: &::cudarc::driver::CudaStream,
         a: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
@@ -528,7 +542,7 @@ impl Kernels {
         ldd: usize,
     ) -> Result<(), Error> {
         self.run_gemm_nn_bf16(
-            plan::gemm_bf16_64x64x32_w32x32_nn,
+            plan::gemm_bf16_64x64x32_w32x32_s3_nn,
             stream,
             a,
             b,
@@ -543,7 +557,7 @@ impl Kernels {
     }
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [].
     ///
-    /// Always runs instance `gemm_bf16_128x128x32_w32x32_nn` (tile 128x128x32); [`Self::gemm_nn_bf16`] picks among its family by shape.
+    /// Always runs instance `gemm_bf16_128x128x32_w32x32_s3_nn` (tile 128x128x32); [`Self::gemm_nn_bf16`] picks among its family by shape.
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -551,7 +565,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn gemm_bf16_128x128x32_w32x32_nn(
+    pub fn gemm_bf16_128x128x32_w32x32_s3_nn(
         &self,
         stream: &::cudarc::driver::CudaStream,
         a: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
@@ -565,7 +579,7 @@ impl Kernels {
         ldd: usize,
     ) -> Result<(), Error> {
         self.run_gemm_nn_bf16(
-            plan::gemm_bf16_128x128x32_w32x32_nn,
+            plan::gemm_bf16_128x128x32_w32x32_s3_nn,
             stream,
             a,
             b,
@@ -666,7 +680,7 @@ impl Kernels {
 impl Kernels {
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [scale, bias, gelu, residual].
     ///
-    /// Runs [`Self::gemm_fused_bf16_64x64x32_w32x32_nn`] (tile 64x64x32).
+    /// Runs [`Self::gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual`] (tile 64x64x32).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -711,7 +725,7 @@ impl Kernels {
     }
     /// `d = epilogue(a · b)`, `a` m×k row-major (leading dimension `lda`), `b` k×n row-major (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [scale, bias, gelu, residual].
     ///
-    /// Always runs instance `gemm_fused_bf16_64x64x32_w32x32_nn` (tile 64x64x32); [`Self::gemm_nn_scale_bias_gelu_residual_bf16`] picks among its family by shape.
+    /// Always runs instance `gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual` (tile 64x64x32); [`Self::gemm_nn_scale_bias_gelu_residual_bf16`] picks among its family by shape.
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -719,7 +733,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn gemm_fused_bf16_64x64x32_w32x32_nn(
+    pub fn gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual(
         &self,
         stream: &::cudarc::driver::CudaStream,
         a: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
@@ -737,7 +751,7 @@ impl Kernels {
         alpha: f32,
     ) -> Result<(), Error> {
         self.run_gemm_nn_scale_bias_gelu_residual_bf16(
-            plan::gemm_fused_bf16_64x64x32_w32x32_nn,
+            plan::gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual,
             stream,
             a,
             b,
@@ -863,7 +877,7 @@ impl Kernels {
 impl Kernels {
     /// Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps) * weight + bias`, with `weight` and `bias` of `cols` elements (f32 arithmetic).
     ///
-    /// Runs [`Self::layernorm_f16_b256_i2`] (block 256, items 2, cols ≤ 4096).
+    /// Runs [`Self::layernorm_f16_onepass_b256_i2`] (block 256, items 2, cols ≤ 4096).
     ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` and `bias` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -896,7 +910,7 @@ impl Kernels {
     }
     /// Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps) * weight + bias`, with `weight` and `bias` of `cols` elements (f32 arithmetic).
     ///
-    /// Always runs instance `layernorm_f16_b256_i2` (block 256, items 2, cols ≤ 4096); [`Self::layernorm_f16`] picks among its family by shape.
+    /// Always runs instance `layernorm_f16_onepass_b256_i2` (block 256, items 2, cols ≤ 4096); [`Self::layernorm_f16`] picks among its family by shape.
     ///
     /// `x` and `out` must hold at least `rows * cols` elements and `weight` and `bias` at least `cols`; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -904,7 +918,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn layernorm_f16_b256_i2(
+    pub fn layernorm_f16_onepass_b256_i2(
         &self,
         stream: &::cudarc::driver::CudaStream,
         x: &impl ::cudarc::driver::DevicePtr<::half::f16>,
@@ -916,7 +930,7 @@ impl Kernels {
         eps: f32,
     ) -> Result<(), Error> {
         self.run_layernorm_f16(
-            plan::layernorm_f16_b256_i2,
+            plan::layernorm_f16_onepass_b256_i2,
             stream,
             x,
             weight,
@@ -1004,7 +1018,7 @@ impl Kernels {
 impl Kernels {
     /// Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps)` (f32 arithmetic).
     ///
-    /// Runs [`Self::layernorm_f16_b256_i2_noaffine`] (block 256, items 2, cols ≤ 4096).
+    /// Runs [`Self::layernorm_f16_onepass_b256_i2_noaffine`] (block 256, items 2, cols ≤ 4096).
     ///
     /// `x` and `out` must hold at least `rows * cols` elements; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -1033,7 +1047,7 @@ impl Kernels {
     }
     /// Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps)` (f32 arithmetic).
     ///
-    /// Always runs instance `layernorm_f16_b256_i2_noaffine` (block 256, items 2, cols ≤ 4096); [`Self::layernorm_noaffine_f16`] picks among its family by shape.
+    /// Always runs instance `layernorm_f16_onepass_b256_i2_noaffine` (block 256, items 2, cols ≤ 4096); [`Self::layernorm_noaffine_f16`] picks among its family by shape.
     ///
     /// `x` and `out` must hold at least `rows * cols` elements; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of 8 (one 16-byte vector), every pointer must start 16-byte aligned.
     ///
@@ -1041,7 +1055,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn layernorm_f16_b256_i2_noaffine(
+    pub fn layernorm_f16_onepass_b256_i2_noaffine(
         &self,
         stream: &::cudarc::driver::CudaStream,
         x: &impl ::cudarc::driver::DevicePtr<::half::f16>,
@@ -1051,7 +1065,7 @@ impl Kernels {
         eps: f32,
     ) -> Result<(), Error> {
         self.run_layernorm_noaffine_f16(
-            plan::layernorm_f16_b256_i2_noaffine,
+            plan::layernorm_f16_onepass_b256_i2_noaffine,
             stream,
             x,
             out,
@@ -1411,10 +1425,10 @@ pub mod plan {
         n: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
-        bias_gelu_bf16_b256_i4(device, x, w, b, bias, out, n, cols)
+        bias_gelu_bf16_b256_i4_bias_gelu(device, x, w, b, bias, out, n, cols)
     }
-    /// Checks a [`super::Kernels::bias_gelu_bf16_b256_i4`] call.
-    pub fn bias_gelu_bf16_b256_i4(
+    /// Checks a [`super::Kernels::bias_gelu_bf16_b256_i4_bias_gelu`] call.
+    pub fn bias_gelu_bf16_b256_i4_bias_gelu(
         _device: &Device,
         x: Buf,
         w: Buf,
@@ -1457,10 +1471,21 @@ pub mod plan {
         ) {
             let tuned = match i {
                 0 if super::KERNELS[2].runs_on(device, false) => {
-                    gemm_bf16_64x64x32_w32x32_nn(device, a, b, d, m, n, k, lda, ldb, ldd)
+                    gemm_bf16_64x64x32_w32x32_s3_nn(
+                        device,
+                        a,
+                        b,
+                        d,
+                        m,
+                        n,
+                        k,
+                        lda,
+                        ldb,
+                        ldd,
+                    )
                 }
                 1 if super::KERNELS[1].runs_on(device, false) => {
-                    gemm_bf16_128x128x32_w32x32_nn(
+                    gemm_bf16_128x128x32_w32x32_s3_nn(
                         device,
                         a,
                         b,
@@ -1504,10 +1529,21 @@ pub mod plan {
         ) {
             match match i {
                 0 => {
-                    gemm_bf16_64x64x32_w32x32_nn(device, a, b, d, m, n, k, lda, ldb, ldd)
+                    gemm_bf16_64x64x32_w32x32_s3_nn(
+                        device,
+                        a,
+                        b,
+                        d,
+                        m,
+                        n,
+                        k,
+                        lda,
+                        ldb,
+                        ldd,
+                    )
                 }
                 _ => {
-                    gemm_bf16_128x128x32_w32x32_nn(
+                    gemm_bf16_128x128x32_w32x32_s3_nn(
                         device,
                         a,
                         b,
@@ -1535,8 +1571,8 @@ pub mod plan {
                 }),
         )
     }
-    /// Checks a [`super::Kernels::gemm_bf16_64x64x32_w32x32_nn`] call.
-    pub fn gemm_bf16_64x64x32_w32x32_nn(
+    /// Checks a [`super::Kernels::gemm_bf16_64x64x32_w32x32_s3_nn`] call.
+    pub fn gemm_bf16_64x64x32_w32x32_s3_nn(
         _device: &Device,
         a: Buf,
         b: Buf,
@@ -1581,8 +1617,8 @@ pub mod plan {
         let dims = call_checks::gemm(&call, &needs, (64, 64), 128, 29184)?;
         Ok(Plan { kernel: 2, dims })
     }
-    /// Checks a [`super::Kernels::gemm_bf16_128x128x32_w32x32_nn`] call.
-    pub fn gemm_bf16_128x128x32_w32x32_nn(
+    /// Checks a [`super::Kernels::gemm_bf16_128x128x32_w32x32_s3_nn`] call.
+    pub fn gemm_bf16_128x128x32_w32x32_s3_nn(
         _device: &Device,
         a: Buf,
         b: Buf,
@@ -1643,7 +1679,7 @@ pub mod plan {
         ldc: usize,
         ldd: usize,
     ) -> Result<Plan, ArgError> {
-        gemm_fused_bf16_64x64x32_w32x32_nn(
+        gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual(
             device,
             a,
             b,
@@ -1659,8 +1695,8 @@ pub mod plan {
             ldd,
         )
     }
-    /// Checks a [`super::Kernels::gemm_fused_bf16_64x64x32_w32x32_nn`] call.
-    pub fn gemm_fused_bf16_64x64x32_w32x32_nn(
+    /// Checks a [`super::Kernels::gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual`] call.
+    pub fn gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual(
         _device: &Device,
         a: Buf,
         b: Buf,
@@ -1722,10 +1758,10 @@ pub mod plan {
         rows: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
-        layernorm_f16_b256_i2(device, x, weight, bias, out, rows, cols)
+        layernorm_f16_onepass_b256_i2(device, x, weight, bias, out, rows, cols)
     }
-    /// Checks a [`super::Kernels::layernorm_f16_b256_i2`] call.
-    pub fn layernorm_f16_b256_i2(
+    /// Checks a [`super::Kernels::layernorm_f16_onepass_b256_i2`] call.
+    pub fn layernorm_f16_onepass_b256_i2(
         _device: &Device,
         x: Buf,
         weight: Buf,
@@ -1754,10 +1790,10 @@ pub mod plan {
         rows: usize,
         cols: usize,
     ) -> Result<Plan, ArgError> {
-        layernorm_f16_b256_i2_noaffine(device, x, out, rows, cols)
+        layernorm_f16_onepass_b256_i2_noaffine(device, x, out, rows, cols)
     }
-    /// Checks a [`super::Kernels::layernorm_f16_b256_i2_noaffine`] call.
-    pub fn layernorm_f16_b256_i2_noaffine(
+    /// Checks a [`super::Kernels::layernorm_f16_onepass_b256_i2_noaffine`] call.
+    pub fn layernorm_f16_onepass_b256_i2_noaffine(
         _device: &Device,
         x: Buf,
         out: Buf,

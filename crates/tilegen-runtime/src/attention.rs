@@ -410,18 +410,21 @@ pub struct AttnOption {
     pub tile_q: u32,
     /// Whether it runs on the device ([`crate::loader::KernelInfo::runs_on`]).
     pub runs: bool,
+    /// A Hopper (wgmma) instance: where it runs it is preferred to the portable ones.
+    pub hopper: bool,
 }
 
 /// The instance a call runs: one with the call's mask that runs on the device; among those
-/// the largest query tile that `seq_q` fills at least once, else the smallest tile (least
-/// wasted work on short sequences). `options` are in the family's table order.
+/// a Hopper instance first, then the largest query tile that `seq_q` fills at least once,
+/// else the smallest tile (least wasted work on short sequences). `options` are in the
+/// family's table order.
 pub fn pick(causal: bool, seq_q: usize, options: &[AttnOption]) -> Result<usize, ArgError> {
     let fit = |o: &AttnOption| o.causal == causal && o.runs;
     let filled = options
         .iter()
         .enumerate()
         .filter(|(_, o)| fit(o) && seq_q as u64 >= o.tile_q as u64)
-        .max_by_key(|(i, o)| (o.tile_q, usize::MAX - i));
+        .max_by_key(|(i, o)| (o.hopper, o.tile_q, usize::MAX - i));
     let smallest = || {
         options
             .iter()
@@ -557,6 +560,7 @@ mod tests {
             causal,
             tile_q,
             runs: true,
+            hopper: false,
         };
         let opts = [o(false, 64), o(false, 128), o(true, 64)];
         assert_eq!(pick(false, 1000, &opts), Ok(1));
@@ -564,5 +568,25 @@ mod tests {
         assert_eq!(pick(false, 10, &opts), Ok(0));
         assert_eq!(pick(true, 10, &opts), Ok(2));
         assert!(pick(true, 10, &[o(false, 64)]).is_err());
+    }
+
+    #[test]
+    fn pick_prefers_hopper_instances_where_they_run() {
+        let o = |tile_q, runs, hopper| AttnOption {
+            causal: false,
+            tile_q,
+            runs,
+            hopper,
+        };
+        // An sm_90 device: the Hopper instance wins over a larger portable tile.
+        let on_h100 = [o(128, true, false), o(192, true, false), o(128, true, true)];
+        assert_eq!(pick(false, 4096, &on_h100), Ok(2));
+        // Too short to fill it: the smallest tile, portable or not.
+        let short = [o(64, true, false), o(128, true, true)];
+        assert_eq!(pick(false, 10, &short), Ok(0));
+        // Elsewhere the Hopper binary does not run: the portable instances decide.
+        let on_a100 = [o(128, true, false), o(128, false, true)];
+        assert_eq!(pick(false, 4096, &on_a100), Ok(0));
+        assert!(pick(false, 10, &[o(128, false, true)]).is_err());
     }
 }

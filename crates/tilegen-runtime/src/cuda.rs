@@ -18,6 +18,7 @@ use crate::tensor_map::{
 
 /// Why a call failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// The arguments would read or write out of bounds, or break a kernel's assumptions;
     /// nothing was launched.

@@ -19,6 +19,7 @@ pub struct LaunchDims {
 
 /// A call that would read or write out of bounds, or break a kernel's assumptions.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ArgError {
     /// A buffer holds fewer elements than the call needs.
     TooShort {
