@@ -133,6 +133,7 @@ mod generate;
 #[cfg(feature = "gpu")]
 mod gpu;
 mod hashing;
+mod launch;
 mod manifest;
 mod nvrtc;
 mod ops;
@@ -153,15 +154,17 @@ pub use error::{Error, Result};
 pub use generate::{generate, Event, Options, Report, Source as CompileSource};
 
 // A library's `manifest.json` and what its entries are made of.
-pub use manifest::{FileRef, InstanceEntry, Manifest, Target};
-pub use nvrtc::Resources;
-pub use ops::{
+pub use launch::{
     Arg, ArgKind, GridRule, Interleave, L2Promotion, Launch, OobFill, Swizzle, TensorMap,
 };
+pub use manifest::{FileRef, InstanceEntry, Manifest, Target};
+pub use nvrtc::Resources;
 pub use tuning::{DeviceKey, TuningEntry, TuningTable};
 
 // The spec vocabulary (what a manifest entry records of its spec).
-pub use spec::{Arch, DType, Engine, Epilogue, Layout, Op, Origin, Params, RowVariant};
+pub use spec::{
+    Arch, DType, Engine, Epilogue, KernelConfig, Layout, Op, Origin, Params, RowVariant,
+};
 
 /// The generated bindings' runtime (the `tilegen-runtime` crate): tilegen chooses binaries and
 /// reads PTX versions with the same code the bindings run.
@@ -182,9 +185,6 @@ pub mod __internal {
         pub use crate::bundle::*;
         pub mod archive {
             pub use crate::bundle::archive::*;
-        }
-        pub mod library {
-            pub use crate::bundle::library::*;
         }
         pub mod manifest {
             pub use crate::bundle::manifest::*;
@@ -226,6 +226,9 @@ pub mod __internal {
     }
     pub mod hashing {
         pub use crate::hashing::*;
+    }
+    pub mod launch {
+        pub use crate::launch::*;
     }
     pub mod manifest {
         pub use crate::manifest::*;

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::launch::{Arg, Launch, TensorMap};
 use crate::nvrtc::Resources;
-use crate::ops::{Arg, Launch, TensorMap};
-use crate::spec::model::{Arch, DType, Epilogue, Op, Origin, Params};
+use crate::spec::model::{Arch, KernelConfig, Origin};
 
 /// Bumped when the manifest's shape changes incompatibly.
 pub const FORMAT: u32 = 1;
@@ -26,14 +26,12 @@ pub struct Manifest {
     pub tuning: Vec<crate::tuning::TuningTable>,
 }
 
+/// One instance of the library: its configuration (read through `Deref`: `entry.name`,
+/// `entry.op`, ...), where it came from, and what `generate` derived and compiled from it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceEntry {
-    pub name: String,
-    pub op: Op,
-    pub dtype: DType,
-    pub out_dtype: DType,
-    pub params: Params,
-    pub epilogue: Vec<Epilogue>,
+    #[serde(flatten)]
+    pub kernel: KernelConfig,
     pub origin: Origin,
     pub entry_point: String,
     pub args: Vec<Arg>,
@@ -61,6 +59,20 @@ pub struct FileRef {
     pub path: String,
     pub sha256: String,
     pub bytes: u64,
+}
+
+impl std::ops::Deref for InstanceEntry {
+    type Target = KernelConfig;
+    fn deref(&self) -> &KernelConfig {
+        &self.kernel
+    }
+}
+
+// Entries were plain structs: their configuration stays assignable (`entry.params = ...`).
+impl std::ops::DerefMut for InstanceEntry {
+    fn deref_mut(&mut self) -> &mut KernelConfig {
+        &mut self.kernel
+    }
 }
 
 impl Manifest {
@@ -236,12 +248,7 @@ fn is_sha256(s: &str) -> bool {
 /// The instance an entry describes, as a spec would have resolved it.
 pub fn spec_instance(e: &InstanceEntry) -> crate::spec::model::Instance {
     crate::spec::model::Instance {
-        name: e.name.clone(),
-        op: e.op,
-        dtype: e.dtype,
-        out_dtype: e.out_dtype,
-        params: e.params.clone(),
-        epilogue: e.epilogue.clone(),
+        kernel: e.kernel.clone(),
         archs: e.targets.iter().map(|t| t.arch).collect(),
         origin: e.origin.clone(),
         // Whether it came from a candidates kernel does not reach the library.
@@ -255,13 +262,13 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
     use crate::ops::{self, Field};
     let mut out = Vec::new();
     let info = ops::info(e.op);
-    if e.entry_point != format!("tg_{}", e.name) {
+    if e.entry_point != e.kernel.entry_point() {
         out.push((
             "entry_point",
             format!(
-                "is `{}`, expected `tg_{}`",
+                "is `{}`, expected `{}`",
                 crate::escape::shown_prefix(&e.entry_point, 200),
-                e.name
+                e.kernel.entry_point()
             ),
         ));
     }
@@ -400,4 +407,24 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
 fn json<T: Serialize>(v: &T) -> String {
     let s = serde_json::to_string(v).unwrap_or_default();
     crate::escape::shown_prefix(&s, 300)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry embeds its configuration flattened: reading a manifest and writing it again
+    /// gives its bytes back, key order included.
+    #[test]
+    fn a_manifest_reads_and_writes_back_byte_for_byte() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/generated/manifest.json");
+        let bytes = std::fs::read(path).unwrap();
+        let m = Manifest::from_bytes(&bytes).unwrap();
+        assert!(m.instances.iter().any(|e| !e.tensor_maps.is_empty()));
+        assert_eq!(
+            m.instances[0].entry_point,
+            m.instances[0].kernel.entry_point()
+        );
+        assert!(m.to_bytes() == bytes, "{path} changed on a round trip");
+    }
 }

@@ -15,6 +15,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("rows.cuh", include_str!("../templates/rows.cuh")),
     ("epilogue.cuh", include_str!("../templates/epilogue.cuh")),
     (
+        "epilogue_steps.cuh",
+        include_str!("../templates/epilogue_steps.cuh"),
+    ),
+    (
         "elementwise.cu",
         include_str!("../templates/elementwise.cu"),
     ),
@@ -165,6 +169,10 @@ fn context(inst: &Instance) -> tera::Context {
     c.insert("affine", &inst.params.affine.unwrap_or(false));
     let epilogue: Vec<&str> = inst.epilogue.iter().map(|e| e.as_str()).collect();
     c.insert("epilogue", &epilogue);
+    if let Some(chain) = ops::epilogue::Chain::of(inst.op) {
+        let code = ops::epilogue::cuda_lines(&inst.epilogue, chain, inst.out_dtype);
+        c.insert("epilogue_code", &code);
+    }
     // Tensor maps (TMA kernels) come first, then the arguments.
     let decls: Vec<String> = ops::tensor_maps(inst)
         .iter()

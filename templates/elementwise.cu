@@ -19,19 +19,7 @@ __device__ __forceinline__ float tg_combine(float a, float b) { return a + b; }
 // x * w + b, then the epilogue chain, in fp32.
 __device__ __forceinline__ float tg_combine(float x, float w, float b, float bias) {
     float v = fmaf(x, w, b);
-{%- for step in epilogue %}
-{%- if step == "bias" %}
-    v += bias;
-{%- elif step == "relu" %}
-    v = tg_relu(v);
-{%- elif step == "gelu" %}
-    v = {% if dtype == "f32" %}tg_gelu(v){% else %}tg_gelu_sigmoid(v){% endif %};
-{%- elif step == "gelu_erf" %}
-    v = tg_gelu_erf(v);
-{%- elif step == "silu" %}
-    v = {% if dtype == "f32" %}tg_silu(v){% else %}tg_silu_fast(v){% endif %};
-{%- endif %}
-{%- endfor %}
+{%- include "epilogue_steps.cuh" %}
     return v;
 }
 {% endif %}

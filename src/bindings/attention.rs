@@ -7,8 +7,9 @@ use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::error::{Error, Result};
+use crate::launch::{Arg, GridRule};
 use crate::manifest::{InstanceEntry, Manifest};
-use crate::ops::{self, Arg, GridRule};
+use crate::ops;
 use crate::spec::model::DType;
 
 use super::group::Group;
@@ -360,21 +361,23 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::ArgKind;
+    use crate::launch::ArgKind;
 
     #[test]
     fn the_launcher_passes_the_signature_in_order() {
         // The emitted argument list above is written out by hand: it must stay the kernel's.
         let inst = crate::spec::model::Instance {
-            name: "attention_bf16".into(),
-            op: crate::spec::model::Op::Attention,
-            dtype: DType::Bf16,
-            out_dtype: DType::Bf16,
-            params: crate::spec::model::Params {
-                head_dim: Some(64),
-                ..Default::default()
+            kernel: crate::spec::model::KernelConfig {
+                name: "attention_bf16".into(),
+                op: crate::spec::model::Op::Attention,
+                dtype: DType::Bf16,
+                out_dtype: DType::Bf16,
+                params: crate::spec::model::Params {
+                    head_dim: Some(64),
+                    ..Default::default()
+                },
+                epilogue: vec![],
             },
-            epilogue: vec![],
             archs: vec![crate::spec::model::Arch::Sm80],
             origin: crate::spec::model::Origin {
                 file: "t.yaml".into(),

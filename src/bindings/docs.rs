@@ -1,9 +1,10 @@
 //! Doc comments of the generated methods: what each op computes, what a call must pass, and
 //! how a typed method picks among its instances.
 
+use crate::launch::GridRule;
 use crate::manifest::InstanceEntry;
-use crate::ops::GridRule;
-use crate::spec::model::{Epilogue, Layout, Op};
+use crate::ops::epilogue;
+use crate::spec::model::{Layout, Op};
 
 use super::group::{Family, Group};
 
@@ -13,19 +14,10 @@ pub fn what(inst: &InstanceEntry) -> String {
     match inst.op {
         Op::VectorAdd => "`out[i] = a[i] + b[i]` for `i < n`.".into(),
         Op::Fma => {
-            let mut e = "x[i] * w[i] + b[i]".to_string();
-            for step in &inst.epilogue {
-                e = match step {
-                    Epilogue::Bias => format!("{e} + bias[i % cols]"),
-                    other => format!("{}({e})", other.as_str()),
-                };
-            }
+            let e = epilogue::docs_formula(&inst.epilogue, "x[i] * w[i] + b[i]");
             let mut s = format!("`out[i] = {e}` for `i < n`, in f32 arithmetic.");
-            if inst.epilogue.contains(&Epilogue::Bias) {
-                s += " `bias` is a row of `cols` elements broadcast over the `n / cols` rows.";
-            }
-            if inst.epilogue.contains(&Epilogue::Gelu) {
-                s += " `gelu` is the tanh approximation.";
+            for note in epilogue::docs_notes(&inst.epilogue) {
+                s = s + " " + note;
             }
             s
         }
@@ -60,7 +52,7 @@ pub fn requirements(inst: &InstanceEntry) -> String {
     let pointers: Vec<String> = inst
         .args
         .iter()
-        .filter(|a| a.kind != crate::ops::ArgKind::Scalar)
+        .filter(|a| a.kind != crate::launch::ArgKind::Scalar)
         .map(|a| format!("`{}`", a.name))
         .collect();
     match super::group::family(inst.op) {
@@ -85,7 +77,7 @@ pub fn requirements(inst: &InstanceEntry) -> String {
                 _ => full.concat(),
             };
             let outputs: Vec<String> =
-                inst.args.iter().filter(|a| a.kind == crate::ops::ArgKind::Out).map(|a| format!("`{}`", a.name)).collect();
+                inst.args.iter().filter(|a| a.kind == crate::launch::ArgKind::Out).map(|a| format!("`{}`", a.name)).collect();
             format!(
                 "{full} must hold at least `rows * cols` elements{}; `cols` must be below 2^31 - 2^21. When `cols` is a multiple of {} (one 16-byte vector), every pointer must start 16-byte aligned.{}",
                 if per_col.is_empty() { String::new() } else { format!(" and {} at least `cols`", per_col.join(" and ")) },

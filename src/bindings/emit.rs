@@ -5,9 +5,9 @@ use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::error::Result;
+use crate::launch::{ArgKind, GridRule};
 use crate::loader::Version;
 use crate::manifest::{InstanceEntry, Manifest};
-use crate::ops::{ArgKind, GridRule};
 use crate::spec::model::{DType, Layout};
 
 use super::docs;
@@ -135,7 +135,7 @@ fn map_arg(inst: &InstanceEntry, map: &str, name: &str, pointer: bool) -> Result
 /// from the call's arguments. Nothing for a library without such kernels (its bindings stay
 /// as they were).
 fn tensor_maps_table(m: &Manifest) -> Result<Option<TokenStream>> {
-    use crate::ops::{Interleave, L2Promotion, OobFill, Swizzle};
+    use crate::launch::{Interleave, L2Promotion, OobFill, Swizzle};
     if !has_tensor_maps(m) {
         return Ok(None);
     }

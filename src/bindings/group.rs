@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
+use crate::launch::{Arg, ArgKind, GridRule};
 use crate::manifest::{InstanceEntry, Manifest};
-use crate::ops::{Arg, ArgKind, GridRule};
 use crate::spec::model::{Op, RowVariant};
 
 /// How an op family checks its arguments and picks among its instances.

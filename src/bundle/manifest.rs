@@ -235,7 +235,7 @@ pub(crate) fn library_manifest(bytes: Option<&[u8]>) -> Result<Manifest, String>
         for (i, inst) in m.instances.iter().enumerate() {
             let derived = crate::ops::tensor_maps(&manifest::spec_instance(inst));
             if inst.tensor_maps != derived {
-                let json = |v: &Vec<crate::ops::TensorMap>| {
+                let json = |v: &Vec<crate::launch::TensorMap>| {
                     crate::escape::shown_prefix(&serde_json::to_string(v).unwrap_or_default(), 600)
                 };
                 problems.push(format!(
@@ -279,7 +279,7 @@ const MAX_SHARED_BYTES: u32 = 227 * 1024;
 /// grid exactly when they do, with sane tiles, blocks per SM, threads and shared memory.
 pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
     use crate::escape::{rust_name_problem, shown_prefix, DERIVED_NAME};
-    use crate::ops::{ArgKind, GridRule, Interleave};
+    use crate::launch::{ArgKind, GridRule, Interleave};
     let mut out = Vec::new();
     for (i, inst) in m.instances.iter().enumerate() {
         let at = format!("instance {i} `{}`", shown_prefix(&inst.name, 80));
@@ -455,10 +455,10 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
                     ));
                 }
                 let span = match t.swizzle {
-                    crate::ops::Swizzle::None => None,
-                    crate::ops::Swizzle::B32 => Some(32),
-                    crate::ops::Swizzle::B64 => Some(64),
-                    crate::ops::Swizzle::B128 => Some(128),
+                    crate::launch::Swizzle::None => None,
+                    crate::launch::Swizzle::B32 => Some(32),
+                    crate::launch::Swizzle::B64 => Some(64),
+                    crate::launch::Swizzle::B128 => Some(128),
                 };
                 if let Some(span) = span.filter(|&s| inner > s) {
                     bad(format!(

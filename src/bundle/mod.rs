@@ -19,10 +19,9 @@
 
 // One module per job: `archive` (the tar.gz format, read as a stream against hostile input),
 // `manifest` (`bundle.json`, derived from the library's files or their digests), `verify`,
-// `stage`, `unpack`, `sign`, and `library` (a library from a bundle with no NVRTC, for
-// `generate --bundle`).
+// `stage`, `unpack` and `sign`. A library made from a bundle (`generate --bundle`) is the
+// generator's (`generate::from_bundle`): this module is only the archive format.
 pub(crate) mod archive;
-pub(crate) mod library;
 pub(crate) mod manifest;
 pub(crate) mod sign;
 pub(crate) mod stage;

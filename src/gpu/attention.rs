@@ -454,7 +454,7 @@ fn kernel_of(inst: &InstanceEntry) -> rt::AttnKernel {
         head_dim: d as u32,
         causal,
         tile_q: match inst.launch.grid {
-            crate::ops::GridRule::QueryTiles { tile_q } => tile_q,
+            crate::launch::GridRule::QueryTiles { tile_q } => tile_q,
             _ => tile_q as u32,
         },
         threads: inst.launch.threads,

@@ -10,8 +10,8 @@ use super::data;
 use super::problem::{self, Problem};
 use super::{call_args, call_args_from, gpu_err, launch, with_tensor_maps, Gpu};
 use crate::error::Result;
+use crate::launch::ArgKind;
 use crate::manifest::InstanceEntry;
-use crate::ops::ArgKind;
 use crate::spec::model::{DType, Op};
 
 pub const WARMUP: usize = 3;

@@ -126,9 +126,7 @@ impl Gpu {
         let mut available = Vec::new();
         let mut files = Vec::new();
         for t in &inst.targets {
-            let Some(sm) = Sm::parse(t.arch.as_str()) else {
-                continue;
-            };
+            let sm = Sm::from(t.arch);
             available.push(Candidate::cubin(sm));
             files.push((t.arch, &t.cubin.path, true));
             // Unreadable PTX counts as of unknown ISA here; loading it reports the error.
@@ -282,7 +280,7 @@ impl ArgValue<'_> {
 pub fn tensor_map_rules(
     inst: &InstanceEntry,
 ) -> Result<&'static [crate::tensor_map::TensorMapRule]> {
-    use crate::ops::{Interleave as I, L2Promotion as L, OobFill as O, Swizzle as S};
+    use crate::launch::{Interleave as I, L2Promotion as L, OobFill as O, Swizzle as S};
     use crate::tensor_map as tm;
     let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
     let arg = |map: &str, name: &str, pointer: bool| -> Result<tm::SizeArg> {
@@ -290,7 +288,7 @@ pub fn tensor_map_rules(
             .iter()
             .position(|a| {
                 a.name == name
-                    && (a.kind != crate::ops::ArgKind::Scalar) == pointer
+                    && (a.kind != crate::launch::ArgKind::Scalar) == pointer
                     && (pointer || a.ty == "i64")
             })
             .map(|i| tm::SizeArg {
@@ -440,9 +438,9 @@ pub fn call_args_from<'a>(
 pub fn call_args_with<'a>(
     of: &InstanceEntry,
     p: problem::Problem,
-    mut buffer: impl FnMut(&str, crate::ops::ArgKind) -> Option<ArgValue<'a>>,
+    mut buffer: impl FnMut(&str, crate::launch::ArgKind) -> Option<ArgValue<'a>>,
 ) -> Option<Vec<ArgValue<'a>>> {
-    use crate::ops::ArgKind;
+    use crate::launch::ArgKind;
     of.args
         .iter()
         .map(|a| match a.kind {

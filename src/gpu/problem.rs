@@ -1,9 +1,9 @@
 //! Problem shapes per op: how long each buffer is, what the scalar arguments are, the launch
 //! geometry, which shapes `verify` tries (ragged ones included) and which `bench` times.
 
+use crate::launch::GridRule;
 use crate::launch_rules::{self, LaunchDims};
 use crate::manifest::InstanceEntry;
-use crate::ops::GridRule;
 use crate::spec::model::{Epilogue, Layout, Op};
 
 /// One problem size.

@@ -17,7 +17,8 @@ use rayon::prelude::*;
 
 use super::problem::{self, Problem, GEMM_ALPHA, LAYERNORM_EPS};
 use crate::manifest::InstanceEntry;
-use crate::spec::model::{DType, Epilogue, Layout, Op};
+use crate::ops::epilogue;
+use crate::spec::model::{Epilogue, Layout, Op};
 
 /// Inputs by argument name, as f64.
 pub type Inputs = BTreeMap<String, Vec<f64>>;
@@ -44,36 +45,26 @@ impl Expected {
     }
 }
 
-fn gelu_tanh(x: f64) -> f64 {
-    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+/// Absolute error per unit of |x| of an activation's f32 form, as the instance's kernel runs it
+/// (`ops::epilogue` picks the form).
+fn activation_error(inst: &InstanceEntry, step: Epilogue) -> f64 {
+    epilogue::Chain::of(inst.op)
+        .and_then(|chain| epilogue::device_fn(step, chain, inst.out_dtype))
+        .map_or(0.0, |f| f.err_per_v)
 }
 
-/// Absolute error per unit of |x| of an activation's f32 form: GEMMs with 16-bit outputs take
-/// GELU on `tanh.approx` (relative error 2^-11 on tanh); every other form (`expf`, `erfcf`, the
-/// `ex2`/`rcp` sigmoid) is good to a few f32 ulps of its largest intermediate.
-fn activation_error(inst: &InstanceEntry, step: Epilogue) -> f64 {
-    let tanh_approx = inst.op == Op::Gemm && inst.out_dtype != DType::F32;
-    match step {
-        Epilogue::Gelu if tanh_approx => 1.0 / 2048.0,
-        _ => 1.0 / 262_144.0, // 2^-18
+/// The operands of one value: its bias and residual elements, and the problems' alpha.
+fn operands(bias: f64, residual: f64) -> epilogue::Operands {
+    epilogue::Operands {
+        bias,
+        residual,
+        alpha: GEMM_ALPHA as f64,
     }
 }
 
 /// Applies an epilogue chain to one value. `bias` and `residual` are the value's operands.
 pub fn epilogue(chain: &[Epilogue], v: f64, bias: f64, residual: f64) -> f64 {
-    chain.iter().fold(v, |v, e| step(*e, v, bias, residual))
-}
-
-fn step(e: Epilogue, v: f64, bias: f64, residual: f64) -> f64 {
-    match e {
-        Epilogue::Scale => v * GEMM_ALPHA as f64,
-        Epilogue::Bias => v + bias,
-        Epilogue::Relu => v.max(0.0),
-        Epilogue::Gelu => gelu_tanh(v),
-        Epilogue::GeluErf => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
-        Epilogue::Silu => v / (1.0 + (-v).exp()),
-        Epilogue::Residual => v + residual,
-    }
+    epilogue::apply(chain, v, &operands(bias, residual))
 }
 
 /// The epilogue chain on a value `v` known to within `e`: the exact result and its error
@@ -87,7 +78,7 @@ fn epilogue_with_error(
     residual: f64,
 ) -> (f64, f64) {
     for &s in &inst.epilogue {
-        let next = step(s, v, bias, residual);
+        let next = (epilogue::step(s).reference)(v, &operands(bias, residual));
         e = match s {
             Epilogue::Scale => GEMM_ALPHA as f64 * e + U32 * next.abs(),
             Epilogue::Bias => e + U32 * (v.abs() + bias.abs()),

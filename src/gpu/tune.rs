@@ -13,8 +13,8 @@ use super::problem::{self, Problem};
 use super::{call_args, launch, with_tensor_maps, Gpu};
 use crate::bindings::{family, method_name, Family};
 use crate::error::{Error, Result};
+use crate::launch::ArgKind;
 use crate::manifest::InstanceEntry;
-use crate::ops::ArgKind;
 use crate::spec::model::Op;
 use crate::tuning::{round2, shape_args, DeviceKey, TuningEntry, TuningTable, NOISE};
 

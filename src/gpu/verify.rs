@@ -11,8 +11,8 @@ use super::problem::{self, Case, Numerics, Problem};
 use super::reference::{self, Expected};
 use super::{call_args_with, launch, ArgValue, Gpu};
 use crate::error::{Error, Result};
+use crate::launch::ArgKind;
 use crate::manifest::InstanceEntry;
-use crate::ops::ArgKind;
 use crate::spec::model::{DType, Op};
 
 /// The outcome of one instance on one case.

@@ -17,7 +17,8 @@
 //!
 //! Shapes and numbers measured on the H200: bench/flash-attn/NOTES.md.
 
-use super::{Arg, ArgKind, Field, GridRule, Launch, OpInfo};
+use super::{Field, OpInfo};
+use crate::launch::{Arg, ArgKind, GridRule, Launch};
 use crate::spec::model::{Arch, DType, Engine, Instance, Params};
 
 pub static ATTENTION: OpInfo = OpInfo {
@@ -195,6 +196,15 @@ impl Plan {
         let q = if s == 1 { self.head_dim / 4 } else { 0 };
         s * self.head_dim / 2 + s * self.tile_kv / 2 + q
     }
+    /// Both paths ring 2 to 4 K/V tiles.
+    fn stages_problem(&self) -> Option<(Field, String)> {
+        (!(2..=4).contains(&self.stages)).then(|| {
+            (
+                Field::Stages,
+                format!("stages must be from 2 to 4, not {}", self.stages),
+            )
+        })
+    }
     /// The Hopper path's limits (measured: no spills up to 192 fragment registers with two
     /// consumers, 128 with three).
     fn wgmma_problems(&self) -> Vec<(Field, String)> {
@@ -230,12 +240,7 @@ impl Plan {
                 ),
             ));
         }
-        if !(2..=4).contains(&self.stages) {
-            out.push((
-                Field::Stages,
-                format!("stages must be from 2 to 4, not {}", self.stages),
-            ));
-        }
+        out.extend(self.stages_problem());
         if !out.is_empty() {
             return out;
         }
@@ -295,12 +300,7 @@ impl Plan {
                 ),
             ));
         }
-        if !(2..=4).contains(&self.stages) {
-            out.push((
-                Field::Stages,
-                format!("stages must be from 2 to 4, not {}", self.stages),
-            ));
-        }
+        out.extend(self.stages_problem());
         if !super::is_pow2_in(self.tile_kv, 16, 128) {
             out.push((
                 Field::TileKv,
@@ -665,12 +665,7 @@ mod tests {
     /// A manifest entry for `inst` as `generate` writes it (no targets).
     fn entry(inst: &Instance) -> crate::manifest::InstanceEntry {
         crate::manifest::InstanceEntry {
-            name: inst.name.clone(),
-            op: inst.op,
-            dtype: inst.dtype,
-            out_dtype: inst.out_dtype,
-            params: inst.params.clone(),
-            epilogue: vec![],
+            kernel: inst.kernel.clone(),
             origin: inst.origin.clone(),
             entry_point: inst.entry_point(),
             args: super::super::signature(inst),

@@ -2,7 +2,8 @@
 //! Memory-bound: 16-byte vector accesses, `items` independent loads in flight per thread,
 //! grid-stride over the flat tensor, a scalar tail for lengths that are not a whole vector.
 
-use super::{pow2_problem, Arg, Field, GridRule, Launch, OpInfo};
+use super::{pow2_problem, Field, OpInfo};
+use crate::launch::{Arg, GridRule, Launch};
 use crate::spec::model::{DType, Epilogue, Instance, Op, Params};
 
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];

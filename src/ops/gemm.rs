@@ -6,7 +6,8 @@
 //! threads split the tile copies) is derived here once, in `Plan`, so that the launch's
 //! dynamic shared memory and the kernel's own layout cannot disagree.
 
-use super::{gemm_sm90, is_pow2_in, Arg, Field, GridRule, Launch, OpInfo, TensorMap};
+use super::{gemm_sm90, is_pow2_in, Field, OpInfo};
+use crate::launch::{Arg, GridRule, Launch, TensorMap};
 use crate::spec::model::{Arch, DType, Engine, Epilogue, Instance, Layout, Params};
 
 pub static GEMM: OpInfo = OpInfo {

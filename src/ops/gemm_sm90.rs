@@ -7,8 +7,8 @@
 //! Same op, arguments and epilogue chain as the mma.sync path (`gemm.rs`); the kernel also
 //! takes the tensor maps listed here, which the host encodes per call.
 
-use super::tma::{Swizzle, TensorMap};
-use super::{Field, GridRule, Launch};
+use super::Field;
+use crate::launch::{GridRule, Launch, Swizzle, TensorMap};
 use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
 
 /// Rows of the block tile: two consumer warpgroups of one m64 wgmma row each.

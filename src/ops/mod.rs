@@ -4,15 +4,12 @@
 
 pub mod attention;
 mod elementwise;
+pub mod epilogue;
 pub mod gemm;
 pub mod gemm_sm90;
 mod rows;
-pub mod tma;
 
-pub use tma::{Interleave, L2Promotion, OobFill, Swizzle, TensorMap};
-
-use serde::{Deserialize, Serialize};
-
+use crate::launch::{Arg, Launch, TensorMap};
 use crate::spec::model::{Arch, DType, Engine, Epilogue, Instance, Op, Params};
 
 /// Kernel fields a spec may give (besides name, op, dtype, archs).
@@ -203,7 +200,7 @@ pub fn canonical(inst: &Instance) -> Params {
             probe.params = kept;
         }
     }
-    probe.params
+    probe.kernel.params
 }
 
 /// Clears one field of the parameters; false when it was not set (or is not a parameter).
@@ -311,68 +308,6 @@ pub fn template(inst: &Instance) -> &'static str {
     }
 }
 
-/// How a kernel argument is passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArgKind {
-    /// Device pointer read by the kernel.
-    In,
-    /// Device pointer written by the kernel.
-    Out,
-    /// Scalar by value.
-    Scalar,
-}
-
-/// One kernel argument, in call order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Arg {
-    pub name: String,
-    pub kind: ArgKind,
-    /// Element type for pointers (`f32`, `f16`, `bf16`), value type for scalars (`i64`, `f32`).
-    #[serde(rename = "type")]
-    pub ty: String,
-}
-
-impl Arg {
-    pub fn input(name: &str, dtype: DType) -> Arg {
-        Arg {
-            name: name.into(),
-            kind: ArgKind::In,
-            ty: dtype.as_str().into(),
-        }
-    }
-    pub fn output(name: &str, dtype: DType) -> Arg {
-        Arg {
-            name: name.into(),
-            kind: ArgKind::Out,
-            ty: dtype.as_str().into(),
-        }
-    }
-    pub fn scalar(name: &str, ty: &str) -> Arg {
-        Arg {
-            name: name.into(),
-            kind: ArgKind::Scalar,
-            ty: ty.into(),
-        }
-    }
-    /// The C parameter declaration in the kernel's signature.
-    pub fn c_decl(&self) -> String {
-        let elem = |t: &str| DType::parse(t).map(DType::c_type).unwrap_or("void");
-        match self.kind {
-            ArgKind::In => format!("const {}* __restrict__ {}", elem(&self.ty), self.name),
-            ArgKind::Out => format!("{}* __restrict__ {}", elem(&self.ty), self.name),
-            ArgKind::Scalar => {
-                let t = match self.ty.as_str() {
-                    "i64" => "long long",
-                    "f32" => "float",
-                    other => other,
-                };
-                format!("{t} {}", self.name)
-            }
-        }
-    }
-}
-
 pub fn signature(inst: &Instance) -> Vec<Arg> {
     match inst.op {
         Op::VectorAdd | Op::Fma => elementwise::signature(inst),
@@ -380,70 +315,6 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
         Op::Gemm => gemm::signature(inst),
         Op::Attention => attention::signature(inst),
     }
-}
-
-/// How the grid is sized from the problem at launch time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "rule", rename_all = "snake_case")]
-pub enum GridRule {
-    /// Grid-stride over `n` elements; `elems_per_block` per block per trip.
-    Elements { elems_per_block: u32 },
-    /// One block per `rows_per_block` rows (grid-stride beyond the grid limit).
-    Rows {
-        rows_per_block: u32,
-        max_cols: Option<u32>,
-    },
-    /// One block per `tile_m`×`tile_n` output tile, in a grouped order.
-    Tiles { tile_m: u32, tile_n: u32 },
-    /// Persistent: `min(ceil(M/tile_m) * ceil(N/tile_n), sm_count * ctas_per_sm)` blocks,
-    /// each looping over the output tiles.
-    Persistent {
-        tile_m: u32,
-        tile_n: u32,
-        ctas_per_sm: u32,
-    },
-    /// Attention: grid `(ceil(seq_q / tile_q), heads_q, batch)`, `seq_q` the longest query
-    /// sequence (varlen: blocks past their sequence's end return at once).
-    QueryTiles { tile_q: u32 },
-}
-
-/// What the fixed dispatch rules (`tilegen_runtime::call_checks::pick_*`, `gemm_order`) know
-/// of an instance: the bindings emit these facts, and `tune` asks the same rules with them.
-impl GridRule {
-    /// Elements one block handles per trip (elementwise); 1 for other rules.
-    pub fn elems_per_block(&self) -> u32 {
-        match self {
-            GridRule::Elements { elems_per_block } => *elems_per_block,
-            _ => 1,
-        }
-    }
-
-    /// The longest row a row kernel takes in one pass; None: any length (or not a row kernel).
-    pub fn max_cols(&self) -> Option<u32> {
-        match self {
-            GridRule::Rows { max_cols, .. } => *max_cols,
-            _ => None,
-        }
-    }
-
-    /// A GEMM's output tile (m, n); (1, 1) for other rules.
-    pub fn output_tile(&self) -> (u32, u32) {
-        match self {
-            GridRule::Tiles { tile_m, tile_n } | GridRule::Persistent { tile_m, tile_n, .. } => {
-                (*tile_m, *tile_n)
-            }
-            _ => (1, 1),
-        }
-    }
-}
-
-/// Launch geometry of an instance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Launch {
-    pub threads: u32,
-    pub grid: GridRule,
-    /// Dynamic shared memory per block, in bytes (static shared memory is in the resources).
-    pub shared_bytes: u32,
 }
 
 pub fn launch(inst: &Instance) -> Launch {

@@ -3,7 +3,8 @@
 //! row in registers (`block`×`items` 16-byte vectors, so it reads and writes each element
 //! once), the online softmax streams rows of any length.
 
-use super::{pow2_problem, Arg, Field, GridRule, Launch, OpInfo};
+use super::{pow2_problem, Field, OpInfo};
+use crate::launch::{Arg, GridRule, Launch};
 use crate::spec::model::{Arch, DType, Instance, Op, Params, RowVariant};
 
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];

@@ -64,7 +64,11 @@ impl DType {
 }
 
 keyword_enum!(
-    /// Target GPU architectures.
+    /// Target GPU architectures: the closed set tilegen compiles for, with what it plans by
+    /// (shared memory, dtypes). The runtime names archs as `loader::Sm`, an open set parsed
+    /// from the bindings' `arch: "sm_90a"` strings, because a library (or bundle) made by a
+    /// newer tilegen may name archs this one does not know; `Sm::from(arch)` is the one
+    /// conversion between the two.
     Arch { Sm70 = "sm_70", Sm75 = "sm_75", Sm80 = "sm_80", Sm86 = "sm_86", Sm89 = "sm_89", Sm90 = "sm_90", Sm90a = "sm_90a" }
 );
 
@@ -74,6 +78,17 @@ impl std::str::FromStr for Arch {
     fn from_str(s: &str) -> Result<Self, String> {
         Arch::parse(s)
             .ok_or_else(|| format!("unknown arch `{s}` (expected one of: {})", Arch::choices()))
+    }
+}
+
+impl From<Arch> for tilegen_runtime::loader::Sm {
+    /// The runtime's name for the arch: what it parses from `arch.as_str()` in the bindings.
+    fn from(arch: Arch) -> Self {
+        tilegen_runtime::loader::Sm {
+            major: arch.sm() / 10,
+            minor: arch.sm() % 10,
+            arch_specific: arch == Arch::Sm90a,
+        }
     }
 }
 
@@ -223,9 +238,11 @@ pub struct Origin {
     pub line: usize,
 }
 
-/// One fully resolved kernel: a point of a spec's sweep.
+/// What a kernel computes and how: the part of an instance that the manifest's entry records
+/// as well. Both embed it flattened, so it serializes as if its fields were theirs, in place:
+/// the config hash and `manifest.json` keep their bytes. They read its fields through `Deref`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Instance {
+pub struct KernelConfig {
     pub name: String,
     pub op: Op,
     pub dtype: DType,
@@ -233,6 +250,15 @@ pub struct Instance {
     pub out_dtype: DType,
     pub params: Params,
     pub epilogue: Vec<Epilogue>,
+}
+
+/// One fully resolved kernel: a point of a spec's sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    #[serde(flatten)]
+    pub kernel: KernelConfig,
+    // `archs` comes before `origin` here and not in the manifest (whose targets say the
+    // archs), so `origin` is declared by each: the config hash fixes this order.
     pub archs: Vec<Arch>,
     pub origin: Origin,
     /// From a kernel marked `tuning: candidates`: shipped only where a tuning table names it
@@ -248,12 +274,14 @@ impl Instance {
     #[cfg(test)]
     pub(crate) fn for_test(op: Op, dtype: DType, params: Params) -> Instance {
         Instance {
-            name: "t".into(),
-            op,
-            dtype,
-            out_dtype: dtype,
-            params,
-            epilogue: vec![],
+            kernel: KernelConfig {
+                name: "t".into(),
+                op,
+                dtype,
+                out_dtype: dtype,
+                params,
+                epilogue: vec![],
+            },
             archs: vec![Arch::Sm80, Arch::Sm90],
             origin: Origin {
                 file: "t.yaml".into(),
@@ -262,12 +290,44 @@ impl Instance {
             tuning_candidate: false,
         }
     }
+}
 
+impl KernelConfig {
     /// The `extern "C"` symbol of the kernel's entry point.
     pub fn entry_point(&self) -> String {
         format!("tg_{}", self.name)
     }
     pub fn has_epilogue(&self, e: Epilogue) -> bool {
         self.epilogue.contains(&e)
+    }
+}
+
+impl std::ops::Deref for Instance {
+    type Target = KernelConfig;
+    fn deref(&self) -> &KernelConfig {
+        &self.kernel
+    }
+}
+
+impl std::ops::DerefMut for Instance {
+    fn deref_mut(&mut self) -> &mut KernelConfig {
+        &mut self.kernel
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tilegen_runtime::loader::Sm;
+
+    #[test]
+    fn every_arch_is_the_runtime_arch_its_name_parses_to() {
+        // The bindings write `arch.as_str()`; the loader parses it back with `Sm::parse`.
+        for &arch in Arch::ALL {
+            let sm = Sm::from(arch);
+            assert_eq!(Sm::parse(arch.as_str()), Some(sm), "{arch}");
+            assert_eq!(sm.to_string(), arch.as_str());
+        }
+        assert!(Sm::from(Arch::Sm90a).arch_specific && !Sm::from(Arch::Sm90).arch_specific);
     }
 }

@@ -548,12 +548,14 @@ impl<'a> FileContext<'a> {
             };
             // Every plan's first axis is the dtype, which sets both dtypes.
             let mut inst = Instance {
-                name: String::new(),
-                op,
-                dtype: DType::F32,
-                out_dtype: DType::F32,
-                params: Params::default(),
-                epilogue: Vec::new(),
+                kernel: KernelConfig {
+                    name: String::new(),
+                    op,
+                    dtype: DType::F32,
+                    out_dtype: DType::F32,
+                    params: Params::default(),
+                    epilogue: Vec::new(),
+                },
                 archs: archs.clone(),
                 origin: origin.clone(),
                 tuning_candidate,

@@ -10,15 +10,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
+use super::{file_ref, render_all, write_or_check, Event, Options, Rendered, Report};
+use crate::bundle::{sign, stage, Limits, Staged};
 use crate::error::{Error, Result};
 use crate::escape::{shown, shown_prefix};
-use crate::generate::{self, Event, Options, Report};
 use crate::hashing::{cache_key, KeyInputs};
 use crate::manifest::Manifest;
 use crate::output::{Content, FileSet};
 use crate::render::config_hash;
-
-use super::{Limits, Staged};
 
 /// Why a spec instance cannot be taken from a bundle entry of the same name (empty when it
 /// can). The bundle's entry must carry the config sha256 the specs give when rendered from
@@ -76,7 +75,7 @@ fn entry_problems(
 pub fn subset_files<'a>(
     staged: &'a Staged,
     lib: &Manifest,
-    rendered: &generate::Rendered,
+    rendered: &Rendered,
     opts: &Options,
     bundle_path: &Path,
     on_event: &(dyn Fn(&Event) + Sync),
@@ -192,14 +191,6 @@ fn finish_staged(
         kept,
         generated,
     })
-}
-
-fn file_ref(path: String, bytes: &[u8]) -> crate::manifest::FileRef {
-    crate::manifest::FileRef {
-        path,
-        sha256: crate::hashing::sha256_hex(bytes),
-        bytes: bytes.len() as u64,
-    }
 }
 
 /// The configuration fields in which a spec instance and a bundle entry differ.
@@ -322,23 +313,23 @@ pub fn generate_from_bundle(
     let key = opts
         .bundle_pubkey
         .as_deref()
-        .map(super::sign::read_public_key)
+        .map(sign::read_public_key)
         .transpose()?;
-    let policy = key.as_ref().map(|pubkey| super::sign::SignaturePolicy {
+    let policy = key.as_ref().map(|pubkey| sign::SignaturePolicy {
         pubkey,
         required: true,
     });
-    let (bundle, _) = super::stage::stage_signed(bundle_path, &Limits::default(), policy)?;
+    let (bundle, _) = stage::stage_signed(bundle_path, &Limits::default(), policy)?;
     let lib = bundle.library_manifest().map_err(|m| Error::Bundle {
         path: bundle_path.to_path_buf(),
         message: m,
     })?;
     let mut inputs = vec![bundle_path.to_path_buf()];
     if key.is_some() {
-        inputs.push(super::sign::signature_path(bundle_path));
+        inputs.push(sign::signature_path(bundle_path));
     }
     let (files, instances) = if opts.specs.exists() {
-        let rendered = generate::render_all(opts)?;
+        let rendered = render_all(opts)?;
         let files = subset_files(&bundle, &lib, &rendered, opts, bundle_path, on_event)?;
         inputs.extend(rendered.inputs);
         (files, rendered.instances.len())
@@ -355,7 +346,7 @@ pub fn generate_from_bundle(
         inputs,
         ..Default::default()
     };
-    generate::write_or_check(
+    write_or_check(
         opts,
         &files.contents()?,
         &format!("bundle {}", bundle_path.display()),

@@ -2,6 +2,8 @@
 //! The CLI and the build.rs `Builder` both call [`generate`]; with a bundle it writes the library
 //! from the bundle instead of compiling.
 
+mod from_bundle;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -234,7 +236,7 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
 /// Runs the whole pipeline. Nothing is written unless every instance rendered and compiled.
 pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Report> {
     if let Some(bundle) = &opts.bundle {
-        return crate::bundle::library::generate_from_bundle(opts, bundle, on_event);
+        return from_bundle::generate_from_bundle(opts, bundle, on_event);
     }
     let start = Instant::now();
     let mut rendered = render_all(opts)?;
@@ -679,12 +681,7 @@ fn assemble(
             files.insert(cubin_path, c.cubin.clone());
         }
         entries.push(InstanceEntry {
-            name: inst.name.clone(),
-            op: inst.op,
-            dtype: inst.dtype,
-            out_dtype: inst.out_dtype,
-            params: inst.params.clone(),
-            epilogue: inst.epilogue.clone(),
+            kernel: inst.kernel.clone(),
             origin: inst.origin.clone(),
             entry_point: inst.entry_point(),
             args: ops::signature(inst),
