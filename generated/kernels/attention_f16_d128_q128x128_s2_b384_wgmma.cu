@@ -469,6 +469,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 
 #endif
 // (Tera: raw from here; the first and last three lines are markers, see attention.cu.)
+// Written by scripts/gen-wgmma: change the script, not this file.
 // wgmma.mma_async wrappers (sm_90a), one per accumulator width, for f32 accumulation of 16-bit
 // operands. The including file defines TG_WGMMA_AB as "bf16" or "f16". Each wrapper takes the
 // accumulator array by reference, so its size picks the instruction's N (64, 128, 192 or 256 columns:

@@ -22,17 +22,7 @@ pub static SOFTMAX: OpInfo = OpInfo {
     epilogues: &[],
 };
 
-/// Layernorm and rmsnorm share a template and their fields.
-const NORM_FIELDS: &[Field] = &[
-    Field::Block,
-    Field::Items,
-    Field::Variant,
-    Field::Stages,
-    Field::Affine,
-    Field::RowsPerBlock,
-];
-
-/// Layernorm also has the trimmed ring path (`lean`).
+/// Layernorm's fields: the norms' shared ones, then the trimmed ring path (`lean`).
 const LAYERNORM_FIELDS: &[Field] = &[
     Field::Block,
     Field::Items,
@@ -42,6 +32,9 @@ const LAYERNORM_FIELDS: &[Field] = &[
     Field::RowsPerBlock,
     Field::Lean,
 ];
+
+/// Layernorm and rmsnorm share a template and these fields (all of layernorm's but `lean`).
+const NORM_FIELDS: &[Field] = LAYERNORM_FIELDS.split_at(LAYERNORM_FIELDS.len() - 1).0;
 
 pub static LAYERNORM: OpInfo = OpInfo {
     template: "norm.cu",
