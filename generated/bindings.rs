@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 e3e9d52d0e8b327d
+// content sha256 b751075d51adf5b3
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -650,16 +650,16 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         ],
     },
     loader::KernelInfo {
-        name: "attention_bf16_d128_causal_q128x128_s2_b384_wgmma",
-        entry_point: "tg_attention_bf16_d128_causal_q128x128_s2_b384_wgmma",
-        shared_bytes: 164936,
+        name: "attention_bf16_d128_causal_q128x128_s3_b384_wgmma",
+        entry_point: "tg_attention_bf16_d128_causal_q128x128_s3_b384_wgmma",
+        shared_bytes: 230504,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/attention_bf16_d128_causal_q128x128_s2_b384_wgmma.sm_90a.cubin"
+                    "kernels/attention_bf16_d128_causal_q128x128_s3_b384_wgmma.sm_90a.cubin"
                 ),
             },
             loader::Binary {
@@ -667,7 +667,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!(
-                    "kernels/attention_bf16_d128_causal_q128x128_s2_b384_wgmma.sm_90a.ptx"
+                    "kernels/attention_bf16_d128_causal_q128x128_s3_b384_wgmma.sm_90a.ptx"
                 ),
             },
         ],
@@ -712,16 +712,16 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         ],
     },
     loader::KernelInfo {
-        name: "attention_bf16_d128_q128x128_s2_b384_wgmma",
-        entry_point: "tg_attention_bf16_d128_q128x128_s2_b384_wgmma",
-        shared_bytes: 164936,
+        name: "attention_bf16_d128_q128x128_s3_b384_wgmma",
+        entry_point: "tg_attention_bf16_d128_q128x128_s3_b384_wgmma",
+        shared_bytes: 230504,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/attention_bf16_d128_q128x128_s2_b384_wgmma.sm_90a.cubin"
+                    "kernels/attention_bf16_d128_q128x128_s3_b384_wgmma.sm_90a.cubin"
                 ),
             },
             loader::Binary {
@@ -729,7 +729,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!(
-                    "kernels/attention_bf16_d128_q128x128_s2_b384_wgmma.sm_90a.ptx"
+                    "kernels/attention_bf16_d128_q128x128_s3_b384_wgmma.sm_90a.ptx"
                 ),
             },
         ],
@@ -944,16 +944,16 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         ],
     },
     loader::KernelInfo {
-        name: "attention_f16_d128_causal_q128x128_s2_b384_wgmma",
-        entry_point: "tg_attention_f16_d128_causal_q128x128_s2_b384_wgmma",
-        shared_bytes: 164936,
+        name: "attention_f16_d128_causal_q128x128_s3_b384_wgmma",
+        entry_point: "tg_attention_f16_d128_causal_q128x128_s3_b384_wgmma",
+        shared_bytes: 230504,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/attention_f16_d128_causal_q128x128_s2_b384_wgmma.sm_90a.cubin"
+                    "kernels/attention_f16_d128_causal_q128x128_s3_b384_wgmma.sm_90a.cubin"
                 ),
             },
             loader::Binary {
@@ -961,7 +961,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!(
-                    "kernels/attention_f16_d128_causal_q128x128_s2_b384_wgmma.sm_90a.ptx"
+                    "kernels/attention_f16_d128_causal_q128x128_s3_b384_wgmma.sm_90a.ptx"
                 ),
             },
         ],
@@ -1006,16 +1006,16 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         ],
     },
     loader::KernelInfo {
-        name: "attention_f16_d128_q128x128_s2_b384_wgmma",
-        entry_point: "tg_attention_f16_d128_q128x128_s2_b384_wgmma",
-        shared_bytes: 164936,
+        name: "attention_f16_d128_q128x128_s3_b384_wgmma",
+        entry_point: "tg_attention_f16_d128_q128x128_s3_b384_wgmma",
+        shared_bytes: 230504,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/attention_f16_d128_q128x128_s2_b384_wgmma.sm_90a.cubin"
+                    "kernels/attention_f16_d128_q128x128_s3_b384_wgmma.sm_90a.cubin"
                 ),
             },
             loader::Binary {
@@ -1023,7 +1023,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!(
-                    "kernels/attention_f16_d128_q128x128_s2_b384_wgmma.sm_90a.ptx"
+                    "kernels/attention_f16_d128_q128x128_s3_b384_wgmma.sm_90a.ptx"
                 ),
             },
         ],
@@ -5370,6 +5370,1002 @@ pub use ::tilegen_runtime::tensor_map;
 #[allow(dead_code)]
 pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
     tensor_map::KernelMaps {
+        kernel: 16,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(128),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(128),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 18,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(128),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(128),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 20,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(256),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 64, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(256),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 64, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 21,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(256),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 64, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(256),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 64, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 23,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(64),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(64),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 25,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(64),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::Bf16,
+                dims: &[
+                    tensor_map::MapDim::Const(64),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 26,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(128),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(128),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 28,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(128),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(128),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 30,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(256),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 64, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(256),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 64, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 31,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(256),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 64, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(256),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 64, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 33,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(64),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(64),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
+        kernel: 35,
+        maps: &[
+            tensor_map::TensorMapRule {
+                name: "k_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 1,
+                    name: "k",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(64),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 15,
+                        name: "k_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 16,
+                        name: "k_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 14,
+                        name: "k_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+            tensor_map::TensorMapRule {
+                name: "v_map",
+                tensor: tensor_map::SizeArg {
+                    arg: 2,
+                    name: "v",
+                },
+                dtype: tensor_map::MapDtype::F16,
+                dims: &[
+                    tensor_map::MapDim::Const(64),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 10,
+                        name: "seq_kv",
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 8,
+                        name: "heads_kv",
+                    }),
+                    tensor_map::MapDim::Batch,
+                ],
+                strides: &[
+                    tensor_map::SizeArg {
+                        arg: 18,
+                        name: "v_ss",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 19,
+                        name: "v_hs",
+                    },
+                    tensor_map::SizeArg {
+                        arg: 17,
+                        name: "v_bs",
+                    },
+                ],
+                box_dims: &[64, 128, 1, 1],
+                swizzle: tensor_map::Swizzle::B128,
+                interleave: tensor_map::Interleave::None,
+                l2_promotion: tensor_map::L2Promotion::B256,
+                oob_fill: tensor_map::OobFill::Zero,
+            },
+        ],
+    },
+    tensor_map::KernelMaps {
         kernel: 59,
         maps: &[
             tensor_map::TensorMapRule {
@@ -5380,14 +6376,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5409,14 +6405,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5438,14 +6434,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5472,14 +6468,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5501,14 +6497,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5530,14 +6526,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5564,14 +6560,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5593,14 +6589,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5622,14 +6618,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5656,14 +6652,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5685,14 +6681,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5714,14 +6710,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5748,14 +6744,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5777,14 +6773,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5806,14 +6802,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5840,14 +6836,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5869,14 +6865,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5898,14 +6894,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5932,14 +6928,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5961,14 +6957,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -5990,14 +6986,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6024,14 +7020,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6053,14 +7049,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6082,14 +7078,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6116,14 +7112,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6145,14 +7141,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6174,14 +7170,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6208,14 +7204,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6237,14 +7233,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6266,14 +7262,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6300,14 +7296,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6329,14 +7325,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6358,14 +7354,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F32,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6392,14 +7388,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6421,14 +7417,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6450,14 +7446,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6484,14 +7480,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6513,14 +7509,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6542,14 +7538,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6576,14 +7572,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6605,14 +7601,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6634,14 +7630,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6668,14 +7664,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6697,14 +7693,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6726,14 +7722,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 3,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6760,14 +7756,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6789,14 +7785,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6818,14 +7814,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6852,14 +7848,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6881,14 +7877,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6910,14 +7906,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::F16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 4,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6944,14 +7940,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 7,
                         name: "k",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -6973,14 +7969,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 7,
                         name: "k",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -7002,14 +7998,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -7031,14 +8027,14 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 },
                 dtype: tensor_map::MapDtype::Bf16,
                 dims: &[
-                    tensor_map::SizeArg {
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 6,
                         name: "n",
-                    },
-                    tensor_map::SizeArg {
+                    }),
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
                         arg: 5,
                         name: "m",
-                    },
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
@@ -8038,8 +9034,8 @@ impl Kernels {
     ///
     /// Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:
     /// - [`Self::attention_bf16_d128_causal_q64x64_s2_b128`]: causal, 64x64 tiles, 2 stages, 128 threads
-    /// - [`Self::attention_bf16_d128_causal_q128x128_s2_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; preferred where it runs), 128x128 tiles, 2 stages, 384 threads
-    /// - [`Self::attention_bf16_d128_q128x128_s2_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 128x128 tiles, 2 stages, 384 threads
+    /// - [`Self::attention_bf16_d128_causal_q128x128_s3_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads
+    /// - [`Self::attention_bf16_d128_q128x128_s3_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads
     /// - [`Self::attention_bf16_d128_q128x32_s2_b128`]: no mask, 128x32 tiles, 2 stages, 128 threads
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
@@ -8156,7 +9152,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 128, bf16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_bf16_d128_causal_q128x128_s2_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; preferred where it runs), 128x128 tiles, 2 stages, 384 threads); [`Self::attention_d128_bf16`] picks among its family by mask and length.
+    /// Always runs instance `attention_bf16_d128_causal_q128x128_s3_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads); [`Self::attention_d128_bf16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -8166,7 +9162,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn attention_bf16_d128_causal_q128x128_s2_b384_wgmma(
+    pub fn attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
         &self,
         stream: &::cudarc::driver::CudaStream,
         q: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
@@ -8186,7 +9182,7 @@ impl Kernels {
         self.run_attention_d128_bf16(
             stream,
             |q, k, v, o, lse, varlen, shape, strides, scale| {
-                plan::attention_bf16_d128_causal_q128x128_s2_b384_wgmma(
+                plan::attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
                     &device,
                     q,
                     k,
@@ -8213,7 +9209,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 128, bf16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_bf16_d128_q128x128_s2_b384_wgmma` (no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 128x128 tiles, 2 stages, 384 threads); [`Self::attention_d128_bf16`] picks among its family by mask and length.
+    /// Always runs instance `attention_bf16_d128_q128x128_s3_b384_wgmma` (no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads); [`Self::attention_d128_bf16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -8223,7 +9219,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn attention_bf16_d128_q128x128_s2_b384_wgmma(
+    pub fn attention_bf16_d128_q128x128_s3_b384_wgmma(
         &self,
         stream: &::cudarc::driver::CudaStream,
         q: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
@@ -8243,7 +9239,7 @@ impl Kernels {
         self.run_attention_d128_bf16(
             stream,
             |q, k, v, o, lse, varlen, shape, strides, scale| {
-                plan::attention_bf16_d128_q128x128_s2_b384_wgmma(
+                plan::attention_bf16_d128_q128x128_s3_b384_wgmma(
                     &device,
                     q,
                     k,
@@ -8420,55 +9416,20 @@ impl Kernels {
         let Some(dims) = plan.dims else {
             return Ok(());
         };
-        let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv]
-            .map(|x| x as i64);
-        let s = strides;
-        let st = [
-            s.q.batch,
-            s.q.seq,
-            s.q.head,
-            s.k.batch,
-            s.k.seq,
-            s.k.head,
-            s.v.batch,
-            s.v.seq,
-            s.v.head,
-            s.o.batch,
-            s.o.seq,
-            s.o.head,
-            s.lse_batch,
-            s.lse_head,
-        ]
-            .map(|x| x as i64);
-        let args = [
-            loader::Arg::of(&q_ptr),
-            loader::Arg::of(&k_ptr),
-            loader::Arg::of(&v_ptr),
-            loader::Arg::of(&o_ptr),
-            loader::Arg::of(&lse_ptr),
-            loader::Arg::of(&cu_q_ptr),
-            loader::Arg::of(&cu_kv_ptr),
-            loader::Arg::of(&sizes[0]),
-            loader::Arg::of(&sizes[1]),
-            loader::Arg::of(&sizes[2]),
-            loader::Arg::of(&sizes[3]),
-            loader::Arg::of(&st[0]),
-            loader::Arg::of(&st[1]),
-            loader::Arg::of(&st[2]),
-            loader::Arg::of(&st[3]),
-            loader::Arg::of(&st[4]),
-            loader::Arg::of(&st[5]),
-            loader::Arg::of(&st[6]),
-            loader::Arg::of(&st[7]),
-            loader::Arg::of(&st[8]),
-            loader::Arg::of(&st[9]),
-            loader::Arg::of(&st[10]),
-            loader::Arg::of(&st[11]),
-            loader::Arg::of(&st[12]),
-            loader::Arg::of(&st[13]),
-            loader::Arg::of(&scale),
+        let values = ::tilegen_runtime::attention::arg_values(
+            [q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_kv_ptr],
+            &shape,
+            strides,
+        );
+        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let mut args = vec![
+            loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
+            loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
+            cu_q_ptr), loader::Arg::of(& cu_kv_ptr),
         ];
-        unsafe { self.loader.launch(plan.kernel, stream, dims, &args) }?;
+        args.extend(ints.iter().map(loader::Arg::of));
+        args.push(loader::Arg::of(&scale));
+        unsafe { self.loader.launch_mapped(plan.kernel, stream, dims, &values, &args) }?;
         Ok(())
     }
 }
@@ -8478,8 +9439,8 @@ impl Kernels {
     ///
     /// Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:
     /// - [`Self::attention_f16_d128_causal_q64x64_s2_b128`]: causal, 64x64 tiles, 2 stages, 128 threads
-    /// - [`Self::attention_f16_d128_causal_q128x128_s2_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; preferred where it runs), 128x128 tiles, 2 stages, 384 threads
-    /// - [`Self::attention_f16_d128_q128x128_s2_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 128x128 tiles, 2 stages, 384 threads
+    /// - [`Self::attention_f16_d128_causal_q128x128_s3_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads
+    /// - [`Self::attention_f16_d128_q128x128_s3_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads
     /// - [`Self::attention_f16_d128_q128x32_s2_b128`]: no mask, 128x32 tiles, 2 stages, 128 threads
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
@@ -8596,7 +9557,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 128, f16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_f16_d128_causal_q128x128_s2_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; preferred where it runs), 128x128 tiles, 2 stages, 384 threads); [`Self::attention_d128_f16`] picks among its family by mask and length.
+    /// Always runs instance `attention_f16_d128_causal_q128x128_s3_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads); [`Self::attention_d128_f16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -8606,7 +9567,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn attention_f16_d128_causal_q128x128_s2_b384_wgmma(
+    pub fn attention_f16_d128_causal_q128x128_s3_b384_wgmma(
         &self,
         stream: &::cudarc::driver::CudaStream,
         q: &impl ::cudarc::driver::DevicePtr<::half::f16>,
@@ -8626,7 +9587,7 @@ impl Kernels {
         self.run_attention_d128_f16(
             stream,
             |q, k, v, o, lse, varlen, shape, strides, scale| {
-                plan::attention_f16_d128_causal_q128x128_s2_b384_wgmma(
+                plan::attention_f16_d128_causal_q128x128_s3_b384_wgmma(
                     &device,
                     q,
                     k,
@@ -8653,7 +9614,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 128, f16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_f16_d128_q128x128_s2_b384_wgmma` (no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 128x128 tiles, 2 stages, 384 threads); [`Self::attention_d128_f16`] picks among its family by mask and length.
+    /// Always runs instance `attention_f16_d128_q128x128_s3_b384_wgmma` (no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads); [`Self::attention_d128_f16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -8663,7 +9624,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn attention_f16_d128_q128x128_s2_b384_wgmma(
+    pub fn attention_f16_d128_q128x128_s3_b384_wgmma(
         &self,
         stream: &::cudarc::driver::CudaStream,
         q: &impl ::cudarc::driver::DevicePtr<::half::f16>,
@@ -8683,7 +9644,7 @@ impl Kernels {
         self.run_attention_d128_f16(
             stream,
             |q, k, v, o, lse, varlen, shape, strides, scale| {
-                plan::attention_f16_d128_q128x128_s2_b384_wgmma(
+                plan::attention_f16_d128_q128x128_s3_b384_wgmma(
                     &device,
                     q,
                     k,
@@ -8860,55 +9821,20 @@ impl Kernels {
         let Some(dims) = plan.dims else {
             return Ok(());
         };
-        let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv]
-            .map(|x| x as i64);
-        let s = strides;
-        let st = [
-            s.q.batch,
-            s.q.seq,
-            s.q.head,
-            s.k.batch,
-            s.k.seq,
-            s.k.head,
-            s.v.batch,
-            s.v.seq,
-            s.v.head,
-            s.o.batch,
-            s.o.seq,
-            s.o.head,
-            s.lse_batch,
-            s.lse_head,
-        ]
-            .map(|x| x as i64);
-        let args = [
-            loader::Arg::of(&q_ptr),
-            loader::Arg::of(&k_ptr),
-            loader::Arg::of(&v_ptr),
-            loader::Arg::of(&o_ptr),
-            loader::Arg::of(&lse_ptr),
-            loader::Arg::of(&cu_q_ptr),
-            loader::Arg::of(&cu_kv_ptr),
-            loader::Arg::of(&sizes[0]),
-            loader::Arg::of(&sizes[1]),
-            loader::Arg::of(&sizes[2]),
-            loader::Arg::of(&sizes[3]),
-            loader::Arg::of(&st[0]),
-            loader::Arg::of(&st[1]),
-            loader::Arg::of(&st[2]),
-            loader::Arg::of(&st[3]),
-            loader::Arg::of(&st[4]),
-            loader::Arg::of(&st[5]),
-            loader::Arg::of(&st[6]),
-            loader::Arg::of(&st[7]),
-            loader::Arg::of(&st[8]),
-            loader::Arg::of(&st[9]),
-            loader::Arg::of(&st[10]),
-            loader::Arg::of(&st[11]),
-            loader::Arg::of(&st[12]),
-            loader::Arg::of(&st[13]),
-            loader::Arg::of(&scale),
+        let values = ::tilegen_runtime::attention::arg_values(
+            [q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_kv_ptr],
+            &shape,
+            strides,
+        );
+        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let mut args = vec![
+            loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
+            loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
+            cu_q_ptr), loader::Arg::of(& cu_kv_ptr),
         ];
-        unsafe { self.loader.launch(plan.kernel, stream, dims, &args) }?;
+        args.extend(ints.iter().map(loader::Arg::of));
+        args.push(loader::Arg::of(&scale));
+        unsafe { self.loader.launch_mapped(plan.kernel, stream, dims, &values, &args) }?;
         Ok(())
     }
 }
@@ -8917,8 +9843,8 @@ impl Kernels {
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 256, bf16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
     /// Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:
-    /// - [`Self::attention_bf16_d256_causal_q128x64_s2_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; preferred where it runs), 128x64 tiles, 2 stages, 384 threads
-    /// - [`Self::attention_bf16_d256_q128x64_s2_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 128x64 tiles, 2 stages, 384 threads
+    /// - [`Self::attention_bf16_d256_causal_q128x64_s2_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x64 tiles, 2 stages, 384 threads
+    /// - [`Self::attention_bf16_d256_q128x64_s2_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x64 tiles, 2 stages, 384 threads
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -8977,7 +9903,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 256, bf16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_bf16_d256_causal_q128x64_s2_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; preferred where it runs), 128x64 tiles, 2 stages, 384 threads); [`Self::attention_d256_bf16`] picks among its family by mask and length.
+    /// Always runs instance `attention_bf16_d256_causal_q128x64_s2_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x64 tiles, 2 stages, 384 threads); [`Self::attention_d256_bf16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -9034,7 +9960,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 256, bf16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_bf16_d256_q128x64_s2_b384_wgmma` (no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 128x64 tiles, 2 stages, 384 threads); [`Self::attention_d256_bf16`] picks among its family by mask and length.
+    /// Always runs instance `attention_bf16_d256_q128x64_s2_b384_wgmma` (no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x64 tiles, 2 stages, 384 threads); [`Self::attention_d256_bf16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -9184,55 +10110,20 @@ impl Kernels {
         let Some(dims) = plan.dims else {
             return Ok(());
         };
-        let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv]
-            .map(|x| x as i64);
-        let s = strides;
-        let st = [
-            s.q.batch,
-            s.q.seq,
-            s.q.head,
-            s.k.batch,
-            s.k.seq,
-            s.k.head,
-            s.v.batch,
-            s.v.seq,
-            s.v.head,
-            s.o.batch,
-            s.o.seq,
-            s.o.head,
-            s.lse_batch,
-            s.lse_head,
-        ]
-            .map(|x| x as i64);
-        let args = [
-            loader::Arg::of(&q_ptr),
-            loader::Arg::of(&k_ptr),
-            loader::Arg::of(&v_ptr),
-            loader::Arg::of(&o_ptr),
-            loader::Arg::of(&lse_ptr),
-            loader::Arg::of(&cu_q_ptr),
-            loader::Arg::of(&cu_kv_ptr),
-            loader::Arg::of(&sizes[0]),
-            loader::Arg::of(&sizes[1]),
-            loader::Arg::of(&sizes[2]),
-            loader::Arg::of(&sizes[3]),
-            loader::Arg::of(&st[0]),
-            loader::Arg::of(&st[1]),
-            loader::Arg::of(&st[2]),
-            loader::Arg::of(&st[3]),
-            loader::Arg::of(&st[4]),
-            loader::Arg::of(&st[5]),
-            loader::Arg::of(&st[6]),
-            loader::Arg::of(&st[7]),
-            loader::Arg::of(&st[8]),
-            loader::Arg::of(&st[9]),
-            loader::Arg::of(&st[10]),
-            loader::Arg::of(&st[11]),
-            loader::Arg::of(&st[12]),
-            loader::Arg::of(&st[13]),
-            loader::Arg::of(&scale),
+        let values = ::tilegen_runtime::attention::arg_values(
+            [q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_kv_ptr],
+            &shape,
+            strides,
+        );
+        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let mut args = vec![
+            loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
+            loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
+            cu_q_ptr), loader::Arg::of(& cu_kv_ptr),
         ];
-        unsafe { self.loader.launch(plan.kernel, stream, dims, &args) }?;
+        args.extend(ints.iter().map(loader::Arg::of));
+        args.push(loader::Arg::of(&scale));
+        unsafe { self.loader.launch_mapped(plan.kernel, stream, dims, &values, &args) }?;
         Ok(())
     }
 }
@@ -9241,8 +10132,8 @@ impl Kernels {
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 256, f16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
     /// Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:
-    /// - [`Self::attention_f16_d256_causal_q128x64_s2_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; preferred where it runs), 128x64 tiles, 2 stages, 384 threads
-    /// - [`Self::attention_f16_d256_q128x64_s2_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 128x64 tiles, 2 stages, 384 threads
+    /// - [`Self::attention_f16_d256_causal_q128x64_s2_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x64 tiles, 2 stages, 384 threads
+    /// - [`Self::attention_f16_d256_q128x64_s2_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x64 tiles, 2 stages, 384 threads
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -9301,7 +10192,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 256, f16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_f16_d256_causal_q128x64_s2_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; preferred where it runs), 128x64 tiles, 2 stages, 384 threads); [`Self::attention_d256_f16`] picks among its family by mask and length.
+    /// Always runs instance `attention_f16_d256_causal_q128x64_s2_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x64 tiles, 2 stages, 384 threads); [`Self::attention_d256_f16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -9358,7 +10249,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 256, f16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_f16_d256_q128x64_s2_b384_wgmma` (no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 128x64 tiles, 2 stages, 384 threads); [`Self::attention_d256_f16`] picks among its family by mask and length.
+    /// Always runs instance `attention_f16_d256_q128x64_s2_b384_wgmma` (no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x64 tiles, 2 stages, 384 threads); [`Self::attention_d256_f16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -9508,55 +10399,20 @@ impl Kernels {
         let Some(dims) = plan.dims else {
             return Ok(());
         };
-        let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv]
-            .map(|x| x as i64);
-        let s = strides;
-        let st = [
-            s.q.batch,
-            s.q.seq,
-            s.q.head,
-            s.k.batch,
-            s.k.seq,
-            s.k.head,
-            s.v.batch,
-            s.v.seq,
-            s.v.head,
-            s.o.batch,
-            s.o.seq,
-            s.o.head,
-            s.lse_batch,
-            s.lse_head,
-        ]
-            .map(|x| x as i64);
-        let args = [
-            loader::Arg::of(&q_ptr),
-            loader::Arg::of(&k_ptr),
-            loader::Arg::of(&v_ptr),
-            loader::Arg::of(&o_ptr),
-            loader::Arg::of(&lse_ptr),
-            loader::Arg::of(&cu_q_ptr),
-            loader::Arg::of(&cu_kv_ptr),
-            loader::Arg::of(&sizes[0]),
-            loader::Arg::of(&sizes[1]),
-            loader::Arg::of(&sizes[2]),
-            loader::Arg::of(&sizes[3]),
-            loader::Arg::of(&st[0]),
-            loader::Arg::of(&st[1]),
-            loader::Arg::of(&st[2]),
-            loader::Arg::of(&st[3]),
-            loader::Arg::of(&st[4]),
-            loader::Arg::of(&st[5]),
-            loader::Arg::of(&st[6]),
-            loader::Arg::of(&st[7]),
-            loader::Arg::of(&st[8]),
-            loader::Arg::of(&st[9]),
-            loader::Arg::of(&st[10]),
-            loader::Arg::of(&st[11]),
-            loader::Arg::of(&st[12]),
-            loader::Arg::of(&st[13]),
-            loader::Arg::of(&scale),
+        let values = ::tilegen_runtime::attention::arg_values(
+            [q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_kv_ptr],
+            &shape,
+            strides,
+        );
+        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let mut args = vec![
+            loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
+            loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
+            cu_q_ptr), loader::Arg::of(& cu_kv_ptr),
         ];
-        unsafe { self.loader.launch(plan.kernel, stream, dims, &args) }?;
+        args.extend(ints.iter().map(loader::Arg::of));
+        args.push(loader::Arg::of(&scale));
+        unsafe { self.loader.launch_mapped(plan.kernel, stream, dims, &values, &args) }?;
         Ok(())
     }
 }
@@ -9567,8 +10423,8 @@ impl Kernels {
     /// Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:
     /// - [`Self::attention_bf16_d64_causal_q128x64_s2_b128`]: causal, 128x64 tiles, 2 stages, 128 threads
     /// - [`Self::attention_bf16_d64_q128x64_s2_b128`]: no mask, 128x64 tiles, 2 stages, 128 threads
-    /// - [`Self::attention_bf16_d64_causal_q192x128_s3_b512_wgmma`]: causal, Hopper (wgmma, sm_90a only; preferred where it runs), 192x128 tiles, 3 stages, 512 threads
-    /// - [`Self::attention_bf16_d64_q192x128_s3_b512_wgmma`]: no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 192x128 tiles, 3 stages, 512 threads
+    /// - [`Self::attention_bf16_d64_causal_q192x128_s3_b512_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 192x128 tiles, 3 stages, 512 threads
+    /// - [`Self::attention_bf16_d64_q192x128_s3_b512_wgmma`]: no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 192x128 tiles, 3 stages, 512 threads
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -9741,7 +10597,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 64, bf16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_bf16_d64_causal_q192x128_s3_b512_wgmma` (causal, Hopper (wgmma, sm_90a only; preferred where it runs), 192x128 tiles, 3 stages, 512 threads); [`Self::attention_d64_bf16`] picks among its family by mask and length.
+    /// Always runs instance `attention_bf16_d64_causal_q192x128_s3_b512_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 192x128 tiles, 3 stages, 512 threads); [`Self::attention_d64_bf16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -9798,7 +10654,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 64, bf16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_bf16_d64_q192x128_s3_b512_wgmma` (no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 192x128 tiles, 3 stages, 512 threads); [`Self::attention_d64_bf16`] picks among its family by mask and length.
+    /// Always runs instance `attention_bf16_d64_q192x128_s3_b512_wgmma` (no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 192x128 tiles, 3 stages, 512 threads); [`Self::attention_d64_bf16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -9948,55 +10804,20 @@ impl Kernels {
         let Some(dims) = plan.dims else {
             return Ok(());
         };
-        let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv]
-            .map(|x| x as i64);
-        let s = strides;
-        let st = [
-            s.q.batch,
-            s.q.seq,
-            s.q.head,
-            s.k.batch,
-            s.k.seq,
-            s.k.head,
-            s.v.batch,
-            s.v.seq,
-            s.v.head,
-            s.o.batch,
-            s.o.seq,
-            s.o.head,
-            s.lse_batch,
-            s.lse_head,
-        ]
-            .map(|x| x as i64);
-        let args = [
-            loader::Arg::of(&q_ptr),
-            loader::Arg::of(&k_ptr),
-            loader::Arg::of(&v_ptr),
-            loader::Arg::of(&o_ptr),
-            loader::Arg::of(&lse_ptr),
-            loader::Arg::of(&cu_q_ptr),
-            loader::Arg::of(&cu_kv_ptr),
-            loader::Arg::of(&sizes[0]),
-            loader::Arg::of(&sizes[1]),
-            loader::Arg::of(&sizes[2]),
-            loader::Arg::of(&sizes[3]),
-            loader::Arg::of(&st[0]),
-            loader::Arg::of(&st[1]),
-            loader::Arg::of(&st[2]),
-            loader::Arg::of(&st[3]),
-            loader::Arg::of(&st[4]),
-            loader::Arg::of(&st[5]),
-            loader::Arg::of(&st[6]),
-            loader::Arg::of(&st[7]),
-            loader::Arg::of(&st[8]),
-            loader::Arg::of(&st[9]),
-            loader::Arg::of(&st[10]),
-            loader::Arg::of(&st[11]),
-            loader::Arg::of(&st[12]),
-            loader::Arg::of(&st[13]),
-            loader::Arg::of(&scale),
+        let values = ::tilegen_runtime::attention::arg_values(
+            [q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_kv_ptr],
+            &shape,
+            strides,
+        );
+        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let mut args = vec![
+            loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
+            loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
+            cu_q_ptr), loader::Arg::of(& cu_kv_ptr),
         ];
-        unsafe { self.loader.launch(plan.kernel, stream, dims, &args) }?;
+        args.extend(ints.iter().map(loader::Arg::of));
+        args.push(loader::Arg::of(&scale));
+        unsafe { self.loader.launch_mapped(plan.kernel, stream, dims, &values, &args) }?;
         Ok(())
     }
 }
@@ -10007,8 +10828,8 @@ impl Kernels {
     /// Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:
     /// - [`Self::attention_f16_d64_causal_q128x64_s2_b128`]: causal, 128x64 tiles, 2 stages, 128 threads
     /// - [`Self::attention_f16_d64_q128x64_s2_b128`]: no mask, 128x64 tiles, 2 stages, 128 threads
-    /// - [`Self::attention_f16_d64_causal_q192x128_s3_b512_wgmma`]: causal, Hopper (wgmma, sm_90a only; preferred where it runs), 192x128 tiles, 3 stages, 512 threads
-    /// - [`Self::attention_f16_d64_q192x128_s3_b512_wgmma`]: no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 192x128 tiles, 3 stages, 512 threads
+    /// - [`Self::attention_f16_d64_causal_q192x128_s3_b512_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 192x128 tiles, 3 stages, 512 threads
+    /// - [`Self::attention_f16_d64_q192x128_s3_b512_wgmma`]: no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 192x128 tiles, 3 stages, 512 threads
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -10181,7 +11002,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 64, f16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_f16_d64_causal_q192x128_s3_b512_wgmma` (causal, Hopper (wgmma, sm_90a only; preferred where it runs), 192x128 tiles, 3 stages, 512 threads); [`Self::attention_d64_f16`] picks among its family by mask and length.
+    /// Always runs instance `attention_f16_d64_causal_q192x128_s3_b512_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 192x128 tiles, 3 stages, 512 threads); [`Self::attention_d64_f16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -10238,7 +11059,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 64, f16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_f16_d64_q192x128_s3_b512_wgmma` (no mask, Hopper (wgmma, sm_90a only; preferred where it runs), 192x128 tiles, 3 stages, 512 threads); [`Self::attention_d64_f16`] picks among its family by mask and length.
+    /// Always runs instance `attention_f16_d64_q192x128_s3_b512_wgmma` (no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 192x128 tiles, 3 stages, 512 threads); [`Self::attention_d64_f16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -10388,55 +11209,20 @@ impl Kernels {
         let Some(dims) = plan.dims else {
             return Ok(());
         };
-        let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv]
-            .map(|x| x as i64);
-        let s = strides;
-        let st = [
-            s.q.batch,
-            s.q.seq,
-            s.q.head,
-            s.k.batch,
-            s.k.seq,
-            s.k.head,
-            s.v.batch,
-            s.v.seq,
-            s.v.head,
-            s.o.batch,
-            s.o.seq,
-            s.o.head,
-            s.lse_batch,
-            s.lse_head,
-        ]
-            .map(|x| x as i64);
-        let args = [
-            loader::Arg::of(&q_ptr),
-            loader::Arg::of(&k_ptr),
-            loader::Arg::of(&v_ptr),
-            loader::Arg::of(&o_ptr),
-            loader::Arg::of(&lse_ptr),
-            loader::Arg::of(&cu_q_ptr),
-            loader::Arg::of(&cu_kv_ptr),
-            loader::Arg::of(&sizes[0]),
-            loader::Arg::of(&sizes[1]),
-            loader::Arg::of(&sizes[2]),
-            loader::Arg::of(&sizes[3]),
-            loader::Arg::of(&st[0]),
-            loader::Arg::of(&st[1]),
-            loader::Arg::of(&st[2]),
-            loader::Arg::of(&st[3]),
-            loader::Arg::of(&st[4]),
-            loader::Arg::of(&st[5]),
-            loader::Arg::of(&st[6]),
-            loader::Arg::of(&st[7]),
-            loader::Arg::of(&st[8]),
-            loader::Arg::of(&st[9]),
-            loader::Arg::of(&st[10]),
-            loader::Arg::of(&st[11]),
-            loader::Arg::of(&st[12]),
-            loader::Arg::of(&st[13]),
-            loader::Arg::of(&scale),
+        let values = ::tilegen_runtime::attention::arg_values(
+            [q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_kv_ptr],
+            &shape,
+            strides,
+        );
+        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let mut args = vec![
+            loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
+            loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
+            cu_q_ptr), loader::Arg::of(& cu_kv_ptr),
         ];
-        unsafe { self.loader.launch(plan.kernel, stream, dims, &args) }?;
+        args.extend(ints.iter().map(loader::Arg::of));
+        args.push(loader::Arg::of(&scale));
+        unsafe { self.loader.launch_mapped(plan.kernel, stream, dims, &values, &args) }?;
         Ok(())
     }
 }
@@ -20587,13 +21373,13 @@ pub mod plan {
             ::tilegen_runtime::attention::AttnOption {
                 causal: true,
                 tile_q: 128,
-                runs: super::KERNELS[16].runs_on(device, false),
+                runs: super::KERNELS[16].runs_on(device, true),
                 hopper: true,
             },
             ::tilegen_runtime::attention::AttnOption {
                 causal: false,
                 tile_q: 128,
-                runs: super::KERNELS[18].runs_on(device, false),
+                runs: super::KERNELS[18].runs_on(device, true),
                 hopper: true,
             },
             ::tilegen_runtime::attention::AttnOption {
@@ -20603,7 +21389,12 @@ pub mod plan {
                 hopper: false,
             },
         ];
-        match ::tilegen_runtime::attention::pick(causal, shape.seq_q, &options)? {
+        match ::tilegen_runtime::attention::pick(
+            causal,
+            shape.seq_q,
+            shape.seq_kv,
+            &options,
+        )? {
             0 => {
                 attention_bf16_d128_causal_q64x64_s2_b128(
                     device,
@@ -20619,7 +21410,7 @@ pub mod plan {
                 )
             }
             1 => {
-                attention_bf16_d128_causal_q128x128_s2_b384_wgmma(
+                attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
                     device,
                     q,
                     k,
@@ -20633,7 +21424,7 @@ pub mod plan {
                 )
             }
             2 => {
-                attention_bf16_d128_q128x128_s2_b384_wgmma(
+                attention_bf16_d128_q128x128_s3_b384_wgmma(
                     device,
                     q,
                     k,
@@ -20690,6 +21481,7 @@ pub mod plan {
                 threads: 128,
                 shared_bytes: 81920,
             },
+            &[],
             shape,
             strides,
             q,
@@ -20701,8 +21493,8 @@ pub mod plan {
             scale,
         )
     }
-    /// Checks a [`super::Kernels::attention_bf16_d128_causal_q128x128_s2_b384_wgmma`] call.
-    pub fn attention_bf16_d128_causal_q128x128_s2_b384_wgmma(
+    /// Checks a [`super::Kernels::attention_bf16_d128_causal_q128x128_s3_b384_wgmma`] call.
+    pub fn attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
         _device: &Device,
         q: Buf,
         k: Buf,
@@ -20721,8 +21513,9 @@ pub mod plan {
                 causal: true,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 164936,
+                shared_bytes: 230504,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 16),
             shape,
             strides,
             q,
@@ -20734,8 +21527,8 @@ pub mod plan {
             scale,
         )
     }
-    /// Checks a [`super::Kernels::attention_bf16_d128_q128x128_s2_b384_wgmma`] call.
-    pub fn attention_bf16_d128_q128x128_s2_b384_wgmma(
+    /// Checks a [`super::Kernels::attention_bf16_d128_q128x128_s3_b384_wgmma`] call.
+    pub fn attention_bf16_d128_q128x128_s3_b384_wgmma(
         _device: &Device,
         q: Buf,
         k: Buf,
@@ -20754,8 +21547,9 @@ pub mod plan {
                 causal: false,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 164936,
+                shared_bytes: 230504,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 18),
             shape,
             strides,
             q,
@@ -20789,6 +21583,7 @@ pub mod plan {
                 threads: 128,
                 shared_bytes: 65536,
             },
+            &[],
             shape,
             strides,
             q,
@@ -20824,13 +21619,13 @@ pub mod plan {
             ::tilegen_runtime::attention::AttnOption {
                 causal: true,
                 tile_q: 128,
-                runs: super::KERNELS[26].runs_on(device, false),
+                runs: super::KERNELS[26].runs_on(device, true),
                 hopper: true,
             },
             ::tilegen_runtime::attention::AttnOption {
                 causal: false,
                 tile_q: 128,
-                runs: super::KERNELS[28].runs_on(device, false),
+                runs: super::KERNELS[28].runs_on(device, true),
                 hopper: true,
             },
             ::tilegen_runtime::attention::AttnOption {
@@ -20840,7 +21635,12 @@ pub mod plan {
                 hopper: false,
             },
         ];
-        match ::tilegen_runtime::attention::pick(causal, shape.seq_q, &options)? {
+        match ::tilegen_runtime::attention::pick(
+            causal,
+            shape.seq_q,
+            shape.seq_kv,
+            &options,
+        )? {
             0 => {
                 attention_f16_d128_causal_q64x64_s2_b128(
                     device,
@@ -20856,7 +21656,7 @@ pub mod plan {
                 )
             }
             1 => {
-                attention_f16_d128_causal_q128x128_s2_b384_wgmma(
+                attention_f16_d128_causal_q128x128_s3_b384_wgmma(
                     device,
                     q,
                     k,
@@ -20870,7 +21670,7 @@ pub mod plan {
                 )
             }
             2 => {
-                attention_f16_d128_q128x128_s2_b384_wgmma(
+                attention_f16_d128_q128x128_s3_b384_wgmma(
                     device,
                     q,
                     k,
@@ -20927,6 +21727,7 @@ pub mod plan {
                 threads: 128,
                 shared_bytes: 81920,
             },
+            &[],
             shape,
             strides,
             q,
@@ -20938,8 +21739,8 @@ pub mod plan {
             scale,
         )
     }
-    /// Checks a [`super::Kernels::attention_f16_d128_causal_q128x128_s2_b384_wgmma`] call.
-    pub fn attention_f16_d128_causal_q128x128_s2_b384_wgmma(
+    /// Checks a [`super::Kernels::attention_f16_d128_causal_q128x128_s3_b384_wgmma`] call.
+    pub fn attention_f16_d128_causal_q128x128_s3_b384_wgmma(
         _device: &Device,
         q: Buf,
         k: Buf,
@@ -20958,8 +21759,9 @@ pub mod plan {
                 causal: true,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 164936,
+                shared_bytes: 230504,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 26),
             shape,
             strides,
             q,
@@ -20971,8 +21773,8 @@ pub mod plan {
             scale,
         )
     }
-    /// Checks a [`super::Kernels::attention_f16_d128_q128x128_s2_b384_wgmma`] call.
-    pub fn attention_f16_d128_q128x128_s2_b384_wgmma(
+    /// Checks a [`super::Kernels::attention_f16_d128_q128x128_s3_b384_wgmma`] call.
+    pub fn attention_f16_d128_q128x128_s3_b384_wgmma(
         _device: &Device,
         q: Buf,
         k: Buf,
@@ -20991,8 +21793,9 @@ pub mod plan {
                 causal: false,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 164936,
+                shared_bytes: 230504,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 28),
             shape,
             strides,
             q,
@@ -21026,6 +21829,7 @@ pub mod plan {
                 threads: 128,
                 shared_bytes: 65536,
             },
+            &[],
             shape,
             strides,
             q,
@@ -21055,17 +21859,22 @@ pub mod plan {
             ::tilegen_runtime::attention::AttnOption {
                 causal: true,
                 tile_q: 128,
-                runs: super::KERNELS[20].runs_on(device, false),
+                runs: super::KERNELS[20].runs_on(device, true),
                 hopper: true,
             },
             ::tilegen_runtime::attention::AttnOption {
                 causal: false,
                 tile_q: 128,
-                runs: super::KERNELS[21].runs_on(device, false),
+                runs: super::KERNELS[21].runs_on(device, true),
                 hopper: true,
             },
         ];
-        match ::tilegen_runtime::attention::pick(causal, shape.seq_q, &options)? {
+        match ::tilegen_runtime::attention::pick(
+            causal,
+            shape.seq_q,
+            shape.seq_kv,
+            &options,
+        )? {
             0 => {
                 attention_bf16_d256_causal_q128x64_s2_b384_wgmma(
                     device,
@@ -21124,6 +21933,7 @@ pub mod plan {
                 threads: 384,
                 shared_bytes: 197704,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 20),
             shape,
             strides,
             q,
@@ -21157,6 +21967,7 @@ pub mod plan {
                 threads: 384,
                 shared_bytes: 197704,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 21),
             shape,
             strides,
             q,
@@ -21186,17 +21997,22 @@ pub mod plan {
             ::tilegen_runtime::attention::AttnOption {
                 causal: true,
                 tile_q: 128,
-                runs: super::KERNELS[30].runs_on(device, false),
+                runs: super::KERNELS[30].runs_on(device, true),
                 hopper: true,
             },
             ::tilegen_runtime::attention::AttnOption {
                 causal: false,
                 tile_q: 128,
-                runs: super::KERNELS[31].runs_on(device, false),
+                runs: super::KERNELS[31].runs_on(device, true),
                 hopper: true,
             },
         ];
-        match ::tilegen_runtime::attention::pick(causal, shape.seq_q, &options)? {
+        match ::tilegen_runtime::attention::pick(
+            causal,
+            shape.seq_q,
+            shape.seq_kv,
+            &options,
+        )? {
             0 => {
                 attention_f16_d256_causal_q128x64_s2_b384_wgmma(
                     device,
@@ -21255,6 +22071,7 @@ pub mod plan {
                 threads: 384,
                 shared_bytes: 197704,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 30),
             shape,
             strides,
             q,
@@ -21288,6 +22105,7 @@ pub mod plan {
                 threads: 384,
                 shared_bytes: 197704,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 31),
             shape,
             strides,
             q,
@@ -21329,17 +22147,22 @@ pub mod plan {
             ::tilegen_runtime::attention::AttnOption {
                 causal: true,
                 tile_q: 192,
-                runs: super::KERNELS[23].runs_on(device, false),
+                runs: super::KERNELS[23].runs_on(device, true),
                 hopper: true,
             },
             ::tilegen_runtime::attention::AttnOption {
                 causal: false,
                 tile_q: 192,
-                runs: super::KERNELS[25].runs_on(device, false),
+                runs: super::KERNELS[25].runs_on(device, true),
                 hopper: true,
             },
         ];
-        match ::tilegen_runtime::attention::pick(causal, shape.seq_q, &options)? {
+        match ::tilegen_runtime::attention::pick(
+            causal,
+            shape.seq_q,
+            shape.seq_kv,
+            &options,
+        )? {
             0 => {
                 attention_bf16_d64_causal_q128x64_s2_b128(
                     device,
@@ -21426,6 +22249,7 @@ pub mod plan {
                 threads: 128,
                 shared_bytes: 49152,
             },
+            &[],
             shape,
             strides,
             q,
@@ -21459,6 +22283,7 @@ pub mod plan {
                 threads: 128,
                 shared_bytes: 49152,
             },
+            &[],
             shape,
             strides,
             q,
@@ -21492,6 +22317,7 @@ pub mod plan {
                 threads: 512,
                 shared_bytes: 124008,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 23),
             shape,
             strides,
             q,
@@ -21525,6 +22351,7 @@ pub mod plan {
                 threads: 512,
                 shared_bytes: 124008,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 25),
             shape,
             strides,
             q,
@@ -21566,17 +22393,22 @@ pub mod plan {
             ::tilegen_runtime::attention::AttnOption {
                 causal: true,
                 tile_q: 192,
-                runs: super::KERNELS[33].runs_on(device, false),
+                runs: super::KERNELS[33].runs_on(device, true),
                 hopper: true,
             },
             ::tilegen_runtime::attention::AttnOption {
                 causal: false,
                 tile_q: 192,
-                runs: super::KERNELS[35].runs_on(device, false),
+                runs: super::KERNELS[35].runs_on(device, true),
                 hopper: true,
             },
         ];
-        match ::tilegen_runtime::attention::pick(causal, shape.seq_q, &options)? {
+        match ::tilegen_runtime::attention::pick(
+            causal,
+            shape.seq_q,
+            shape.seq_kv,
+            &options,
+        )? {
             0 => {
                 attention_f16_d64_causal_q128x64_s2_b128(
                     device,
@@ -21663,6 +22495,7 @@ pub mod plan {
                 threads: 128,
                 shared_bytes: 49152,
             },
+            &[],
             shape,
             strides,
             q,
@@ -21696,6 +22529,7 @@ pub mod plan {
                 threads: 128,
                 shared_bytes: 49152,
             },
+            &[],
             shape,
             strides,
             q,
@@ -21729,6 +22563,7 @@ pub mod plan {
                 threads: 512,
                 shared_bytes: 124008,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 33),
             shape,
             strides,
             q,
@@ -21762,6 +22597,7 @@ pub mod plan {
                 threads: 512,
                 shared_bytes: 124008,
             },
+            ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 35),
             shape,
             strides,
             q,
@@ -22913,7 +23749,7 @@ pub mod plan {
             384,
             164976,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 59),
                 &[
@@ -22927,6 +23763,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 59, dims })
@@ -23029,7 +23866,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 63),
                 &[
@@ -23043,6 +23880,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 63, dims })
@@ -23475,7 +24313,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 77),
                 &[
@@ -23489,6 +24327,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 77, dims })
@@ -23872,7 +24711,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 64),
                 &[
@@ -23887,6 +24726,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 64, dims })
@@ -24270,7 +25110,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 87),
                 &[
@@ -24285,6 +25125,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 87, dims })
@@ -24661,7 +25502,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 65),
                 &[
@@ -24676,6 +25517,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 65, dims })
@@ -24977,7 +25819,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 88),
                 &[
@@ -24992,6 +25834,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 88, dims })
@@ -25477,7 +26320,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 86),
                 &[
@@ -25491,6 +26334,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 86, dims })
@@ -25921,7 +26765,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 100),
                 &[
@@ -25939,6 +26783,7 @@ pub mod plan {
                     ldd as u64,
                     0u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 100, dims })
@@ -26327,7 +27172,7 @@ pub mod plan {
             384,
             164976,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 60),
                 &[
@@ -26341,6 +27186,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 60, dims })
@@ -26397,7 +27243,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 66),
                 &[
@@ -26411,6 +27257,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 66, dims })
@@ -26712,7 +27559,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 67),
                 &[
@@ -26727,6 +27574,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 67, dims })
@@ -27028,7 +27876,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 90),
                 &[
@@ -27043,6 +27891,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 90, dims })
@@ -27344,7 +28193,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 68),
                 &[
@@ -27359,6 +28208,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 68, dims })
@@ -27660,7 +28510,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 91),
                 &[
@@ -27675,6 +28525,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 91, dims })
@@ -27969,7 +28820,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 89),
                 &[
@@ -27983,6 +28834,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 89, dims })
@@ -28399,7 +29251,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 69),
                 &[
@@ -28413,6 +29265,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 69, dims })
@@ -28707,7 +29560,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if dims.is_some() {
+        if let Some(dims) = dims {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 70),
                 &[
@@ -28721,6 +29574,7 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
+                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 70, dims })

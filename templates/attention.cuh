@@ -6,9 +6,13 @@
 // standalone build, copies, fragments, conversions and varlen offsets. Needs T and BF16.
 #ifdef TG_STANDALONE
 // The kernel's parameters; tilegen's are the op's signature (integers as long long, the
-// cu_seqlens as const void*), which the kernel reads the same way.
+// cu_seqlens as const void*), which the kernel reads the same way. A kernel with tensor maps
+// defines TG_MAP_PARAMS, which come first.
+#ifndef TG_MAP_PARAMS
+#define TG_MAP_PARAMS
+#endif
 #define TG_PARAMS                                                                                      \
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,       \
+    TG_MAP_PARAMS const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,       \
         float* __restrict__ lse, const int* __restrict__ cu_seqlens_q, const int* __restrict__ cu_seqlens_kv, \
         int heads_q, int heads_kv, int seq_q, int seq_kv, long long q_bs, long long q_ss, long long q_hs,  \
         long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs,    \

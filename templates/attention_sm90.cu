@@ -37,8 +37,14 @@
 #ifndef TG_Q_REGS
 #define TG_Q_REGS 1
 #endif
+#ifndef TG_TMA
+#define TG_TMA 1
+#endif
 #ifndef TG_KERNEL
 #define TG_KERNEL attention_fwd
+#endif
+#if TG_TMA
+#define TG_MAP_PARAMS const __grid_constant__ TgTensorMap k_map, const __grid_constant__ TgTensorMap v_map,
 #endif
 #define TG_SHARED_BYTES SMEM_BYTES
 #if TG_BF16
@@ -55,13 +61,19 @@
 //
 // attention (forward), Hopper (sm_90a): O = softmax(scale * Q K^T + mask) V per (batch, head),
 // {{ dtype }} in and out, f32 scores, softmax and accumulation; head_dim {{ head_dim }}{% if causal %}, causal (bottom-right aligned){% endif %}.
-// Warpgroup 0 copies Q and {{ tile_kv }}-key K/V tiles (cp.async, 128-byte swizzle) into a {{ stages }}-stage ring
-// guarded by mbarriers; {{ consumers }} consumer warpgroups own 64 query rows each and run S = Q K^T and
-// O += P V on wgmma (P from registers), the softmax of one tile overlapping the P V of the previous.
+// Warpgroup 0 copies Q (cp.async) and loads {{ tile_kv }}-key K/V tiles (TMA; cp.async for packed varlen
+// batches) into a {{ stages }}-stage ring of 128-byte-swizzled shared memory guarded by mbarriers;
+// {{ consumers }} consumer warpgroups own 64 query rows each and run S = Q K^T and O += P V on wgmma (P from
+// registers), the softmax of one tile overlapping the P V of the previous.
 //
 // Runtime requirements (the launcher checks them; sizes and strides in elements):
 {%- for r in requirements %}
 //   - {{ r }}
+{%- endfor %}
+// Tensor maps (cuTensorMapEncodeTiled; dims innermost first, `batch` the grid's z, strides in
+// elements; 128-byte swizzle, no interleave, 256-byte L2 promotion, zero fill):
+{%- for m in tensor_maps %}
+//   - {{ m }}
 {%- endfor %}
 {% include "prelude.cuh" %}
 #define TG_HEAD_DIM {{ head_dim }}
@@ -74,6 +86,7 @@
 #define TG_CONSUMER_REGS {{ consumer_regs }}
 #define TG_PINGPONG 1
 #define TG_Q_REGS {{ q_regs }}
+#define TG_TMA 1
 #define TG_KERNEL {{ kernel }}
 #define TG_PARAMS {{ params }}
 #define TG_SHARED_BYTES {{ shared_bytes }}
@@ -103,6 +116,12 @@ constexpr bool PINGPONG = TG_PINGPONG != 0 && CONSUMERS > 1;
 // Q's fragments stay in registers (S = Q K^T reads only K from shared memory, whose bandwidth
 // the two wgmma and the copies otherwise share).
 constexpr bool Q_REGS = TG_Q_REGS != 0;
+// K and V tiles come by TMA (k_map, v_map: [head_dim, seq_kv, heads_kv, batch], 64 x BN boxes,
+// 128-byte swizzle, rows past seq_kv zero-filled), one thread issuing them. Packed varlen
+// batches (cu_seqlens_kv) keep the producer's cp.async copies: a map bounds the tensor, not
+// each packed sequence, so a box would run into the next sequence's rows, whose values (Inf
+// or NaN ones too) would reach P V.
+constexpr bool TMA = TG_TMA != 0;
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 
 // Shared memory: every tile [rows][D] is stored as D/64 panels of [rows][64] (128-byte rows,
@@ -143,6 +162,14 @@ __device__ __forceinline__ void tg_cp_async_arrive(unsigned bar) {
 __device__ __forceinline__ void tg_bar_arrive(unsigned id, unsigned threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// A 4-D TMA box load (coordinates innermost first) into shared memory; completes `bar`'s
+// transaction bytes. Elements past the tensor's dims arrive as zeros (and still count).
+__device__ __forceinline__ void tg_tma_load_4d(unsigned dst, const TgTensorMap* map, unsigned bar, int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
 template <int N> __device__ __forceinline__ void tg_reg_fence(unsigned (&r)[N][4]) {
 #pragma unroll
     for (int i = 0; i < N; ++i)
@@ -176,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     extern __shared__ __align__(1024) unsigned char tg_smem[];
     tg_attn_block blk;  // the whole block leaves together when it has no rows: no barrier is waited on
     if (!tg_attn_block_of<BM, BN, CAUSAL>(cu_seqlens_q, cu_seqlens_kv, heads_q, heads_kv, seq_q, seq_kv, blk)) return;
-    const int b = blk.b, h = blk.h, hk = blk.hk, sq = blk.sq, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
+    const int b = blk.b, h = blk.h, hk = blk.hk, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
     const int off = blk.off, n_tiles = blk.n_tiles, n_full = blk.n_full;
     const long long q_start = blk.q_start, kv_start = blk.kv_start;
 
@@ -192,11 +219,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     auto v_empty = [=](int s) { return bars + 8u * (unsigned)(1 + 3 * STAGES + s); };
 
     const int wg = (int)threadIdx.x / 128, tid = (int)threadIdx.x % 128;
+    // Block-uniform: TMA for K and V unless the batch is packed (see TMA above).
+    const bool tma = TMA && cu_seqlens_kv == nullptr;
     if (threadIdx.x == 0) {
         tg_mbar_init(q_full, 128);  // every producer thread's copies
+        const unsigned kv_arrivals = tma ? 1u : 128u;  // the TMA issuer's expect_tx, or every copier
         for (int s = 0; s < STAGES; ++s) {
-            tg_mbar_init(k_full(s), 128);
-            tg_mbar_init(v_full(s), 128);
+            tg_mbar_init(k_full(s), kv_arrivals);
+            tg_mbar_init(v_full(s), kv_arrivals);
             tg_mbar_init(k_empty(s), CONSUMERS);  // one arrival per consumer warpgroup
             tg_mbar_init(v_empty(s), CONSUMERS);
         }
@@ -213,6 +243,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
         const T* vg = v + b * v_bs + kv_start * v_ss + hk * v_hs + r0 * v_ss + cc * 8;
         tg_copy_tile<BM>(q_s, qg, q_ss, r0, cc, q_rows, q);
         tg_cp_async_arrive(q_full);
+#if TG_TMA
+        if (tma) {
+            if (tid == 0) {
+                tg_prefetch_map(&k_map);
+                tg_prefetch_map(&v_map);
+                // One box per 64 head dims: a [BN][64] panel of the tile's layout.
+#pragma unroll 1
+                for (int j = 0; j < n_tiles; ++j) {
+                    const int s = j % STAGES;
+                    const unsigned parity = ((unsigned)(j / STAGES) & 1u) ^ 1u;
+                    const int n0 = j * BN;
+                    tg_mbar_wait(k_empty(s), parity);
+                    tg_mbar_expect_tx(k_full(s), KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < D / 64; ++p)
+                        tg_tma_load_4d(k_s + s * KV_BYTES + p * BN * 128, &k_map, k_full(s), 64 * p, n0, hk, b);
+                    tg_mbar_wait(v_empty(s), parity);
+                    tg_mbar_expect_tx(v_full(s), KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < D / 64; ++p)
+                        tg_tma_load_4d(v_s + s * KV_BYTES + p * BN * 128, &v_map, v_full(s), 64 * p, n0, hk, b);
+                }
+            }
+            asm volatile("cp.async.wait_all;" ::: "memory");
+            return;
+        }
+#endif
         for (int j = 0; j < n_tiles; ++j) {
             const int s = j % STAGES;
             const unsigned parity = ((unsigned)(j / STAGES) & 1u) ^ 1u;  // a fresh barrier passes parity 1

@@ -26,9 +26,6 @@
 typedef {{ T }} T;    // A and B
 typedef {{ OT }} OT;  // D, C and bias
 
-// CUtensorMap as CUDA 13's cuda.h declares it (128-byte aligned), without the header.
-struct alignas(128) TgTensorMap { unsigned long long v[16]; };
-
 namespace cfg {
 constexpr int BM = {{ tile_m }}, BN = {{ tile_n }}, BK = {{ tile_k }};
 constexpr int STAGES = {{ stages }};
@@ -60,10 +57,6 @@ static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds
 {% include "sm90.cuh" %}
 {% raw -%}
 // ---- TMA helpers ----
-__device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 // 2-D TMA box load into shared memory; completes `bar`'s transaction bytes. Out-of-bounds
 // elements arrive as zeros (and still count).
 __device__ __forceinline__ void tg_tma_load(unsigned dst, const TgTensorMap* map, unsigned bar, int c0, int c1) {
@@ -81,9 +74,6 @@ __device__ __forceinline__ void tg_bulk_commit() { asm volatile("cp.async.bulk.c
 __device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 // The committed stores are complete.
 __device__ __forceinline__ void tg_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
-    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
-}
 {%- endraw %}
 
 // acc (+)= A(64 x 16, descriptor da) . B(16 x {{ tile_n }}, descriptor db); scale_d = 0 overwrites.

@@ -3,7 +3,7 @@
 #endif
 // (Tera: raw from here; the first and last three lines are markers, see attention.cu.)
 // sm_90 helpers shared by the Hopper kernels: shared-memory addresses, mbarriers, proxy fences,
-// named barriers, wgmma fences and groups, and shared-memory matrix descriptors.
+// named barriers, wgmma fences and groups, tensor maps and shared-memory matrix descriptors.
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
@@ -23,6 +23,11 @@ __device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+// Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
+// complete them).
+__device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
 // Generic-proxy writes to shared memory become visible to the async proxy (TMA, wgmma).
 __device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
@@ -38,6 +43,12 @@ template <int N> __device__ __forceinline__ void tg_wgmma_wait() {
 template <int N> __device__ __forceinline__ void tg_reg_fence(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// CUtensorMap as CUDA 13's cuda.h declares it (128-byte aligned), without the header.
+struct alignas(128) TgTensorMap { unsigned long long v[16]; };
+__device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
 // Shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte offsets

@@ -122,7 +122,8 @@ fn map(i: usize, key: &'static str, value: Value) -> Edit {
 }
 
 /// Which memory a map covers and which sizes shape it must be the instance's own arguments,
-/// of the right kind and type.
+/// of the right kind and type; a dim may also be a plain literal, and `batch` only with a
+/// query-tile grid.
 #[test]
 fn maps_name_the_instances_pointer_and_size_arguments() {
     let f = fixture();
@@ -141,6 +142,26 @@ fn maps_name_the_instances_pointer_and_size_arguments() {
             "dim-is-pointer",
             map(0, "dims", json!(["a", "m"])),
             "`tensor_maps[0]` dims names `a`, which is not a size argument",
+        ),
+        (
+            "dim-batch-without-query-tiles",
+            map(0, "dims", json!(["k", "batch"])),
+            "`tensor_maps[0]` dims names `batch`, the launch grid's z",
+        ),
+        (
+            "dim-signed",
+            map(1, "dims", json!(["+64", "n"])),
+            "`tensor_maps[1]` dims `+64` is not a plain decimal extent",
+        ),
+        (
+            "dim-zero",
+            map(0, "dims", json!(["k", "0"])),
+            "`tensor_maps[0]` dims `0` is outside 1..=4294967296",
+        ),
+        (
+            "stride-literal",
+            map(2, "strides", json!(["64"])),
+            "`tensor_maps[2]` strides names `64`, which is not a size argument",
         ),
         (
             "stride-unknown",
@@ -270,6 +291,11 @@ fn persistent_grids_and_derived_maps() {
             "box-not-derived",
             map(0, "box", json!([64, 64])),
             "`tensor_maps` [{\"name\":\"a_map\"",
+        ),
+        (
+            "constant-dim-not-derived",
+            map(0, "dims", json!(["64", "m"])),
+            "differ from this configuration's",
         ),
         (
             "oob-not-derived",

@@ -29,15 +29,28 @@ def V(d, bm, bn, warps, stages=2, minb=1, **more):
     return dict(TG_HEAD_DIM=d, TG_BM=bm, TG_BN=bn, TG_WARPS=warps, TG_STAGES=stages, TG_MIN_BLOCKS=minb, **more)
 
 
-def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None):
+def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, tma=1):
     """A Hopper (sm_90a, wgmma) variant of templates/attention_sm90.cu (Q in registers with two
-    consumers; three have too few registers for it)."""
+    consumers; three have too few registers for it; K/V by TMA unless tma=0)."""
     qregs = int(consumers == 2) if qregs is None else qregs
     return dict(TG_HEAD_DIM=d, TG_BN=bn, TG_CONSUMERS=consumers, TG_STAGES=stages, TG_PRODUCER_REGS=preg,
-                TG_CONSUMER_REGS=creg, TG_PINGPONG=pingpong, TG_Q_REGS=qregs, SM90=1)
+                TG_CONSUMER_REGS=creg, TG_PINGPONG=pingpong, TG_Q_REGS=qregs, TG_TMA=tma, SM90=1)
 
 
 VARIANTS = {
+    # round 7: K/V by TMA (the default from here) against the cp.async producer (_cp)
+    "t_d128_c2_n128_s2": H(128, 128, 2, 2),
+    "t_d128_c2_n128_s3": H(128, 128, 2, 3),
+    "t_d128_c2_n128_s2_cp": H(128, 128, 2, 2, tma=0),
+    "t_d64_c3_n128_s2": H(64, 128, 3, 2, 32, 160),
+    "t_d64_c3_n128_s2_cp": H(64, 128, 3, 2, 32, 160, tma=0),
+    "t_d256_c2_n64_s2": H(256, 64, 2, 2, qregs=0),
+    "t_d256_c2_n64_s2_cp": H(256, 64, 2, 2, qregs=0, tma=0),
+    "t_d64_c3_n128_s3": H(64, 128, 3, 3, 32, 160),
+    "t_d64_c2_n128_s3": H(64, 128, 2, 3),
+    "t_d64_c2_n256_s2": H(64, 256, 2, 2),
+    "t_d64_c3_n64_s4": H(64, 64, 3, 4, 32, 160),
+    "t_d128_c3_n64_s4": H(128, 64, 3, 4, 32, 160),
     # Hopper path (sm_90a): producer warpgroup + 64-row consumer warpgroups on wgmma
     "h_d128_c2_n128_s2": H(128, 128, 2, 2),
     "h_d128_c2_n64_s3": H(128, 64, 2, 3),
@@ -180,19 +193,54 @@ class Kernel:
             assert p[key] % 16 == 0, f"{key} not 16-byte aligned"
         for s in p["strides"][:12]:
             assert s % 8 == 0, "strides must be multiples of 8 elements"
+        maps = []
+        if self.defs.get("SM90") and self.defs.get("TG_TMA", 1):
+            maps = [self.encode_map(p, "k", 3), self.encode_map(p, "v", 6)]
         vals = [ctypes.c_uint64(p[x]) for x in ("q", "k", "v", "o", "lse", "cu_q", "cu_kv")]
         vals += [ctypes.c_int32(p[x]) for x in ("hq", "hkv", "sq", "skv")]
         vals += [ctypes.c_int64(s) for s in p["strides"]]
         vals += [ctypes.c_float(p["scale"])]
-        arr = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(x) for x in vals])
+        addrs = [m.getPtr() for m in maps] + [ctypes.addressof(x) for x in vals]
+        arr = (ctypes.c_void_p * len(addrs))(*addrs)
         grid = (max(1, -(-p["sq"] // self.bm)), p["hq"], p["batch"])
         cu, fn, thr, smem = self.cu, self.fn, self.threads, self.smem
-        keep = (vals, arr)
+        keep = (vals, arr, maps)
 
         def launch():
             _ = keep
             cu_check(cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], thr, 1, 1, smem, stream, ctypes.addressof(arr), 0))
         return launch
+
+
+    MAP_LOG = []
+
+    def encode_map(self, p, t, first):
+        """The K or V map as the manifest gives it: dims [head_dim, seq_kv, heads_kv, batch],
+        strides [t_ss, t_hs, t_bs] (elements), box [64, BN, 1, 1], 128-byte swizzle, zero fill.
+        A packed varlen call (batch strides 0) does not read it; if the driver refuses that
+        encoding, zeros are passed (and logged)."""
+        cu = self.cu
+        st = p["strides"][first:first + 3]  # bs, ss, hs
+        dt = cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if self.defs["TG_BF16"] else \
+            cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+        dims = [self.defs["TG_HEAD_DIM"], p["skv"], p["hkv"], p["batch"]]
+        strides = [st[1] * 2, st[2] * 2, st[0] * 2]
+        r = cu.cuTensorMapEncodeTiled(dt, 4, p[t], [cu.cuuint64_t(x) for x in dims],
+                                      [cu.cuuint64_t(x) for x in strides],
+                                      [cu.cuuint32_t(x) for x in (64, self.defs["TG_BN"], 1, 1)], [cu.cuuint32_t(1)] * 4,
+                                      cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                      cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                                      cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                      cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        if int(r[0]) != 0:
+            msg = f"encode {t}: {r[0]} dims={dims} strides(bytes)={strides} varlen={p['cu_kv'] != 0}"
+            if msg not in Kernel.MAP_LOG:
+                Kernel.MAP_LOG.append(msg)
+                print("MAP", msg, flush=True)
+            if p["cu_kv"] == 0:
+                raise RuntimeError(msg)
+            return cu.CUtensorMap()
+        return r[1]
 
 
 # ---------------- float64 reference (numpy) ----------------
@@ -253,7 +301,8 @@ def compare(o, o_ref, lse, lse_ref, dtype):
 
 # ---------------- checks (torch) ----------------
 def check_cases(bm, bn):
-    """(name, batch, sq, skv, hq, hkv, layout) ; layout: 'sep' | 'fused' (views of one QKV buffer) | 'varlen'."""
+    """(name, batch, sq, skv, hq, hkv, layout) ; layout: 'sep' | 'fused' (views of one QKV buffer) |
+    'bhsd' (views of [batch, heads, seq, d] tensors) | 'varlen'."""
     c = [
         ("s1", 1, 1, 1, 2, 2, "sep"),
         ("s17", 2, 17, 17, 2, 1, "sep"),
@@ -266,6 +315,7 @@ def check_cases(bm, bn):
         ("gqa8", 1, 77, 93, 16, 2, "sep"),
         ("mqa", 1, 64, 200, 4, 1, "sep"),
         ("fused qkv", 2, 190, 190, 4, 2, "fused"),
+        ("head-major", 2, 150, 260, 4, 2, "bhsd"),
         ("mid", 1, 1000, 1000, 4, 4, "sep"),
         ("long kv", 1, 333, 2049, 2, 1, "sep"),
         ("varlen", [5, 0, 130, 1, 64, 257], [7, 3, 130, 200, 0, 129], 4, 2, "varlen"),
@@ -307,6 +357,10 @@ def run_case(torch, kern, case, dtype, causal, d, stream, seed, want_lse=True):
         if case["layout"] == "fused":
             qkv = torch.randn(B, sq, hq + 2 * hkv, d, device="cuda", generator=g).to(tdt)
             q, k, v = qkv[:, :, :hq], qkv[:, :, hq:hq + hkv], qkv[:, :, hq + hkv:]
+        elif case["layout"] == "bhsd":
+            q = torch.randn(B, hq, sq, d, device="cuda", generator=g).to(tdt).transpose(1, 2)
+            k = torch.randn(B, hkv, skv, d, device="cuda", generator=g).to(tdt).transpose(1, 2)
+            v = torch.randn(B, hkv, skv, d, device="cuda", generator=g).to(tdt).transpose(1, 2)
         else:
             q = torch.randn(B, sq, hq, d, device="cuda", generator=g).to(tdt)
             k = torch.randn(B, skv, hkv, d, device="cuda", generator=g).to(tdt)

@@ -507,9 +507,13 @@ __device__ __forceinline__ unsigned tg_smem_u32(const void* p) {
 // standalone build, copies, fragments, conversions and varlen offsets. Needs T and BF16.
 #ifdef TG_STANDALONE
 // The kernel's parameters; tilegen's are the op's signature (integers as long long, the
-// cu_seqlens as const void*), which the kernel reads the same way.
+// cu_seqlens as const void*), which the kernel reads the same way. A kernel with tensor maps
+// defines TG_MAP_PARAMS, which come first.
+#ifndef TG_MAP_PARAMS
+#define TG_MAP_PARAMS
+#endif
 #define TG_PARAMS                                                                                      \
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,       \
+    TG_MAP_PARAMS const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,       \
         float* __restrict__ lse, const int* __restrict__ cu_seqlens_q, const int* __restrict__ cu_seqlens_kv, \
         int heads_q, int heads_kv, int seq_q, int seq_kv, long long q_bs, long long q_ss, long long q_hs,  \
         long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs,    \
@@ -650,7 +654,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     tg_attn_block blk;
     if (!tg_attn_block_of<BM, BN, CAUSAL>(cu_seqlens_q, cu_seqlens_kv, heads_q, heads_kv, seq_q, seq_kv, blk)) return;
-    const int b = blk.b, h = blk.h, hk = blk.hk, sq = blk.sq, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
+    const int b = blk.b, h = blk.h, hk = blk.hk, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
     const int off = blk.off, n_tiles = blk.n_tiles, n_full = blk.n_full;
     const long long q_start = blk.q_start, kv_start = blk.kv_start;
 

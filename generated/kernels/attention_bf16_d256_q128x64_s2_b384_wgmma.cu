@@ -37,8 +37,14 @@
 #ifndef TG_Q_REGS
 #define TG_Q_REGS 1
 #endif
+#ifndef TG_TMA
+#define TG_TMA 1
+#endif
 #ifndef TG_KERNEL
 #define TG_KERNEL attention_fwd
+#endif
+#if TG_TMA
+#define TG_MAP_PARAMS const __grid_constant__ TgTensorMap k_map, const __grid_constant__ TgTensorMap v_map,
 #endif
 #define TG_SHARED_BYTES SMEM_BYTES
 #if TG_BF16
@@ -57,9 +63,10 @@
 //
 // attention (forward), Hopper (sm_90a): O = softmax(scale * Q K^T + mask) V per (batch, head),
 // bf16 in and out, f32 scores, softmax and accumulation; head_dim 256.
-// Warpgroup 0 copies Q and 64-key K/V tiles (cp.async, 128-byte swizzle) into a 2-stage ring
-// guarded by mbarriers; 2 consumer warpgroups own 64 query rows each and run S = Q K^T and
-// O += P V on wgmma (P from registers), the softmax of one tile overlapping the P V of the previous.
+// Warpgroup 0 copies Q (cp.async) and loads 64-key K/V tiles (TMA; cp.async for packed varlen
+// batches) into a 2-stage ring of 128-byte-swizzled shared memory guarded by mbarriers;
+// 2 consumer warpgroups own 64 query rows each and run S = Q K^T and O += P V on wgmma (P from
+// registers), the softmax of one tile overlapping the P V of the previous.
 //
 // Runtime requirements (the launcher checks them; sizes and strides in elements):
 //   - launch: grid = (ceil(seq_q / 128), heads_q, batch) with seq_q the longest query sequence, block = (384, 1, 1), 197704 bytes of dynamic shared memory (over 48 KiB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)
@@ -70,6 +77,11 @@
 //   - cu_seqlens_q / cu_seqlens_kv: null, or batch + 1 nondecreasing int32 offsets of each sequence in a packed tensor (then batch strides are ignored: pass 0; lse rows are offset by cu_seqlens_q[b]); seq_q / seq_kv are then the longest lengths
 //   - scale > 0 and finite (the caller's default is 1 / sqrt(head_dim))
 //   - every element addressed by the strides lies inside its buffer; o and lse overlap no input
+//   - parameters: the tensor maps k_map, v_map (128-byte CUtensorMap values from cuTensorMapEncodeTiled, as the manifest's tensor_maps give them), then the arguments
+// Tensor maps (cuTensorMapEncodeTiled; dims innermost first, `batch` the grid's z, strides in
+// elements; 128-byte swizzle, no interleave, 256-byte L2 promotion, zero fill):
+//   - k_map: bf16 over k, dims [256, seq_kv, heads_kv, batch], strides [k_ss, k_hs, k_bs], box [64, 64, 1, 1]
+//   - v_map: bf16 over v, dims [256, seq_kv, heads_kv, batch], strides [v_ss, v_hs, v_bs], box [64, 64, 1, 1]
 // ---- tilegen prelude: element types, conversions, epilogues and reductions ----
 // Needs no CUDA toolkit header: half types are plain 16-bit structs and every conversion is
 // one PTX instruction, so libnvrtc alone compiles the kernels.
@@ -461,8 +473,9 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 #define TG_CONSUMER_REGS 232
 #define TG_PINGPONG 1
 #define TG_Q_REGS 0
+#define TG_TMA 1
 #define TG_KERNEL tg_attention_bf16_d256_q128x64_s2_b384_wgmma
-#define TG_PARAMS const tg_bf16* __restrict__ q, const tg_bf16* __restrict__ k, const tg_bf16* __restrict__ v, tg_bf16* __restrict__ o, float* __restrict__ lse, const void* __restrict__ cu_seqlens_q, const void* __restrict__ cu_seqlens_kv, long long heads_q, long long heads_kv, long long seq_q, long long seq_kv, long long q_bs, long long q_ss, long long q_hs, long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs, long long o_bs, long long o_ss, long long o_hs, long long lse_bs, long long lse_hs, float scale
+#define TG_PARAMS const __grid_constant__ TgTensorMap k_map, const __grid_constant__ TgTensorMap v_map, const tg_bf16* __restrict__ q, const tg_bf16* __restrict__ k, const tg_bf16* __restrict__ v, tg_bf16* __restrict__ o, float* __restrict__ lse, const void* __restrict__ cu_seqlens_q, const void* __restrict__ cu_seqlens_kv, long long heads_q, long long heads_kv, long long seq_q, long long seq_kv, long long q_bs, long long q_ss, long long q_hs, long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs, long long o_bs, long long o_ss, long long o_hs, long long lse_bs, long long lse_hs, float scale
 #define TG_SHARED_BYTES 197704
 #define TG_WGMMA_AB "bf16"
 #if 0
@@ -589,6 +602,12 @@ constexpr bool PINGPONG = TG_PINGPONG != 0 && CONSUMERS > 1;
 // Q's fragments stay in registers (S = Q K^T reads only K from shared memory, whose bandwidth
 // the two wgmma and the copies otherwise share).
 constexpr bool Q_REGS = TG_Q_REGS != 0;
+// K and V tiles come by TMA (k_map, v_map: [head_dim, seq_kv, heads_kv, batch], 64 x BN boxes,
+// 128-byte swizzle, rows past seq_kv zero-filled), one thread issuing them. Packed varlen
+// batches (cu_seqlens_kv) keep the producer's cp.async copies: a map bounds the tensor, not
+// each packed sequence, so a box would run into the next sequence's rows, whose values (Inf
+// or NaN ones too) would reach P V.
+constexpr bool TMA = TG_TMA != 0;
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 
 // Shared memory: every tile [rows][D] is stored as D/64 panels of [rows][64] (128-byte rows,
@@ -619,7 +638,7 @@ static_assert(BN % RPP == 0 && BM % RPP == 0 && STAGES >= 2, "copies split evenl
 #endif
 // (Tera: raw from here; the first and last three lines are markers, see attention.cu.)
 // sm_90 helpers shared by the Hopper kernels: shared-memory addresses, mbarriers, proxy fences,
-// named barriers, wgmma fences and groups, and shared-memory matrix descriptors.
+// named barriers, wgmma fences and groups, tensor maps and shared-memory matrix descriptors.
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
@@ -639,6 +658,11 @@ __device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+// Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
+// complete them).
+__device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
 // Generic-proxy writes to shared memory become visible to the async proxy (TMA, wgmma).
 __device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
@@ -654,6 +678,12 @@ template <int N> __device__ __forceinline__ void tg_wgmma_wait() {
 template <int N> __device__ __forceinline__ void tg_reg_fence(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// CUtensorMap as CUDA 13's cuda.h declares it (128-byte aligned), without the header.
+struct alignas(128) TgTensorMap { unsigned long long v[16]; };
+__device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
 // Shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte offsets
@@ -674,9 +704,13 @@ __device__ __forceinline__ unsigned long long tg_desc(unsigned addr, unsigned lb
 // standalone build, copies, fragments, conversions and varlen offsets. Needs T and BF16.
 #ifdef TG_STANDALONE
 // The kernel's parameters; tilegen's are the op's signature (integers as long long, the
-// cu_seqlens as const void*), which the kernel reads the same way.
+// cu_seqlens as const void*), which the kernel reads the same way. A kernel with tensor maps
+// defines TG_MAP_PARAMS, which come first.
+#ifndef TG_MAP_PARAMS
+#define TG_MAP_PARAMS
+#endif
 #define TG_PARAMS                                                                                      \
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,       \
+    TG_MAP_PARAMS const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,       \
         float* __restrict__ lse, const int* __restrict__ cu_seqlens_q, const int* __restrict__ cu_seqlens_kv, \
         int heads_q, int heads_kv, int seq_q, int seq_kv, long long q_bs, long long q_ss, long long q_hs,  \
         long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs,    \
@@ -772,6 +806,14 @@ __device__ __forceinline__ void tg_cp_async_arrive(unsigned bar) {
 __device__ __forceinline__ void tg_bar_arrive(unsigned id, unsigned threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// A 4-D TMA box load (coordinates innermost first) into shared memory; completes `bar`'s
+// transaction bytes. Elements past the tensor's dims arrive as zeros (and still count).
+__device__ __forceinline__ void tg_tma_load_4d(unsigned dst, const TgTensorMap* map, unsigned bar, int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
 template <int N> __device__ __forceinline__ void tg_reg_fence(unsigned (&r)[N][4]) {
 #pragma unroll
     for (int i = 0; i < N; ++i)
@@ -804,7 +846,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     extern __shared__ __align__(1024) unsigned char tg_smem[];
     tg_attn_block blk;  // the whole block leaves together when it has no rows: no barrier is waited on
     if (!tg_attn_block_of<BM, BN, CAUSAL>(cu_seqlens_q, cu_seqlens_kv, heads_q, heads_kv, seq_q, seq_kv, blk)) return;
-    const int b = blk.b, h = blk.h, hk = blk.hk, sq = blk.sq, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
+    const int b = blk.b, h = blk.h, hk = blk.hk, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
     const int off = blk.off, n_tiles = blk.n_tiles, n_full = blk.n_full;
     const long long q_start = blk.q_start, kv_start = blk.kv_start;
 
@@ -820,11 +862,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     auto v_empty = [=](int s) { return bars + 8u * (unsigned)(1 + 3 * STAGES + s); };
 
     const int wg = (int)threadIdx.x / 128, tid = (int)threadIdx.x % 128;
+    // Block-uniform: TMA for K and V unless the batch is packed (see TMA above).
+    const bool tma = TMA && cu_seqlens_kv == nullptr;
     if (threadIdx.x == 0) {
         tg_mbar_init(q_full, 128);  // every producer thread's copies
+        const unsigned kv_arrivals = tma ? 1u : 128u;  // the TMA issuer's expect_tx, or every copier
         for (int s = 0; s < STAGES; ++s) {
-            tg_mbar_init(k_full(s), 128);
-            tg_mbar_init(v_full(s), 128);
+            tg_mbar_init(k_full(s), kv_arrivals);
+            tg_mbar_init(v_full(s), kv_arrivals);
             tg_mbar_init(k_empty(s), CONSUMERS);  // one arrival per consumer warpgroup
             tg_mbar_init(v_empty(s), CONSUMERS);
         }
@@ -841,6 +886,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
         const T* vg = v + b * v_bs + kv_start * v_ss + hk * v_hs + r0 * v_ss + cc * 8;
         tg_copy_tile<BM>(q_s, qg, q_ss, r0, cc, q_rows, q);
         tg_cp_async_arrive(q_full);
+#if TG_TMA
+        if (tma) {
+            if (tid == 0) {
+                tg_prefetch_map(&k_map);
+                tg_prefetch_map(&v_map);
+                // One box per 64 head dims: a [BN][64] panel of the tile's layout.
+#pragma unroll 1
+                for (int j = 0; j < n_tiles; ++j) {
+                    const int s = j % STAGES;
+                    const unsigned parity = ((unsigned)(j / STAGES) & 1u) ^ 1u;
+                    const int n0 = j * BN;
+                    tg_mbar_wait(k_empty(s), parity);
+                    tg_mbar_expect_tx(k_full(s), KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < D / 64; ++p)
+                        tg_tma_load_4d(k_s + s * KV_BYTES + p * BN * 128, &k_map, k_full(s), 64 * p, n0, hk, b);
+                    tg_mbar_wait(v_empty(s), parity);
+                    tg_mbar_expect_tx(v_full(s), KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < D / 64; ++p)
+                        tg_tma_load_4d(v_s + s * KV_BYTES + p * BN * 128, &v_map, v_full(s), 64 * p, n0, hk, b);
+                }
+            }
+            asm volatile("cp.async.wait_all;" ::: "memory");
+            return;
+        }
+#endif
         for (int j = 0; j < n_tiles; ++j) {
             const int s = j % STAGES;
             const unsigned parity = ((unsigned)(j / STAGES) & 1u) ^ 1u;  // a fresh barrier passes parity 1

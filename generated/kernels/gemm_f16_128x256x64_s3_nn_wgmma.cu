@@ -416,9 +416,6 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 typedef tg_f16 T;    // A and B
 typedef tg_f16 OT;  // D, C and bias
 
-// CUtensorMap as CUDA 13's cuda.h declares it (128-byte aligned), without the header.
-struct alignas(128) TgTensorMap { unsigned long long v[16]; };
-
 namespace cfg {
 constexpr int BM = 128, BN = 256, BK = 64;
 constexpr int STAGES = 3;
@@ -452,7 +449,7 @@ static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds
 #endif
 // (Tera: raw from here; the first and last three lines are markers, see attention.cu.)
 // sm_90 helpers shared by the Hopper kernels: shared-memory addresses, mbarriers, proxy fences,
-// named barriers, wgmma fences and groups, and shared-memory matrix descriptors.
+// named barriers, wgmma fences and groups, tensor maps and shared-memory matrix descriptors.
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
@@ -472,6 +469,11 @@ __device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+// Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
+// complete them).
+__device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
 // Generic-proxy writes to shared memory become visible to the async proxy (TMA, wgmma).
 __device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
@@ -489,6 +491,12 @@ template <int N> __device__ __forceinline__ void tg_reg_fence(float (&r)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// CUtensorMap as CUDA 13's cuda.h declares it (128-byte aligned), without the header.
+struct alignas(128) TgTensorMap { unsigned long long v[16]; };
+__device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
 // Shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte offsets
 // (each >> 4), swizzle mode 1 in bits 62-63.
 __device__ __forceinline__ unsigned long long tg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
@@ -500,10 +508,6 @@ __device__ __forceinline__ unsigned long long tg_desc(unsigned addr, unsigned lb
 #endif
 
 // ---- TMA helpers ----
-__device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 // 2-D TMA box load into shared memory; completes `bar`'s transaction bytes. Out-of-bounds
 // elements arrive as zeros (and still count).
 __device__ __forceinline__ void tg_tma_load(unsigned dst, const TgTensorMap* map, unsigned bar, int c0, int c1) {
@@ -521,9 +525,6 @@ __device__ __forceinline__ void tg_bulk_commit() { asm volatile("cp.async.bulk.c
 __device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 // The committed stores are complete.
 __device__ __forceinline__ void tg_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
-    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
-}
 
 // acc (+)= A(64 x 16, descriptor da) . B(16 x 256, descriptor db); scale_d = 0 overwrites.
 // Transpose bits: A 0, B 1 (1 = MN-major operand).

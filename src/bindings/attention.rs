@@ -64,7 +64,7 @@ pub fn niche(inst: &InstanceEntry) -> String {
             "no mask"
         },
         if ops::attention::wgmma(p) {
-            ", Hopper (wgmma, sm_90a only; preferred where it runs)"
+            ", Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0)"
         } else {
             ""
         },
@@ -148,10 +148,15 @@ pub fn plan_fns(m: &Manifest, g: &Group) -> Result<TokenStream> {
         let kernel = kernel_lit(inst);
         let index = Literal::usize_unsuffixed(i);
         let doc = format!(" Checks a [`super::Kernels::{}`] call.", inst.name);
+        let maps = if inst.tensor_maps.is_empty() {
+            quote!(&[])
+        } else {
+            quote!(::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, #index))
+        };
         fns.push(quote! {
             #[doc = #doc]
             pub fn #f(_device: &Device, #params) -> Result<Plan, ArgError> {
-                ::tilegen_runtime::attention::plan(#index, &#kernel, shape, strides, q, k, v, o, lse, varlen, scale)
+                ::tilegen_runtime::attention::plan(#index, &#kernel, #maps, shape, strides, q, k, v, o, lse, varlen, scale)
             }
         });
         let causal = inst.params.causal == Some(true);
@@ -160,10 +165,11 @@ pub fn plan_fns(m: &Manifest, g: &Group) -> Result<TokenStream> {
             _ => Literal::u32_unsuffixed(1),
         };
         let hopper = ops::attention::wgmma(&inst.params);
+        let maps = !inst.tensor_maps.is_empty();
         options.push(quote!(::tilegen_runtime::attention::AttnOption {
             causal: #causal,
             tile_q: #tq,
-            runs: super::KERNELS[#index].runs_on(device, false),
+            runs: super::KERNELS[#index].runs_on(device, #maps),
             hopper: #hopper,
         }));
         let pos = Literal::usize_unsuffixed(pos);
@@ -178,7 +184,7 @@ pub fn plan_fns(m: &Manifest, g: &Group) -> Result<TokenStream> {
         #[doc = #doc]
         pub fn #f(device: &Device, #params, causal: bool) -> Result<Plan, ArgError> {
             let options = [#(#options),*];
-            match ::tilegen_runtime::attention::pick(causal, shape.seq_q, &options)? {
+            match ::tilegen_runtime::attention::pick(causal, shape.seq_q, shape.seq_kv, &options)? {
                 #(#arms)*
                 _ => Err(ArgError::NoInstance { op: "attention", reason: "for this call" }),
             }
@@ -331,27 +337,24 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                 let Some(dims) = plan.dims else {
                     return Ok(());
                 };
-                let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv].map(|x| x as i64);
-                let s = strides;
-                let st = [
-                    s.q.batch, s.q.seq, s.q.head, s.k.batch, s.k.seq, s.k.head,
-                    s.v.batch, s.v.seq, s.v.head, s.o.batch, s.o.seq, s.o.head,
-                    s.lse_batch, s.lse_head,
-                ].map(|x| x as i64);
-                let args = [
+                // Every argument as a u64, in the signature's order: the sizes and strides
+                // passed as i64, and what a tensor map's rule reads.
+                let values = ::tilegen_runtime::attention::arg_values(
+                    [q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_kv_ptr],
+                    &shape,
+                    strides,
+                );
+                let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+                let mut args = vec![
                     loader::Arg::of(&q_ptr), loader::Arg::of(&k_ptr), loader::Arg::of(&v_ptr),
                     loader::Arg::of(&o_ptr), loader::Arg::of(&lse_ptr),
                     loader::Arg::of(&cu_q_ptr), loader::Arg::of(&cu_kv_ptr),
-                    loader::Arg::of(&sizes[0]), loader::Arg::of(&sizes[1]),
-                    loader::Arg::of(&sizes[2]), loader::Arg::of(&sizes[3]),
-                    loader::Arg::of(&st[0]), loader::Arg::of(&st[1]), loader::Arg::of(&st[2]),
-                    loader::Arg::of(&st[3]), loader::Arg::of(&st[4]), loader::Arg::of(&st[5]),
-                    loader::Arg::of(&st[6]), loader::Arg::of(&st[7]), loader::Arg::of(&st[8]),
-                    loader::Arg::of(&st[9]), loader::Arg::of(&st[10]), loader::Arg::of(&st[11]),
-                    loader::Arg::of(&st[12]), loader::Arg::of(&st[13]),
-                    loader::Arg::of(&scale),
                 ];
-                unsafe { self.loader.launch(plan.kernel, stream, dims, &args) }?;
+                args.extend(ints.iter().map(loader::Arg::of));
+                args.push(loader::Arg::of(&scale));
+                // SAFETY: `plan` checked every buffer against what the kernel touches; a kernel
+                // with tensor maps gets them encoded from the same values.
+                unsafe { self.loader.launch_mapped(plan.kernel, stream, dims, &values, &args) }?;
                 Ok(())
             }
         }

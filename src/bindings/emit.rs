@@ -131,6 +131,35 @@ fn map_arg(inst: &InstanceEntry, map: &str, name: &str, pointer: bool) -> Result
     }
 }
 
+/// One dim of a tensor map's rule: a size argument ([`map_arg`]), a constant extent, or the
+/// grid's z extent, which only a query-tile grid makes the batch. Refuses anything else, as
+/// [`map_arg`] does.
+fn map_dim(inst: &InstanceEntry, map: &str, dim: &str) -> Result<TokenStream> {
+    use crate::launch::tma::{dim_source, DimSource};
+    let refuse = |why: &str| {
+        crate::error::Error::internal(format!(
+            "bindings: tensor map `{}` of `{}` has dim `{}`, which {why}",
+            crate::escape::shown(map),
+            inst.name,
+            crate::escape::shown(dim),
+        ))
+    };
+    match dim_source(dim).map_err(|why| refuse(&why))? {
+        DimSource::Arg(name) => {
+            let arg = map_arg(inst, map, name, false)?;
+            Ok(quote!(tensor_map::MapDim::Arg(#arg)))
+        }
+        DimSource::Const(v) => {
+            let v = u64_lit(v);
+            Ok(quote!(tensor_map::MapDim::Const(#v)))
+        }
+        DimSource::Batch if matches!(inst.launch.grid, GridRule::QueryTiles { .. }) => {
+            Ok(quote!(tensor_map::MapDim::Batch))
+        }
+        DimSource::Batch => Err(refuse("is the grid's z, and its grid is not query_tiles")),
+    }
+}
+
 /// `TENSOR_MAPS`: how to encode each tensor-map parameter of the kernels that take them,
 /// from the call's arguments. Nothing for a library without such kernels (its bindings stay
 /// as they were).
@@ -151,7 +180,7 @@ fn tensor_maps_table(m: &Manifest) -> Result<Option<TokenStream>> {
             let dims = t
                 .dims
                 .iter()
-                .map(|d| map_arg(inst, name, d, false))
+                .map(|d| map_dim(inst, name, d))
                 .collect::<Result<Vec<_>>>()?;
             let strides = t
                 .strides
@@ -383,14 +412,16 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
     });
     // Tensor maps: every map the launcher will encode must be one the driver takes (no
     // empty dim, aligned, strides in range), checked here so the call is refused before it
-    // launches, and a group's dispatch moves on to an instance that takes it.
+    // launches, and a group's dispatch moves on to an instance that takes it. (The geometry
+    // keeps the name `dims` inside: a short one could hide an argument, such as GEMM's `d`.)
     let maps = (!inst.tensor_maps.is_empty()).then(|| {
         let values = map_values(inst);
         quote! {
-            if dims.is_some() {
+            if let Some(dims) = dims {
                 ::tilegen_runtime::tensor_map::resolve_all(
                     ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, #kernel),
                     &[#(#values),*],
+                    u64::from(dims.grid.2),
                 )?;
             }
         }

@@ -273,29 +273,37 @@ const MAX_SHARED_BYTES: u32 = 227 * 1024;
 /// What is wrong with the tensor maps and persistent grids of a manifest this process did not
 /// write, each naming the instance and field: map names are identifiers, unique and no
 /// argument's; `tensor` is a pointer argument of the instance and `dtype` its element type;
-/// `dims` (1 to 5) and `strides` (one per dim after the first) are i64 size arguments; `box`
-/// has one extent per dim, each 1..=256, its inner row a multiple of 16 bytes and within the
-/// swizzle's span; interleave needs 3 or more dims; only GEMMs have maps, and a persistent
-/// grid exactly when they do, with sane tiles, blocks per SM, threads and shared memory.
+/// `dims` (1 to 5) are i64 size arguments, canonical literals in 1..=2^32 or (with a
+/// query_tiles grid) `batch`, and `strides` (one per dim after the first) i64 size arguments;
+/// `box` has one extent per dim, each 1..=256, its inner row a multiple of 16 bytes and within
+/// the swizzle's span; interleave needs 3 or more dims; only GEMMs and attention have maps; a
+/// GEMM has a persistent grid exactly when it has maps (attention's grid is query_tiles with
+/// or without), with sane tiles, blocks per SM, threads and shared memory.
 pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
     use crate::escape::{rust_name_problem, shown_prefix, DERIVED_NAME};
+    use crate::launch::tma::{DimSource, BATCH_DIM};
     use crate::launch::{ArgKind, GridRule, Interleave};
     let mut out = Vec::new();
     for (i, inst) in m.instances.iter().enumerate() {
         let at = format!("instance {i} `{}`", shown_prefix(&inst.name, 80));
         let mut bad = |field: &str, msg: String| out.push(format!("{at}: `{field}` {msg}"));
         let persistent = matches!(inst.launch.grid, GridRule::Persistent { .. });
-        if !inst.tensor_maps.is_empty() && inst.op != crate::spec::model::Op::Gemm {
+        let query_tiles = matches!(inst.launch.grid, GridRule::QueryTiles { .. });
+        let gemm = inst.op == crate::spec::model::Op::Gemm;
+        let mapped = !inst.tensor_maps.is_empty();
+        if mapped && !gemm && inst.op != crate::spec::model::Op::Attention {
             bad(
                 "tensor_maps",
                 format!("are given for op `{}`, which takes none", inst.op),
             );
         }
-        if persistent == inst.tensor_maps.is_empty() {
+        // A GEMM's maps and its persistent grid come together; attention may take maps or not.
+        if (persistent && !mapped) || (gemm && mapped && !persistent) {
             bad(
                 "launch",
                 format!(
-                    "has {} grid but {} tensor maps (a persistent grid goes with tensor maps)",
+                    "has {} grid but {} tensor maps (a persistent grid goes with tensor maps, \
+                     and a GEMM's tensor maps with a persistent grid)",
                     if persistent {
                         "a persistent"
                     } else {
@@ -329,7 +337,6 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
             }
         }
         // Attention launches by query tiles, and nothing else does.
-        let query_tiles = matches!(inst.launch.grid, GridRule::QueryTiles { .. });
         if query_tiles != (inst.op == crate::spec::model::Op::Attention) {
             bad(
                 "launch",
@@ -405,14 +412,26 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
             }
             let size =
                 |name: &str| arg(name).is_some_and(|a| a.kind == ArgKind::Scalar && a.ty == "i64");
-            for (what, list) in [("dims", &t.dims), ("strides", &t.strides)] {
-                for d in list {
-                    if !size(d) {
-                        bad(format!(
-                            "{what} names `{}`, which is not a size argument of the instance",
-                            shown_prefix(d, 80)
-                        ));
-                    }
+            let not_size = |what: &str, name: &str| {
+                format!(
+                    "{what} names `{}`, which is not a size argument of the instance",
+                    shown_prefix(name, 80)
+                )
+            };
+            for d in &t.dims {
+                match crate::launch::tma::dim_source(d) {
+                    Ok(DimSource::Arg(name)) if !size(name) => bad(not_size("dims", name)),
+                    Ok(DimSource::Batch) if !query_tiles => bad(format!(
+                        "dims names `{BATCH_DIM}`, the launch grid's z, which only grid rule \
+                         query_tiles makes the batch"
+                    )),
+                    Ok(_) => {}
+                    Err(why) => bad(format!("dims `{}` {why}", shown_prefix(d, 80))),
+                }
+            }
+            for d in &t.strides {
+                if !size(d) {
+                    bad(not_size("strides", d));
                 }
             }
             let rank = t.dims.len();
@@ -543,5 +562,162 @@ mod tests {
     fn unknown_format_is_named() {
         let e = BundleManifest::parse(br#"{"format": 99}"#).unwrap_err();
         assert!(e.contains("unknown bundle format version 99"), "{e}");
+    }
+
+    /// An entry as `generate` writes it (no targets), its maps the ones derived for it.
+    fn entry(
+        op: crate::spec::model::Op,
+        params: crate::spec::model::Params,
+    ) -> manifest::InstanceEntry {
+        use crate::spec::model::{Arch, DType, Instance};
+        let mut inst = Instance::for_test(op, DType::Bf16, params);
+        inst.archs = vec![Arch::Sm90a];
+        manifest::InstanceEntry {
+            kernel: inst.kernel.clone(),
+            origin: inst.origin.clone(),
+            entry_point: inst.entry_point(),
+            args: crate::ops::signature(&inst),
+            tensor_maps: crate::ops::tensor_maps(&inst),
+            launch: crate::ops::launch(&inst),
+            config_sha256: "0".repeat(64),
+            source: FileRef {
+                path: "kernels/t.cu".into(),
+                sha256: "0".repeat(64),
+                bytes: 1,
+            },
+            targets: vec![],
+        }
+    }
+
+    fn problems(e: &manifest::InstanceEntry) -> Vec<String> {
+        tensor_map_problems(&Manifest {
+            format: manifest::FORMAT,
+            tilegen_version: "0.1.0".into(),
+            nvrtc_version: "13.0".into(),
+            instances: vec![e.clone()],
+            files: vec![],
+            tuning: vec![],
+        })
+    }
+
+    fn wgmma_gemm() -> manifest::InstanceEntry {
+        use crate::spec::model::{Engine, Op, Params};
+        let mut p = Params {
+            tile: Some([128, 256, 64]),
+            engine: Some(Engine::Wgmma),
+            ..Params::default()
+        };
+        crate::ops::gemm::defaults(&mut p);
+        let e = entry(Op::Gemm, p);
+        assert_eq!(e.tensor_maps.len(), 3);
+        e
+    }
+
+    /// K over [head_dim, seq_kv, heads_kv, batch]: a constant, two sizes and the grid's z.
+    fn k_map() -> crate::launch::TensorMap {
+        use crate::launch::{Interleave, L2Promotion, OobFill, Swizzle, TensorMap};
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        TensorMap {
+            name: "k_map".into(),
+            tensor: "k".into(),
+            dtype: crate::spec::model::DType::Bf16,
+            dims: names(&["128", "seq_kv", "heads_kv", "batch"]),
+            strides: names(&["k_ss", "k_hs", "k_bs"]),
+            box_dims: vec![64, 64, 1, 1],
+            swizzle: Swizzle::B128,
+            interleave: Interleave::None,
+            l2_promotion: L2Promotion::B256,
+            oob_fill: OobFill::Zero,
+        }
+    }
+
+    #[test]
+    fn map_dims_are_sizes_constants_or_the_batch() {
+        let gemm = wgmma_gemm();
+        assert_eq!(problems(&gemm), Vec::<String>::new());
+        let with_dim = |dim: &str, stride: &str| {
+            let mut e = gemm.clone();
+            e.tensor_maps[0].dims[0] = dim.into();
+            e.tensor_maps[0].strides[0] = stride.into();
+            problems(&e)
+        };
+        let stride = gemm.tensor_maps[0].strides[0].clone();
+        // A canonical literal is a dim (whether it is this configuration's is checked after).
+        assert_eq!(with_dim("64", &stride), Vec::<String>::new());
+        assert_eq!(with_dim("4294967296", &stride), Vec::<String>::new());
+        let one = |dim: &str, stride: &str, want: &str| {
+            let p = with_dim(dim, stride);
+            assert!(
+                p.len() == 1 && p[0].contains("`tensor_maps[0]`") && p[0].contains(want),
+                "{dim:?}, {stride:?}: wanted {want:?} in {p:?}"
+            );
+        };
+        for bad in ["0", "4294967297", "18446744073709551616"] {
+            one(
+                bad,
+                &stride,
+                &format!("dims `{bad}` is outside 1..=4294967296"),
+            );
+        }
+        for bad in ["064", "+64", "-1", "6_4", "64 "] {
+            one(
+                bad,
+                &stride,
+                &format!("dims `{bad}` is not a plain decimal extent"),
+            );
+        }
+        one("batch", &stride, "dims names `batch`, the launch grid's z");
+        one("d", &stride, "dims names `d`, which is not a size argument");
+        // Strides are size arguments only.
+        for bad in ["64", "batch"] {
+            one(
+                "k",
+                bad,
+                &format!("strides names `{bad}`, which is not a size argument"),
+            );
+        }
+    }
+
+    #[test]
+    fn maps_go_with_gemm_and_attention() {
+        use crate::launch::GridRule;
+        use crate::spec::model::{Engine, Op, Params};
+        let mut p = Params {
+            head_dim: Some(128),
+            engine: Some(Engine::Wgmma),
+            ..Params::default()
+        };
+        crate::ops::attention::defaults(&mut p);
+        let mut attention = entry(Op::Attention, p);
+        // Attention's grid is query_tiles with maps or without.
+        attention.tensor_maps = vec![];
+        assert_eq!(problems(&attention), Vec::<String>::new());
+        let v_map = crate::launch::TensorMap {
+            name: "v_map".into(),
+            tensor: "v".into(),
+            strides: ["v_ss", "v_hs", "v_bs"].map(String::from).to_vec(),
+            ..k_map()
+        };
+        attention.tensor_maps = vec![k_map(), v_map];
+        assert_eq!(problems(&attention), Vec::<String>::new());
+        // Not on another op; and a GEMM's maps come with its persistent grid, both ways.
+        let mut softmax = attention.clone();
+        softmax.op = Op::Softmax;
+        assert!(problems(&softmax)
+            .iter()
+            .any(|p| p.contains("`tensor_maps` are given for op `softmax`, which takes none")));
+        let mut tiles = wgmma_gemm();
+        tiles.launch.grid = GridRule::Tiles {
+            tile_m: 128,
+            tile_n: 256,
+        };
+        assert!(problems(&tiles)
+            .iter()
+            .any(|p| p.contains("`launch` has a non-persistent grid but 3 tensor maps")));
+        let mut unmapped = wgmma_gemm();
+        unmapped.tensor_maps.clear();
+        assert!(problems(&unmapped)
+            .iter()
+            .any(|p| p.contains("`launch` has a persistent grid but 0 tensor maps")));
     }
 }

@@ -655,10 +655,11 @@ fn try_case(
     }
     args.push(ArgValue::F32(scale));
     if let Some(dims) = dims {
+        // A Hopper instance's K/V maps, encoded from these arguments as the manifest says.
+        let args = super::with_tensor_maps(gpu, inst, args, u64::from(dims.grid.2)).map_err(err)?;
         launch(gpu, &f, dims, &args).map_err(err)?;
     }
     gpu.sync().map_err(err)?;
-    drop(args);
     for (g, name) in [
         (&gq, "q"),
         (&gk, "k"),
@@ -1005,6 +1006,7 @@ pub fn bench_case(
         args.push(ArgValue::I64(x as i64));
     }
     args.push(ArgValue::F32(scale));
+    let args = super::with_tensor_maps(gpu, inst, args, u64::from(dims.grid.2))?;
     let gpu = &*gpu;
     let (median_ms, min_ms) = super::bench::time_ms(gpu, |_| launch(gpu, &f, dims, &args))?;
     let flops =

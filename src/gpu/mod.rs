@@ -275,7 +275,8 @@ impl ArgValue<'_> {
 }
 
 /// The runtime's rules for an instance's tensor maps, from its manifest entry, with argument
-/// names resolved to indices into its `args`: what the generated bindings' table holds.
+/// names resolved to indices into its `args` and dims read as the bindings read them
+/// (`batch` only for a query-tile grid): what the generated bindings' table holds.
 /// Leaked once per instance (a verify or bench process holds a bounded number of them).
 pub fn tensor_map_rules(
     inst: &InstanceEntry,
@@ -303,6 +304,25 @@ pub fn tensor_map_rules(
                 ))
             })
     };
+    let dim = |map: &str, dim: &str| -> Result<tm::MapDim> {
+        use crate::launch::tma::{dim_source, DimSource};
+        let refuse = |why: &str| {
+            Error::Gpu(format!(
+                "{}: tensor map `{map}` dim `{dim}` {why}",
+                inst.name
+            ))
+        };
+        match dim_source(dim).map_err(|why| refuse(&why))? {
+            DimSource::Arg(name) => Ok(tm::MapDim::Arg(arg(map, name, false)?)),
+            DimSource::Const(v) => Ok(tm::MapDim::Const(v)),
+            DimSource::Batch
+                if matches!(inst.launch.grid, crate::launch::GridRule::QueryTiles { .. }) =>
+            {
+                Ok(tm::MapDim::Batch)
+            }
+            DimSource::Batch => Err(refuse("is the grid's z, and the grid is not query_tiles")),
+        }
+    };
     let mut rules = Vec::new();
     for t in &inst.tensor_maps {
         let sizes = |names: &[String]| -> Result<&'static [tm::SizeArg]> {
@@ -312,6 +332,11 @@ pub fn tensor_map_rules(
                 .collect::<Result<Vec<_>>>()?;
             Ok(Box::leak(v.into_boxed_slice()))
         };
+        let dims = t
+            .dims
+            .iter()
+            .map(|d| dim(&t.name, d))
+            .collect::<Result<Vec<_>>>()?;
         rules.push(tm::TensorMapRule {
             name: leak(&t.name),
             tensor: arg(&t.name, &t.tensor, true)?,
@@ -320,7 +345,7 @@ pub fn tensor_map_rules(
                 crate::spec::model::DType::Bf16 => tm::MapDtype::Bf16,
                 crate::spec::model::DType::F32 => tm::MapDtype::F32,
             },
-            dims: sizes(&t.dims)?,
+            dims: Box::leak(dims.into_boxed_slice()),
             strides: sizes(&t.strides)?,
             box_dims: Box::leak(t.box_dims.clone().into_boxed_slice()),
             swizzle: match t.swizzle {
@@ -350,12 +375,14 @@ pub fn tensor_map_rules(
 }
 
 /// `args` (an instance's arguments in manifest order) with its tensor maps, encoded from
-/// those arguments' values as the manifest describes, in front: the kernel's whole parameter
-/// list. Unchanged for an instance without maps.
+/// those arguments' values and the launch grid's z extent (`grid_z`) as the manifest
+/// describes, in front: the kernel's whole parameter list. Unchanged for an instance without
+/// maps.
 pub fn with_tensor_maps<'a>(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
     args: Vec<ArgValue<'a>>,
+    grid_z: u64,
 ) -> Result<Vec<ArgValue<'a>>> {
     if inst.tensor_maps.is_empty() {
         return Ok(args);
@@ -370,7 +397,7 @@ pub fn with_tensor_maps<'a>(
     }
     let rules = gpu.map_rules(inst)?;
     let values = map_values(gpu, &args);
-    let mut out: Vec<ArgValue<'a>> = encode_maps(inst, rules, &values)?
+    let mut out: Vec<ArgValue<'a>> = encode_maps(inst, rules, &values, grid_z)?
         .into_iter()
         .map(|m| ArgValue::Map(Box::new(m)))
         .collect();
@@ -383,18 +410,19 @@ pub fn map_values(gpu: &Gpu, args: &[ArgValue]) -> Vec<u64> {
     args.iter().map(|a| a.map_value(gpu)).collect()
 }
 
-/// Checks and encodes `rules` for a call whose argument values are `values`: what the
-/// bindings' launcher does on every launch.
+/// Checks and encodes `rules` for a call whose argument values are `values` and whose grid
+/// is `grid_z` deep: what the bindings' launcher does on every launch.
 pub fn encode_maps(
     inst: &InstanceEntry,
     rules: &[crate::tensor_map::TensorMapRule],
     values: &[u64],
+    grid_z: u64,
 ) -> Result<Vec<crate::loader::TensorMap>> {
     rules
         .iter()
         .map(|r| {
             let tiled = r
-                .resolve(values)
+                .resolve(values, grid_z)
                 .map_err(|e| Error::Gpu(format!("{}: tensor map `{}`: {e}", inst.name, r.name)))?;
             crate::loader::encode_tensor_map(&tiled).map_err(|e| {
                 gpu_err(

@@ -363,8 +363,9 @@ fn try_case(
             *v = ArgValue::I64(ld as i64);
         }
     }
-    let args = super::with_tensor_maps(gpu, inst, args).map_err(|e| e.to_string())?;
     let mut dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| e.to_string())?;
+    let args = super::with_tensor_maps(gpu, inst, args, u64::from(dims.grid.2))
+        .map_err(|e| e.to_string())?;
     if let Some(cap) = case.grid_cap {
         dims.grid.0 = dims.grid.0.min(cap);
     }

@@ -47,10 +47,10 @@ map_enum!(
     OobFill { Zero = "zero", Nan = "nan" }
 );
 
-/// One tensor-map kernel parameter. Dims and strides name the call's size arguments (`m`,
-/// `n`, `k`, `lda`, ...), so the host computes them per call: `dims` innermost (contiguous)
-/// first, `strides` for dims 1.. in elements (bytes = value × dtype size); element strides
-/// are all 1; the map's base address is the pointer argument `tensor`.
+/// One tensor-map kernel parameter. Strides name the call's size arguments (`lda`, ...) and
+/// dims mostly do (`m`, `n`, `k`, ...), so the host computes them per call: `dims` innermost
+/// (contiguous) first, `strides` for dims 1.. in elements (bytes = value × dtype size);
+/// element strides are all 1; the map's base address is the pointer argument `tensor`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorMap {
     /// Kernel parameter name.
@@ -58,7 +58,11 @@ pub struct TensorMap {
     /// The pointer argument (in `args`) whose memory the map covers.
     pub tensor: String,
     pub dtype: DType,
+    /// Each dim is one of ([`dim_source`]): the name of an i64 size argument; a decimal
+    /// literal in 1..=2^32, a constant extent (`"128"`); or `batch`, the launch grid's z
+    /// extent (only for a `query_tiles` grid, where z is the batch).
     pub dims: Vec<String>,
+    /// Each a name of an i64 size argument.
     pub strides: Vec<String>,
     /// Box size in elements per dim, innermost first.
     #[serde(rename = "box")]
@@ -67,6 +71,41 @@ pub struct TensorMap {
     pub interleave: Interleave,
     pub l2_promotion: L2Promotion,
     pub oob_fill: OobFill,
+}
+
+/// The `dims` entry that stands for the launch grid's z extent.
+pub const BATCH_DIM: &str = "batch";
+
+/// What one entry of [`TensorMap::dims`] stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DimSource<'a> {
+    /// The size argument of this name.
+    Arg(&'a str),
+    /// A constant extent, 1..=2^32.
+    Const(u64),
+    /// The launch grid's z extent.
+    Batch,
+}
+
+/// Reads one `dims` entry: [`BATCH_DIM`], a literal (an entry that starts with a digit or a
+/// sign: digits only, no leading zero, 1..=2^32, else an error saying why), or else the name
+/// of a size argument (whether the instance has one is the caller's to check). A literal has
+/// one spelling so that a manifest's maps compare equal exactly when they mean the same.
+pub fn dim_source(dim: &str) -> Result<DimSource<'_>, String> {
+    if dim == BATCH_DIM {
+        return Ok(DimSource::Batch);
+    }
+    if !dim.starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-') {
+        return Ok(DimSource::Arg(dim));
+    }
+    let max = crate::tensor_map::MAX_DIM;
+    if !dim.bytes().all(|b| b.is_ascii_digit()) || (dim.starts_with('0') && dim != "0") {
+        return Err("is not a plain decimal extent (digits only, no sign or leading zero)".into());
+    }
+    match dim.parse::<u64>() {
+        Ok(v) if (1..=max).contains(&v) => Ok(DimSource::Const(v)),
+        _ => Err(format!("is outside 1..={max}")),
+    }
 }
 
 impl TensorMap {
@@ -130,6 +169,27 @@ mod tests {
         for s in Swizzle::ALL {
             let j = serde_json::to_string(s).unwrap();
             assert_eq!(j, format!("\"{}\"", s.as_str()));
+        }
+    }
+
+    #[test]
+    fn dims_are_arguments_constants_or_the_batch() {
+        assert_eq!(dim_source("seq_kv"), Ok(DimSource::Arg("seq_kv")));
+        assert_eq!(dim_source("batch"), Ok(DimSource::Batch));
+        assert_eq!(dim_source("128"), Ok(DimSource::Const(128)));
+        assert_eq!(dim_source("1"), Ok(DimSource::Const(1)));
+        assert_eq!(dim_source("4294967296"), Ok(DimSource::Const(1 << 32)));
+        for bad in ["0", "4294967297", "99999999999999999999999"] {
+            assert!(
+                dim_source(bad).unwrap_err().contains("outside 1..="),
+                "{bad}"
+            );
+        }
+        for bad in ["0128", "+128", "-1", "12a", "1_024", "00"] {
+            assert!(
+                dim_source(bad).unwrap_err().contains("plain decimal"),
+                "{bad}"
+            );
         }
     }
 }

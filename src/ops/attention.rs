@@ -18,7 +18,9 @@
 //! Shapes and numbers measured on the H200: bench/flash-attn/NOTES.md.
 
 use super::{Field, OpInfo};
-use crate::launch::{Arg, ArgKind, GridRule, Launch};
+use crate::launch::{
+    Arg, ArgKind, GridRule, Interleave, L2Promotion, Launch, OobFill, Swizzle, TensorMap,
+};
 use crate::spec::model::{Arch, DType, Engine, Instance, Params};
 
 pub static ATTENTION: OpInfo = OpInfo {
@@ -430,7 +432,15 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
 pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     let plan = Plan::new(&inst.params);
     let smem = plan.shared_bytes();
-    vec![
+    let maps: Vec<String> = tensor_maps(inst).iter().map(|m| m.name.clone()).collect();
+    let parameters = (!maps.is_empty()).then(|| {
+        format!(
+            "parameters: the tensor maps {} (128-byte CUtensorMap values from cuTensorMapEncodeTiled, as \
+             the manifest's tensor_maps give them), then the arguments",
+            maps.join(", ")
+        )
+    });
+    let mut lines = vec![
         format!(
             "launch: grid = (ceil(seq_q / {}), heads_q, batch) with seq_q the longest query sequence, \
              block = ({}, 1, 1), {smem} bytes of dynamic shared memory{}",
@@ -459,7 +469,41 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
         "scale > 0 and finite (the caller's default is 1 / sqrt(head_dim))".to_string(),
         "every element addressed by the strides lies inside its buffer; o and lse overlap no input"
             .to_string(),
-    ]
+    ];
+    lines.extend(parameters);
+    lines
+}
+
+/// The tensor maps of a Hopper instance, before its arguments: K and V as
+/// [head_dim, seq_kv, heads_kv, batch] with the call's strides, one 64 × tile_kv box per 64 head
+/// dims (a 128-byte-swizzled panel of the tile), rows past seq_kv read as zeros. The portable
+/// kernel takes none. A packed varlen call does not read them (its batch strides are 0, which
+/// the driver encodes).
+pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
+    let plan = Plan::new(&inst.params);
+    if !plan.wgmma {
+        return Vec::new();
+    }
+    ["k", "v"]
+        .iter()
+        .map(|t| TensorMap {
+            name: format!("{t}_map"),
+            tensor: t.to_string(),
+            dtype: inst.dtype,
+            dims: vec![
+                plan.head_dim.to_string(),
+                "seq_kv".into(),
+                "heads_kv".into(),
+                "batch".into(),
+            ],
+            strides: vec![format!("{t}_ss"), format!("{t}_hs"), format!("{t}_bs")],
+            box_dims: vec![64, plan.tile_kv, 1, 1],
+            swizzle: Swizzle::B128,
+            interleave: Interleave::None,
+            l2_promotion: L2Promotion::B256,
+            oob_fill: OobFill::Zero,
+        })
+        .collect()
 }
 
 pub fn launch(inst: &Instance) -> Launch {
@@ -489,6 +533,14 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
             ("q_regs", u32::from(plan.q_in_registers()).into()),
             ("shared_bytes", plan.shared_bytes().into()),
             ("requirements", runtime_requirements(inst).into()),
+            (
+                "tensor_maps",
+                tensor_maps(inst)
+                    .iter()
+                    .map(super::map_summary)
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
         ];
     }
     vec![

@@ -359,24 +359,7 @@ fn wgmma_type(t: DType) -> &'static str {
 
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     let plan = Plan::new(inst);
-    let maps: Vec<String> = tensor_maps(inst)
-        .iter()
-        .map(|m| {
-            format!(
-                "{}: {} over {}, dims [{}], strides [{}], box [{}]",
-                m.name,
-                m.dtype,
-                m.tensor,
-                m.dims.join(", "),
-                m.strides.join(", "),
-                m.box_dims
-                    .iter()
-                    .map(|b| b.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
-        .collect();
+    let maps: Vec<String> = tensor_maps(inst).iter().map(super::map_summary).collect();
     vec![
         ("tile_m", TILE_M.into()),
         ("tile_n", plan.tile_n.into()),

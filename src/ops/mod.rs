@@ -331,8 +331,25 @@ pub fn launch(inst: &Instance) -> Launch {
 pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
     match inst.op {
         Op::Gemm => gemm::tensor_maps(inst),
+        Op::Attention => attention::tensor_maps(inst),
         _ => Vec::new(),
     }
+}
+
+/// One line naming a tensor map for the rendered kernel's header: element type, tensor, dims,
+/// strides and box.
+pub fn map_summary(m: &TensorMap) -> String {
+    let list = |v: &[String]| v.join(", ");
+    let boxes: Vec<String> = m.box_dims.iter().map(|b| b.to_string()).collect();
+    format!(
+        "{}: {} over {}, dims [{}], strides [{}], box [{}]",
+        m.name,
+        m.dtype,
+        m.tensor,
+        list(&m.dims),
+        list(&m.strides),
+        list(&boxes)
+    )
 }
 
 /// Op-specific values for the template, beyond the common ones.

@@ -12,6 +12,7 @@
 use crate::call_checks::{Buf, Plan};
 use crate::launch_rules::{self, ArgError, LaunchDims};
 use crate::loader::Device;
+use crate::tensor_map::{resolve_all, TensorMapRule};
 
 /// The launch grid's y and z limit (heads and batch).
 pub const MAX_GRID_YZ: u64 = 65_535;
@@ -410,16 +411,22 @@ pub struct AttnOption {
     pub tile_q: u32,
     /// Whether it runs on the device ([`crate::loader::KernelInfo::runs_on`]).
     pub runs: bool,
-    /// A Hopper (wgmma) instance: where it runs it is preferred to the portable ones.
+    /// A Hopper (wgmma) instance: where it runs it is preferred to the portable ones. It takes
+    /// tensor maps over K and V, which cannot describe an empty `seq_kv`.
     pub hopper: bool,
 }
 
-/// The instance a call runs: one with the call's mask that runs on the device; among those
-/// a Hopper instance first, then the largest query tile that `seq_q` fills at least once,
-/// else the smallest tile (least wasted work on short sequences). `options` are in the
-/// family's table order.
-pub fn pick(causal: bool, seq_q: usize, options: &[AttnOption]) -> Result<usize, ArgError> {
-    let fit = |o: &AttnOption| o.causal == causal && o.runs;
+/// The instance a call runs: one with the call's mask that runs on the device (and, for a
+/// Hopper instance, `seq_kv` ≥ 1); among those a Hopper instance first, then the largest query
+/// tile that `seq_q` fills at least once, else the smallest tile (least wasted work on short
+/// sequences). `options` are in the family's table order.
+pub fn pick(
+    causal: bool,
+    seq_q: usize,
+    seq_kv: usize,
+    options: &[AttnOption],
+) -> Result<usize, ArgError> {
+    let fit = |o: &AttnOption| o.causal == causal && o.runs && (seq_kv > 0 || !o.hopper);
     let filled = options
         .iter()
         .enumerate()
@@ -437,19 +444,54 @@ pub fn pick(causal: bool, seq_q: usize, options: &[AttnOption]) -> Result<usize,
         .map(|(i, _)| i)
         .ok_or(ArgError::NoInstance {
             op: "attention",
-            reason: if causal {
-                "with a causal mask that runs on this device"
-            } else {
-                "without a mask that runs on this device"
+            reason: match (causal, seq_kv) {
+                (_, 0) if options.iter().any(|o| o.hopper) => {
+                    "that runs on this device with seq_kv 0 (the Hopper instances need keys)"
+                }
+                (true, _) => "with a causal mask that runs on this device",
+                (false, _) => "without a mask that runs on this device",
             },
         })
 }
 
-/// A whole checked call: [`check`] for `kernel` at index `index` of the library's table.
+/// Every kernel argument as the `u64` a tensor-map rule reads, in the signature's order: the
+/// seven addresses (`q`, `k`, `v`, `o`, `lse`, `cu_seqlens_q`, `cu_seqlens_kv`; 0 for a null
+/// one), the four sizes, the 14 strides, and 0 for `scale`.
+pub fn arg_values(addresses: [u64; 7], shape: &AttnShape, strides: &AttnStrides) -> [u64; 26] {
+    let s = strides;
+    let mut out = [0u64; 26];
+    let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv];
+    let st = [
+        s.q.batch,
+        s.q.seq,
+        s.q.head,
+        s.k.batch,
+        s.k.seq,
+        s.k.head,
+        s.v.batch,
+        s.v.seq,
+        s.v.head,
+        s.o.batch,
+        s.o.seq,
+        s.o.head,
+        s.lse_batch,
+        s.lse_head,
+    ];
+    out[..7].copy_from_slice(&addresses);
+    for (o, x) in out[7..25].iter_mut().zip(sizes.iter().chain(st.iter())) {
+        *o = *x as u64;
+    }
+    out
+}
+
+/// A whole checked call: [`check`] for `kernel` at index `index` of the library's table, and,
+/// for a kernel with tensor maps (`maps`, its rules), every map resolved as the launcher will
+/// encode it, so that a call the driver would refuse is refused here.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
     index: usize,
     kernel: &AttnKernel,
+    maps: &[TensorMapRule],
     shape: &AttnShape,
     strides: &AttnStrides,
     q: Buf,
@@ -461,6 +503,22 @@ pub fn plan(
     scale: f32,
 ) -> Result<Plan, ArgError> {
     let dims = check(kernel, shape, strides, q, k, v, o, lse, varlen, scale)?;
+    if let (Some(d), false) = (dims, maps.is_empty()) {
+        let addresses = [
+            q.address,
+            k.address,
+            v.address,
+            o.address,
+            lse.map_or(0, |b| b.address),
+            varlen.map_or(0, |v| v.cu_q.address),
+            varlen.map_or(0, |v| v.cu_kv.address),
+        ];
+        resolve_all(
+            maps,
+            &arg_values(addresses, shape, strides),
+            u64::from(d.grid.2),
+        )?;
+    }
     Ok(Plan {
         kernel: index,
         dims,
@@ -563,11 +621,11 @@ mod tests {
             hopper: false,
         };
         let opts = [o(false, 64), o(false, 128), o(true, 64)];
-        assert_eq!(pick(false, 1000, &opts), Ok(1));
-        assert_eq!(pick(false, 100, &opts), Ok(0));
-        assert_eq!(pick(false, 10, &opts), Ok(0));
-        assert_eq!(pick(true, 10, &opts), Ok(2));
-        assert!(pick(true, 10, &[o(false, 64)]).is_err());
+        assert_eq!(pick(false, 1000, 1000, &opts), Ok(1));
+        assert_eq!(pick(false, 100, 100, &opts), Ok(0));
+        assert_eq!(pick(false, 10, 10, &opts), Ok(0));
+        assert_eq!(pick(true, 10, 10, &opts), Ok(2));
+        assert!(pick(true, 10, 10, &[o(false, 64)]).is_err());
     }
 
     #[test]
@@ -580,13 +638,16 @@ mod tests {
         };
         // An sm_90 device: the Hopper instance wins over a larger portable tile.
         let on_h100 = [o(128, true, false), o(192, true, false), o(128, true, true)];
-        assert_eq!(pick(false, 4096, &on_h100), Ok(2));
+        assert_eq!(pick(false, 4096, 4096, &on_h100), Ok(2));
+        // No keys: the maps cannot be encoded, so the portable instances run it.
+        assert_eq!(pick(false, 4096, 0, &on_h100), Ok(1));
+        assert!(pick(false, 4096, 0, &[o(128, true, true)]).is_err());
         // Too short to fill it: the smallest tile, portable or not.
         let short = [o(64, true, false), o(128, true, true)];
-        assert_eq!(pick(false, 10, &short), Ok(0));
+        assert_eq!(pick(false, 10, 10, &short), Ok(0));
         // Elsewhere the Hopper binary does not run: the portable instances decide.
         let on_a100 = [o(128, true, false), o(128, false, true)];
-        assert_eq!(pick(false, 4096, &on_a100), Ok(0));
-        assert!(pick(false, 10, &[o(128, false, true)]).is_err());
+        assert_eq!(pick(false, 4096, 4096, &on_a100), Ok(0));
+        assert!(pick(false, 10, 10, &[o(128, false, true)]).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! Tensor maps (TMA descriptors) of the kernels that take them: the rule the kernel table
-//! carries for each map parameter (which pointer argument it covers, which size arguments give
-//! its dims and strides, box, swizzle, interleave, L2 promotion, out-of-bounds fill), and the
+//! carries for each map parameter (which pointer argument it covers, where its dims come from,
+//! which size arguments give its strides, box, swizzle, interleave, L2 promotion, out-of-bounds fill), and the
 //! pure part of encoding one for a call: every limit `cuTensorMapEncodeTiled` puts on its
 //! arguments, checked here so that a call the driver would refuse is refused before anything
 //! launches, with the argument named. Standard library only; the driver call itself is in the
@@ -90,6 +90,30 @@ pub struct SizeArg {
     pub name: &'static str,
 }
 
+/// Where one dim of a map comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapDim {
+    /// A size argument of the call.
+    Arg(SizeArg),
+    /// A constant extent, the same for every call: a size the kernel was compiled for
+    /// (attention's head_dim).
+    Const(u64),
+    /// The launch grid's z extent: attention's batch, which no argument carries (its grid has
+    /// one z block per batch entry).
+    Batch,
+}
+
+impl MapDim {
+    /// What a message calls the dim.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            MapDim::Arg(a) => a.name,
+            MapDim::Const(_) => "constant tensor-map dim",
+            MapDim::Batch => "batch",
+        }
+    }
+}
+
 /// How to encode one tensor-map parameter from a call's arguments, as the kernel table
 /// carries it. Argument indices count the kernel's `args` (the parameters after the maps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,8 +123,8 @@ pub struct TensorMapRule {
     /// The pointer argument whose memory the map covers: its index and name.
     pub tensor: SizeArg,
     pub dtype: MapDtype,
-    /// Dims, innermost (contiguous) first, each a size argument.
-    pub dims: &'static [SizeArg],
+    /// Dims, innermost (contiguous) first.
+    pub dims: &'static [MapDim],
     /// Strides of dims 1.., in elements, each a size argument.
     pub strides: &'static [SizeArg],
     /// Box extents in elements, innermost first.
@@ -157,8 +181,9 @@ fn bad_rule() -> ArgError {
 
 impl TensorMapRule {
     /// Whether the rule is one `cuTensorMapEncodeTiled` can take for some call: rank 1..=5
-    /// (3.. with interleave), one stride per dim after the first, box extents 1..=256, the
-    /// box's inner row a multiple of 16 bytes and, with a swizzle, within its span.
+    /// (3.. with interleave), constant dims 1..=2^32, one stride per dim after the first, box
+    /// extents 1..=256, the box's inner row a multiple of 16 bytes and, with a swizzle, within
+    /// its span.
     pub fn is_sound(&self) -> bool {
         let rank = self.dims.len();
         let inner = self
@@ -167,6 +192,10 @@ impl TensorMapRule {
             .map_or(0, |&b| b as u64 * self.dtype.bytes());
         (1..=MAX_RANK).contains(&rank)
             && (self.interleave == Interleave::None || rank >= 3)
+            && self
+                .dims
+                .iter()
+                .all(|d| !matches!(d, MapDim::Const(v) if !(1..=MAX_DIM).contains(v)))
             && self.strides.len() + 1 == rank
             && self.box_dims.len() == rank
             && self.box_dims.iter().all(|b| (1..=MAX_BOX).contains(b))
@@ -176,11 +205,16 @@ impl TensorMapRule {
     }
 
     /// The map for a call whose argument values (device addresses and sizes, in the kernel's
-    /// `args` order; anything else may be 0) are `values`, or why the driver would refuse it:
-    /// the tensor's address 16-byte aligned (32 with 32-byte interleave), every dim 1..=2^32,
-    /// every stride a multiple of 16 bytes (32 with 32-byte interleave), below 2^40 bytes and
-    /// at least the extent of the dim below it.
-    pub fn resolve(&self, values: &[u64]) -> Result<TiledMap, ArgError> {
+    /// `args` order; anything else may be 0) are `values` and whose launch grid is `grid_z`
+    /// deep, or why the driver would refuse it: the tensor's address 16-byte aligned (32 with
+    /// 32-byte interleave), every dim 1..=2^32 (a [`MapDim::Batch`] dim is `grid_z`), every
+    /// stride a multiple of 16 bytes (32 with 32-byte interleave) and below 2^40 bytes.
+    /// Strides need not grow with the dim: a `[batch, seq, heads, d]` tensor mapped as
+    /// `[d, seq, heads, batch]` has a head stride below the seq extent, and a packed batch a
+    /// batch stride of 0; the H200's driver encodes both (`bench/flash-attn/NOTES.md`). That
+    /// the map stays inside the buffer is the call's checks' job, as for the kernel's own
+    /// pointer arithmetic.
+    pub fn resolve(&self, values: &[u64], grid_z: u64) -> Result<TiledMap, ArgError> {
         if !self.is_sound() {
             return Err(bad_rule());
         }
@@ -206,15 +240,17 @@ impl TensorMapRule {
             oob_fill: self.oob_fill,
         };
         for (i, d) in self.dims.iter().enumerate() {
-            let v = value(d)?;
+            let v = match d {
+                MapDim::Arg(a) => value(a)?,
+                MapDim::Const(v) => *v,
+                MapDim::Batch => grid_z,
+            };
             if !(1..=MAX_DIM).contains(&v) {
-                return Err(out_of_range(d.name, v, 1, MAX_DIM));
+                return Err(out_of_range(d.name(), v, 1, MAX_DIM));
             }
             map.dims[i] = v;
             map.box_dims[i] = self.box_dims[i];
         }
-        // The extent in bytes of everything below dim i + 1: a stride must cover it.
-        let mut extent = map.dims[0] * esize;
         for (i, s) in self.strides.iter().enumerate() {
             let elems = value(s)?;
             let bytes = elems.saturating_mul(esize);
@@ -223,24 +259,19 @@ impl TensorMapRule {
                 return Err(out_of_range(s.name, elems, 0, (STRIDE_LIMIT - 1) / esize));
             }
             crate::launch_rules::check_multiple(s.name, elems, per)?;
-            if bytes < extent {
-                return Err(out_of_range(
-                    s.name,
-                    elems,
-                    extent.div_ceil(esize),
-                    (STRIDE_LIMIT - 1) / esize,
-                ));
-            }
             map.strides[i] = bytes;
-            extent = bytes.saturating_mul(map.dims[i + 1]);
         }
         Ok(map)
     }
 }
 
 /// Resolves every map of a kernel for a call ([`TensorMapRule::resolve`]), in order.
-pub fn resolve_all(rules: &[TensorMapRule], values: &[u64]) -> Result<Vec<TiledMap>, ArgError> {
-    rules.iter().map(|r| r.resolve(values)).collect()
+pub fn resolve_all(
+    rules: &[TensorMapRule],
+    values: &[u64],
+    grid_z: u64,
+) -> Result<Vec<TiledMap>, ArgError> {
+    rules.iter().map(|r| r.resolve(values, grid_z)).collect()
 }
 
 /// Whether a device's driver can encode tensor maps (`cuTensorMapEncodeTiled` came with CUDA
@@ -270,7 +301,7 @@ mod tests {
         name: "a_map",
         tensor: arg(0, "a"),
         dtype: MapDtype::Bf16,
-        dims: &[arg(5, "k"), arg(3, "m")],
+        dims: &[MapDim::Arg(arg(5, "k")), MapDim::Arg(arg(3, "m"))],
         strides: &[arg(6, "lda")],
         box_dims: &[64, 128],
         swizzle: Swizzle::B128,
@@ -285,22 +316,22 @@ mod tests {
 
     #[test]
     fn resolves_a_call() {
-        let t = A.resolve(&values(0x1_0010, 129, 72, 80)).unwrap();
+        let t = A.resolve(&values(0x1_0010, 129, 72, 80), 1).unwrap();
         assert_eq!(t.address, 0x1_0010);
         assert_eq!(t.rank, 2);
         assert_eq!(&t.dims[..2], &[72, 129]);
         assert_eq!(t.strides[0], 160);
         assert_eq!(&t.box_dims[..2], &[64, 128]);
         // Dims of 1 and the largest are fine; a 16-byte but not 128-byte aligned base too.
-        assert!(A.resolve(&values(0x1_0010, 1, 8, 8)).is_ok());
-        assert!(A.resolve(&values(0x1_0000, 1 << 32, 8, 8)).is_ok());
+        assert!(A.resolve(&values(0x1_0010, 1, 8, 8), 1).is_ok());
+        assert!(A.resolve(&values(0x1_0000, 1 << 32, 8, 8), 1).is_ok());
     }
 
     #[test]
     fn refuses_what_the_driver_would() {
         // Misaligned base.
         assert_eq!(
-            A.resolve(&values(0x1_0008, 16, 16, 16)),
+            A.resolve(&values(0x1_0008, 16, 16, 16), 1),
             Err(ArgError::Misaligned {
                 arg: "a",
                 address: 0x1_0008,
@@ -309,7 +340,7 @@ mod tests {
         );
         // A zero dim (k = 0): TMA has no empty tensors.
         assert!(matches!(
-            A.resolve(&values(0x1_0000, 16, 0, 16)),
+            A.resolve(&values(0x1_0000, 16, 0, 16), 1),
             Err(ArgError::OutOfRange {
                 what: "k",
                 value: 0,
@@ -317,33 +348,113 @@ mod tests {
             })
         ));
         assert!(matches!(
-            A.resolve(&values(0x1_0000, (1 << 32) + 1, 16, 16)),
+            A.resolve(&values(0x1_0000, (1 << 32) + 1, 16, 16), 1),
             Err(ArgError::OutOfRange { what: "m", .. })
         ));
-        // Stride not a multiple of 16 bytes (8 bf16), shorter than the row, too large.
+        // Stride not a multiple of 16 bytes (8 bf16), too large.
         assert!(matches!(
-            A.resolve(&values(0x1_0000, 16, 16, 20)),
+            A.resolve(&values(0x1_0000, 16, 16, 20), 1),
             Err(ArgError::NotMultiple {
                 what: "lda",
                 value: 20,
                 of: 8
             })
         ));
+        // A stride below the row's extent is the driver's to take (the GEMM's own checks
+        // refuse lda < k before a map is made).
+        assert!(A.resolve(&values(0x1_0000, 16, 24, 16), 1).is_ok());
         assert!(matches!(
-            A.resolve(&values(0x1_0000, 16, 24, 16)),
-            Err(ArgError::OutOfRange {
-                what: "lda",
-                value: 16,
-                min: 24,
-                ..
-            })
-        ));
-        assert!(matches!(
-            A.resolve(&values(0x1_0000, 2, 16, 1 << 39)),
+            A.resolve(&values(0x1_0000, 2, 16, 1 << 39), 1),
             Err(ArgError::OutOfRange { what: "lda", .. })
         ));
         // Too few values for the rule's indices: the table's fault, refused, no panic.
-        assert!(A.resolve(&[0x1_0000]).is_err());
+        assert!(A.resolve(&[0x1_0000], 1).is_err());
+    }
+
+    // An attention kernel's K (bf16, head_dim 128, laid out batch × heads × seq × head_dim):
+    // args q, k, v, o, seq_q, seq_kv, heads_q, heads_kv, k_ss, k_hs, k_bs; head_dim is the
+    // kernel's constant and batch the grid's z.
+    const K: TensorMapRule = TensorMapRule {
+        name: "k_map",
+        tensor: arg(1, "k"),
+        dtype: MapDtype::Bf16,
+        dims: &[
+            MapDim::Const(128),
+            MapDim::Arg(arg(5, "seq_kv")),
+            MapDim::Arg(arg(7, "heads_kv")),
+            MapDim::Batch,
+        ],
+        strides: &[arg(8, "k_ss"), arg(9, "k_hs"), arg(10, "k_bs")],
+        box_dims: &[64, 64, 1, 1],
+        swizzle: Swizzle::B128,
+        interleave: Interleave::None,
+        l2_promotion: L2Promotion::B256,
+        oob_fill: OobFill::Zero,
+    };
+
+    /// K's argument values for `seq_kv` keys over `heads` heads, packed.
+    fn k_values(seq_kv: u64, heads: u64) -> [u64; 11] {
+        let (q, k, v, o) = (0x1000, 0x2000, 0x3000, 0x4000);
+        let (ss, hs, bs) = (128, 128 * seq_kv, 128 * seq_kv * heads);
+        [q, k, v, o, 64, seq_kv, heads, heads, ss, hs, bs]
+    }
+
+    #[test]
+    fn constant_and_batch_dims() {
+        assert!(K.is_sound());
+        let t = K.resolve(&k_values(300, 8), 3).unwrap();
+        assert_eq!(t.address, 0x2000);
+        assert_eq!(t.rank, 4);
+        assert_eq!(&t.dims[..4], &[128, 300, 8, 3]);
+        assert_eq!(&t.strides[..3], &[256, 256 * 300, 256 * 300 * 8]);
+        assert_eq!(&t.box_dims[..4], &[64, 64, 1, 1]);
+        // The batch is the grid's z, whatever the arguments say; an empty grid is refused
+        // like any empty dim.
+        assert_eq!(K.resolve(&k_values(300, 8), 1).unwrap().dims[3], 1);
+        assert_eq!(
+            K.resolve(&k_values(300, 8), 0),
+            Err(ArgError::OutOfRange {
+                what: "batch",
+                value: 0,
+                min: 1,
+                max: MAX_DIM
+            })
+        );
+        assert!(K.resolve(&k_values(300, 8), MAX_DIM).is_ok());
+        assert!(matches!(
+            K.resolve(&k_values(300, 8), MAX_DIM + 1),
+            Err(ArgError::OutOfRange { what: "batch", .. })
+        ));
+        // The usual [batch, seq, heads, d] layout: the head stride is below the seq extent;
+        // and a packed varlen batch has a batch stride of 0. Both encode as given.
+        let mut bshd = k_values(300, 8);
+        (bshd[8], bshd[9], bshd[10]) = (128 * 8, 128, 0);
+        assert_eq!(&K.resolve(&bshd, 2).unwrap().strides[..3], &[2048, 256, 0]);
+        // A constant outside 1..=2^32 makes the rule unsound: refused for every call.
+        const ONE_STRIDE: &[SizeArg] = &[arg(8, "k_ss")];
+        let two_dims = |dims| TensorMapRule {
+            dims,
+            strides: ONE_STRIDE,
+            box_dims: &[64, 1],
+            ..K
+        };
+        for dims in [
+            &[MapDim::Const(0), MapDim::Batch],
+            &[MapDim::Const(MAX_DIM + 1), MapDim::Batch],
+        ] {
+            assert!(!two_dims(dims).is_sound());
+            assert!(two_dims(dims).resolve(&k_values(300, 8), 1).is_err());
+        }
+        let largest = two_dims(&[MapDim::Const(64), MapDim::Const(MAX_DIM)]);
+        assert!(largest.is_sound());
+        assert_eq!(
+            resolve_all(&[K, largest], &k_values(300, 8), 2)
+                .unwrap()
+                .iter()
+                .map(|m| m.dims[1])
+                .collect::<Vec<_>>(),
+            [300, MAX_DIM]
+        );
     }
 
     #[test]
@@ -381,7 +492,7 @@ mod tests {
             ..A
         }
         .is_sound()); // rank 2
-        assert!(wide.resolve(&values(0x1_0000, 16, 16, 16)).is_err());
+        assert!(wide.resolve(&values(0x1_0000, 16, 16, 16), 1).is_err());
     }
 
     #[test]

@@ -105,6 +105,59 @@ pub fn layernorm_rows(
 }
 
 /// Outcome of comparing a kernel's output with the reference.
+/// Attention forward in f64 over dense [batch, seq, heads, d] tensors: `o` like `q` and the
+/// row log-sum-exp [batch, heads_q, seq_q]; a causal mask is bottom-right aligned (row r sees
+/// keys 0 ..= r + seq_kv - seq_q) and a row that sees no key gives zeros and -inf.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    (batch, heads_q, heads_kv, seq_q, seq_kv, d): (usize, usize, usize, usize, usize, usize),
+    causal: bool,
+    scale: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut o = vec![0.0; batch * seq_q * heads_q * d];
+    let mut lse = vec![f64::NEG_INFINITY; batch * heads_q * seq_q];
+    let group = heads_q / heads_kv;
+    let mut s = vec![0.0; seq_kv];
+    for b in 0..batch {
+        for h in 0..heads_q {
+            let hk = h / group;
+            for r in 0..seq_q {
+                let qrow = &q[((b * seq_q + r) * heads_q + h) * d..][..d];
+                let last = if causal {
+                    (r + seq_kv).checked_sub(seq_q)
+                } else {
+                    seq_kv.checked_sub(1)
+                };
+                let Some(last) = last.map(|l| l.min(seq_kv - 1)) else {
+                    continue;
+                };
+                let mut max = f64::NEG_INFINITY;
+                for (j, sj) in s.iter_mut().enumerate().take(last + 1) {
+                    let krow = &k[((b * seq_kv + j) * heads_kv + hk) * d..][..d];
+                    *sj = scale * qrow.iter().zip(krow).map(|(x, y)| x * y).sum::<f64>();
+                    max = max.max(*sj);
+                }
+                let mut sum = 0.0;
+                let orow = &mut o[((b * seq_q + r) * heads_q + h) * d..][..d];
+                for (j, sj) in s.iter().enumerate().take(last + 1) {
+                    let p = (sj - max).exp();
+                    sum += p;
+                    let vrow = &v[((b * seq_kv + j) * heads_kv + hk) * d..][..d];
+                    for (x, y) in orow.iter_mut().zip(vrow) {
+                        *x += p * y;
+                    }
+                }
+                orow.iter_mut().for_each(|x| *x /= sum);
+                lse[(b * heads_q + h) * seq_q + r] = max + sum.ln();
+            }
+        }
+    }
+    (o, lse)
+}
+
 pub struct Comparison {
     /// ‖out − ref‖₂ / ‖ref‖₂.
     pub rel_l2: f64,

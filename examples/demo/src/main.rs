@@ -1,6 +1,6 @@
 //! tilegen from a build script, end to end: `build.rs` generates the kernel library of
 //! `specs/` into `$OUT_DIR/tilegen`, this file `include!`s its bindings, and `main` runs
-//! vector add, fused bias+GELU, softmax and layer norm on the GPU with fresh random data,
+//! vector add, fused bias+GELU, softmax, layer norm and attention on the GPU with fresh random data,
 //! outputs poisoned with NaN before each launch, and checks every result against a CPU
 //! reference in f64. It also shows that bad calls are refused before anything launches.
 //!
@@ -237,6 +237,53 @@ fn layernorm<T: Ops>(d: &mut Demo, rows: usize, cols: usize) -> Result<(), Error
     )
 }
 
+/// Attention over bf16 [batch, seq, heads, 128] tensors with grouped K/V heads: on an sm_90
+/// device the Hopper instance runs (its K/V tensor maps encoded by the bindings for the call).
+fn attention(
+    d: &mut Demo,
+    (batch, heads_q, heads_kv, seq_q, seq_kv): (usize, usize, usize, usize, usize),
+    causal: bool,
+) -> Result<(), Error> {
+    use tilegen_runtime::attention::{AttnShape, AttnStrides};
+    let hd = 128;
+    let (q, qf) = d.random::<bf16>(batch * seq_q * heads_q * hd, -2.0, 2.0)?;
+    let (k, kf) = d.random::<bf16>(batch * seq_kv * heads_kv * hd, -2.0, 2.0)?;
+    let (v, vf) = d.random::<bf16>(batch * seq_kv * heads_kv * hd, -1.0, 1.0)?;
+    let mut o = d.poisoned::<bf16>(batch * seq_q * heads_q * hd)?;
+    let mut lse = d.poisoned::<f32>(batch * heads_q * seq_q)?;
+    let shape = AttnShape {
+        batch,
+        heads_q,
+        heads_kv,
+        seq_q,
+        seq_kv,
+    };
+    let strides = AttnStrides::dense(&shape, hd);
+    d.kernels.attention_d128_bf16(
+        &d.stream,
+        &q,
+        &k,
+        &v,
+        &mut o,
+        Some(&mut lse.slice_mut(..)),
+        None,
+        None,
+        shape,
+        &strides,
+        None,
+        causal,
+    )?;
+    let dims = (batch, heads_q, heads_kv, seq_q, seq_kv, hd);
+    let scale = 1.0 / (hd as f64).sqrt();
+    let (o_ref, lse_ref) = host::attention(&qf, &kf, &vf, dims, causal, scale);
+    let what = format!(
+        "attention bf16 {batch}x{heads_q}/{heads_kv}x{seq_q}/{seq_kv}{}",
+        if causal { " causal" } else { "" }
+    );
+    d.check(&what, &o, &o_ref)?;
+    d.check(&format!("{what} lse"), &lse, &lse_ref)
+}
+
 /// Bad calls come back as errors, and nothing runs: the poisoned output stays NaN.
 fn refusals(d: &mut Demo) -> Result<(), Error> {
     let n = 4096;
@@ -343,6 +390,9 @@ fn run(seed: u64) -> Result<usize, Error> {
     layernorm::<bf16>(&mut d, 4096, 1024)?;
     layernorm::<f32>(&mut d, 77, 4095)?;
     layernorm::<bf16>(&mut d, 77, 4095)?;
+    // Off the tiles, grouped heads; causal with fewer queries than keys (bottom-right).
+    attention(&mut d, (2, 8, 2, 300, 300), false)?;
+    attention(&mut d, (2, 8, 2, 200, 333), true)?;
     refusals(&mut d)?;
     Ok(d.failures)
 }
