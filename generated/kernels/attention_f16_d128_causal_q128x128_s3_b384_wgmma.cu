@@ -77,7 +77,7 @@
 //   - cu_seqlens_q / cu_seqlens_kv: null, or batch + 1 nondecreasing int32 offsets of each sequence in a packed tensor (then batch strides are ignored: pass 0; lse rows are offset by cu_seqlens_q[b]); seq_q / seq_kv are then the longest lengths
 //   - scale > 0 and finite (the caller's default is 1 / sqrt(head_dim))
 //   - every element addressed by the strides lies inside its buffer; o and lse overlap no input
-//   - parameters: the tensor maps k_map, v_map (128-byte CUtensorMap values from cuTensorMapEncodeTiled, as the manifest's tensor_maps give them), then the arguments
+//   - parameters: the tensor maps k_map, v_map (128-byte CUtensorMap values from cuTensorMapEncodeTiled, as the manifest's tensor_maps give them), then the arguments; seq_kv >= 1 and every k/v stride below 2^40 bytes (TMA's limits), even a batch or head stride whose dim is 1
 // Tensor maps (cuTensorMapEncodeTiled; dims innermost first, `batch` the grid's z, strides in
 // elements; 128-byte swizzle, no interleave, 256-byte L2 promotion, zero fill):
 //   - k_map: f16 over k, dims [128, seq_kv, heads_kv, batch], strides [k_ss, k_hs, k_bs], box [64, 128, 1, 1]

@@ -522,6 +522,15 @@ pub fn run_case(
 
 type Outcome = (f64, f64, f64, usize, Vec<String>);
 
+/// The four sizes and 14 strides of the signature, as the runtime lists them.
+fn size_args<'a>(shape: &AttnShape, strides: &AttnStrides) -> impl Iterator<Item = ArgValue<'a>> {
+    rt::arg_values([0; 7], shape, strides)
+        .into_iter()
+        .skip(7)
+        .take(18)
+        .map(|x| ArgValue::I64(x as i64))
+}
+
 fn try_case(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
@@ -631,28 +640,7 @@ fn try_case(
         args.push(ArgValue::I64(0));
         args.push(ArgValue::I64(0));
     }
-    for x in [c.heads_q, c.heads_kv, c.seq_q, c.seq_kv] {
-        args.push(ArgValue::I64(x as i64));
-    }
-    let s = strides;
-    for x in [
-        s.q.batch,
-        s.q.seq,
-        s.q.head,
-        s.k.batch,
-        s.k.seq,
-        s.k.head,
-        s.v.batch,
-        s.v.seq,
-        s.v.head,
-        s.o.batch,
-        s.o.seq,
-        s.o.head,
-        s.lse_batch,
-        s.lse_head,
-    ] {
-        args.push(ArgValue::I64(x as i64));
-    }
+    args.extend(size_args(&shape, &strides));
     args.push(ArgValue::F32(scale));
     if let Some(dims) = dims {
         // A Hopper instance's K/V maps, encoded from these arguments as the manifest says.
@@ -984,27 +972,7 @@ pub fn bench_case(
         ArgValue::I64(0),
         ArgValue::I64(0),
     ];
-    for x in [hq, hkv, seq, seq] {
-        args.push(ArgValue::I64(x as i64));
-    }
-    for x in [
-        s.q.batch,
-        s.q.seq,
-        s.q.head,
-        s.k.batch,
-        s.k.seq,
-        s.k.head,
-        s.v.batch,
-        s.v.seq,
-        s.v.head,
-        s.o.batch,
-        s.o.seq,
-        s.o.head,
-        s.lse_batch,
-        s.lse_head,
-    ] {
-        args.push(ArgValue::I64(x as i64));
-    }
+    args.extend(size_args(&shape, &s));
     args.push(ArgValue::F32(scale));
     let args = super::with_tensor_maps(gpu, inst, args, u64::from(dims.grid.2))?;
     let gpu = &*gpu;

@@ -436,7 +436,8 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     let parameters = (!maps.is_empty()).then(|| {
         format!(
             "parameters: the tensor maps {} (128-byte CUtensorMap values from cuTensorMapEncodeTiled, as \
-             the manifest's tensor_maps give them), then the arguments",
+             the manifest's tensor_maps give them), then the arguments; seq_kv >= 1 and every k/v stride \
+             below 2^40 bytes (TMA's limits), even a batch or head stride whose dim is 1",
             maps.join(", ")
         )
     });
