@@ -722,7 +722,7 @@ mod tests {
             origin: inst.origin.clone(),
             entry_point: inst.entry_point(),
             args: super::super::signature(inst),
-            tensor_maps: vec![],
+            tensor_maps: super::super::tensor_maps(inst),
             launch: super::super::launch(inst),
             config_sha256: "0".repeat(64),
             source: crate::manifest::FileRef {
@@ -762,6 +762,48 @@ mod tests {
         let mut odd = entry(&inst);
         odd.launch.grid = GridRule::QueryTiles { tile_q: 24 };
         assert!(problems(odd).iter().any(|p| p.contains("tile_q 24")));
+    }
+
+    #[test]
+    fn hopper_instances_take_k_and_v_maps_the_manifest_accepts() {
+        let inst = Instance::for_test(Op::Attention, DType::F16, hopper(128, 128, 128, 3));
+        let maps = tensor_maps(&inst);
+        assert_eq!(maps.len(), 2);
+        for (m, t) in maps.iter().zip(["k", "v"]) {
+            assert_eq!(m.name, format!("{t}_map"));
+            assert_eq!(m.tensor, t);
+            assert_eq!(m.dtype, DType::F16);
+            assert_eq!(m.dims, ["128", "seq_kv", "heads_kv", "batch"]);
+            assert_eq!(
+                m.strides,
+                [format!("{t}_ss"), format!("{t}_hs"), format!("{t}_bs")]
+            );
+            assert_eq!(m.box_dims, [64, 128, 1, 1]);
+            assert_eq!(m.swizzle, Swizzle::B128);
+        }
+        // The maps come first in the rendered signature, and the manifest's checks take them.
+        let manifest = crate::manifest::Manifest {
+            format: crate::manifest::FORMAT,
+            tilegen_version: "0.1.0".into(),
+            nvrtc_version: "13.0".into(),
+            instances: vec![entry(&inst)],
+            files: vec![],
+            tuning: vec![],
+        };
+        assert_eq!(
+            crate::bundle::manifest::tensor_map_problems(&manifest),
+            Vec::<String>::new()
+        );
+        assert!(runtime_requirements(&inst)
+            .last()
+            .is_some_and(|r| r.starts_with("parameters: the tensor maps k_map, v_map")));
+        // The portable kernel takes none.
+        let portable = Instance::for_test(
+            Op::Attention,
+            DType::F16,
+            params(128, false, 128, 32, 128, 2),
+        );
+        assert!(tensor_maps(&portable).is_empty());
     }
 
     #[test]

@@ -613,6 +613,37 @@ mod tests {
     }
 
     #[test]
+    fn arg_values_follow_the_signature() {
+        let s = shape(3, 8, 2, 100, 200);
+        let st = AttnStrides::dense(&s, 64);
+        let v = arg_values([1, 2, 3, 4, 5, 6, 7], &s, &st);
+        assert_eq!(&v[..7], &[1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(&v[7..11], &[8, 2, 100, 200]);
+        // q, k, v, o as (batch, seq, head), then lse's batch and head strides; scale last, 0.
+        let (q, kv) = (100 * 8 * 64, 200 * 2 * 64);
+        assert_eq!(
+            &v[11..],
+            &[
+                q,
+                8 * 64,
+                64,
+                kv,
+                2 * 64,
+                64,
+                kv,
+                2 * 64,
+                64,
+                q,
+                8 * 64,
+                64,
+                8 * 100,
+                100,
+                0
+            ]
+        );
+    }
+
+    #[test]
     fn pick_prefers_the_mask_then_the_filled_tile() {
         let o = |causal, tile_q| AttnOption {
             causal,
