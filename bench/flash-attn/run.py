@@ -46,6 +46,11 @@ VARIANTS = {
     "t_d64_c3_n128_s2_cp": H(64, 128, 3, 2, 32, 160, tma=0),
     "t_d256_c2_n64_s2": H(256, 64, 2, 2, qregs=0),
     "t_d256_c2_n64_s2_cp": H(256, 64, 2, 2, qregs=0, tma=0),
+    # round 10: smaller K/V tiles for causal head_dim 64 (less masked work on the diagonal)
+    "t_d64_c3_n64_s2": H(64, 64, 3, 2, 32, 160),
+    "t_d64_c3_n64_s3": H(64, 64, 3, 3, 32, 160),
+    "t_d64_c2_n64_s3": H(64, 64, 2, 3),
+    "t_d64_c2_n64_s4": H(64, 64, 2, 4),
     "t_d64_c3_n128_s3": H(64, 128, 3, 3, 32, 160),
     "t_d64_c2_n128_s3": H(64, 128, 2, 3),
     "t_d64_c2_n256_s2": H(64, 256, 2, 2),
