@@ -131,33 +131,29 @@ fn map_arg(inst: &InstanceEntry, map: &str, name: &str, pointer: bool) -> Result
     }
 }
 
-/// One dim of a tensor map's rule: a size argument ([`map_arg`]), a constant extent, or the
-/// grid's z extent, which only a query-tile grid makes the batch. Refuses anything else, as
-/// [`map_arg`] does.
+/// One dim of a tensor map's rule ([`crate::launch::tma::instance_dim`]): a size argument
+/// ([`map_arg`]), a constant extent, or the grid's z. Refuses anything else, as [`map_arg`]
+/// does.
 fn map_dim(inst: &InstanceEntry, map: &str, dim: &str) -> Result<TokenStream> {
-    use crate::launch::tma::{dim_source, DimSource};
-    let refuse = |why: &str| {
+    use crate::launch::tma::{instance_dim, DimSource};
+    let source = instance_dim(dim, &inst.launch.grid).map_err(|why| {
         crate::error::Error::internal(format!(
-            "bindings: tensor map `{}` of `{}` has dim `{}`, which {why}",
+            "bindings: tensor map `{}` of `{}`: dims {why}",
             crate::escape::shown(map),
             inst.name,
-            crate::escape::shown(dim),
         ))
-    };
-    match dim_source(dim).map_err(|why| refuse(&why))? {
+    })?;
+    Ok(match source {
         DimSource::Arg(name) => {
             let arg = map_arg(inst, map, name, false)?;
-            Ok(quote!(tensor_map::MapDim::Arg(#arg)))
+            quote!(tensor_map::MapDim::Arg(#arg))
         }
         DimSource::Const(v) => {
             let v = u64_lit(v);
-            Ok(quote!(tensor_map::MapDim::Const(#v)))
+            quote!(tensor_map::MapDim::Const(#v))
         }
-        DimSource::Batch if matches!(inst.launch.grid, GridRule::QueryTiles { .. }) => {
-            Ok(quote!(tensor_map::MapDim::Batch))
-        }
-        DimSource::Batch => Err(refuse("is the grid's z, and its grid is not query_tiles")),
-    }
+        DimSource::Batch => quote!(tensor_map::MapDim::Batch),
+    })
 }
 
 /// `TENSOR_MAPS`: how to encode each tensor-map parameter of the kernels that take them,

@@ -281,7 +281,7 @@ const MAX_SHARED_BYTES: u32 = 227 * 1024;
 /// or without), with sane tiles, blocks per SM, threads and shared memory.
 pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
     use crate::escape::{rust_name_problem, shown_prefix, DERIVED_NAME};
-    use crate::launch::tma::{DimSource, BATCH_DIM};
+    use crate::launch::tma::{instance_dim, DimSource};
     use crate::launch::{ArgKind, GridRule, Interleave};
     let mut out = Vec::new();
     for (i, inst) in m.instances.iter().enumerate() {
@@ -419,14 +419,10 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
                 )
             };
             for d in &t.dims {
-                match crate::launch::tma::dim_source(d) {
+                match instance_dim(d, &inst.launch.grid) {
                     Ok(DimSource::Arg(name)) if !size(name) => bad(not_size("dims", name)),
-                    Ok(DimSource::Batch) if !query_tiles => bad(format!(
-                        "dims names `{BATCH_DIM}`, the launch grid's z, which only grid rule \
-                         query_tiles makes the batch"
-                    )),
                     Ok(_) => {}
-                    Err(why) => bad(format!("dims `{}` {why}", shown_prefix(d, 80))),
+                    Err(why) => bad(format!("dims {why}")),
                 }
             }
             for d in &t.strides {

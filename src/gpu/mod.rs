@@ -305,23 +305,14 @@ pub fn tensor_map_rules(
             })
     };
     let dim = |map: &str, dim: &str| -> Result<tm::MapDim> {
-        use crate::launch::tma::{dim_source, DimSource};
-        let refuse = |why: &str| {
-            Error::Gpu(format!(
-                "{}: tensor map `{map}` dim `{dim}` {why}",
-                inst.name
-            ))
-        };
-        match dim_source(dim).map_err(|why| refuse(&why))? {
-            DimSource::Arg(name) => Ok(tm::MapDim::Arg(arg(map, name, false)?)),
-            DimSource::Const(v) => Ok(tm::MapDim::Const(v)),
-            DimSource::Batch
-                if matches!(inst.launch.grid, crate::launch::GridRule::QueryTiles { .. }) =>
-            {
-                Ok(tm::MapDim::Batch)
-            }
-            DimSource::Batch => Err(refuse("is the grid's z, and the grid is not query_tiles")),
-        }
+        use crate::launch::tma::{instance_dim, DimSource};
+        let source = instance_dim(dim, &inst.launch.grid)
+            .map_err(|why| Error::Gpu(format!("{}: tensor map `{map}`: dims {why}", inst.name)))?;
+        Ok(match source {
+            DimSource::Arg(name) => tm::MapDim::Arg(arg(map, name, false)?),
+            DimSource::Const(v) => tm::MapDim::Const(v),
+            DimSource::Batch => tm::MapDim::Batch,
+        })
     };
     let mut rules = Vec::new();
     for t in &inst.tensor_maps {

@@ -108,6 +108,20 @@ pub fn dim_source(dim: &str) -> Result<DimSource<'_>, String> {
     }
 }
 
+/// A `dims` entry of an instance launched by `grid`: [`dim_source`], with `batch` only where
+/// the grid's z is the batch (`query_tiles`). The error is a phrase that follows "dims" in a
+/// message (`` `0` is outside 1..=… `` or `` names `batch`, … ``).
+pub fn instance_dim<'a>(dim: &'a str, grid: &super::GridRule) -> Result<DimSource<'a>, String> {
+    let shown = || crate::escape::shown_prefix(dim, 80);
+    match dim_source(dim) {
+        Ok(DimSource::Batch) if !matches!(grid, super::GridRule::QueryTiles { .. }) => Err(format!(
+            "names `{BATCH_DIM}`, the launch grid's z, which only grid rule query_tiles makes the batch"
+        )),
+        Ok(source) => Ok(source),
+        Err(why) => Err(format!("`{}` {why}", shown())),
+    }
+}
+
 impl TensorMap {
     /// A 2-D map over `tensor`: `dims = [inner, outer]`, one stride (the outer dim's), 128-byte
     /// swizzle, no interleave, 256-byte L2 promotion, zero fill.

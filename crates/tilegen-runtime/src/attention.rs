@@ -510,8 +510,8 @@ pub fn plan(
             v.address,
             o.address,
             lse.map_or(0, |b| b.address),
-            varlen.map_or(0, |v| v.cu_q.address),
-            varlen.map_or(0, |v| v.cu_kv.address),
+            varlen.map_or(0, |vl| vl.cu_q.address),
+            varlen.map_or(0, |vl| vl.cu_kv.address),
         ];
         resolve_all(
             maps,
