@@ -323,6 +323,7 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
         (Field::TileKv, p.tile_kv.is_some()),
         (Field::RowsPerBlock, p.rows_per_block.is_some()),
         (Field::Lean, p.lean.is_some()),
+        (Field::SplitK, p.split_k.is_some()),
     ];
     for (f, is_set) in set {
         if is_set && !info.fields.contains(&f) {

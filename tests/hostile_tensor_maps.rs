@@ -264,6 +264,23 @@ fn persistent_grids_and_derived_maps() {
             "`launch` persistent tile_m 0 is outside 1..=1024",
         ),
         (
+            "cluster-zero",
+            grid("cluster", json!(0)),
+            "`launch` persistent cluster 0 is outside 1..=8",
+        ),
+        (
+            "cluster-big",
+            grid("cluster", json!(16)),
+            "`launch` persistent cluster 16 is outside 1..=8",
+        ),
+        // Sound on its own, but this kernel has no cluster dims: a grid of pairs would run
+        // two blocks per tile that each write the whole tile.
+        (
+            "cluster-not-derived",
+            grid("cluster", json!(2)),
+            "differs from this configuration's",
+        ),
+        (
             "shared-huge",
             Box::new(|inst: &mut Value| inst["launch"]["shared_bytes"] = json!(1 << 20)),
             "`launch` shared_bytes 1048576 is more than a block can have",

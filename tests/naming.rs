@@ -326,6 +326,9 @@ fn documented_name(kernel: &str, x: &Value) -> String {
     if p["lean"].as_bool() == Some(true) {
         n += "_lean";
     }
+    if let Some(k) = p["split_k"].as_u64().filter(|&k| k != 1) {
+        n += &format!("_split{k}");
+    }
     for e in x["epilogue"].as_array().unwrap() {
         n += &format!("_{}", e.as_str().unwrap());
     }

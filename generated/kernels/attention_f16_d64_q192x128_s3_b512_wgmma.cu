@@ -658,6 +658,50 @@ __device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+
+// ---- clusters: another block's shared memory (distributed shared memory) ----
+__device__ __forceinline__ unsigned tg_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned tg_cluster_id() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned tg_cluster_count() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+    return r;
+}
+// Every thread of every block of the cluster arrives and waits; orders what came before.
+// (Not `.aligned`: the threads of a warp may reach it on different paths.)
+__device__ __forceinline__ void tg_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// The address in block `rank`'s shared memory of what lies at `addr` in this block's.
+__device__ __forceinline__ unsigned tg_cluster_addr(unsigned addr, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+// Arrives on a barrier of any block of the cluster (an address from tg_cluster_addr),
+// releasing this thread's earlier reads and writes to whoever waits on it.
+__device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned cluster_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+// tg_mbar_wait that also acquires what other blocks of the cluster released to the barrier.
+__device__ __forceinline__ void tg_mbar_wait_cluster(unsigned bar, unsigned parity) {
+    unsigned ok;
+    do {
+        asm volatile(
+            "{\n.reg .pred P;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, P;\n}\n"
+            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    } while (!ok);
+}
 // Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
 // complete them).
 __device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {

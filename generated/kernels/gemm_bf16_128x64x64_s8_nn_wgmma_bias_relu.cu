@@ -439,7 +439,7 @@ constexpr unsigned STAGING_BYTES = 8192;  // per consumer
 constexpr unsigned BIAS_OFFSET = 212992;  // two slots of a tile's bias as f32 (bias only)
 constexpr unsigned BIAS_SLOT_BYTES = 256;
 constexpr unsigned BARRIER_OFFSET = 213504;
-static_assert(A_STAGE_BYTES == (unsigned)(A_LOADS * (A_K_MAJOR ? 2 : 1)) * BOX_BYTES, "A boxes fill the stage");
+static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * 128u * 128u, "A boxes fill the stage");
 static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * BOX_BYTES, "B boxes fill the stage");
 static_assert(STAGING_BYTES == 64u * EPI_COLS * sizeof(OT), "staging holds 64 rows of a round");
 static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds cover the tile in whole boxes");
@@ -469,6 +469,50 @@ __device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
 }
 __device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// ---- clusters: another block's shared memory (distributed shared memory) ----
+__device__ __forceinline__ unsigned tg_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned tg_cluster_id() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned tg_cluster_count() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+    return r;
+}
+// Every thread of every block of the cluster arrives and waits; orders what came before.
+// (Not `.aligned`: the threads of a warp may reach it on different paths.)
+__device__ __forceinline__ void tg_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// The address in block `rank`'s shared memory of what lies at `addr` in this block's.
+__device__ __forceinline__ unsigned tg_cluster_addr(unsigned addr, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+// Arrives on a barrier of any block of the cluster (an address from tg_cluster_addr),
+// releasing this thread's earlier reads and writes to whoever waits on it.
+__device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned cluster_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+// tg_mbar_wait that also acquires what other blocks of the cluster released to the barrier.
+__device__ __forceinline__ void tg_mbar_wait_cluster(unsigned bar, unsigned parity) {
+    unsigned ok;
+    do {
+        asm volatile(
+            "{\n.reg .pred P;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, P;\n}\n"
+            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    } while (!ok);
 }
 // Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
 // complete them).
@@ -589,6 +633,16 @@ __device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int 
 extern "C" __global__ void __launch_bounds__(384, 1)
 tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu(const __grid_constant__ TgTensorMap a_map, const __grid_constant__ TgTensorMap b_map, const __grid_constant__ TgTensorMap d_map, const tg_bf16* __restrict__ a, const tg_bf16* __restrict__ b, const tg_bf16* __restrict__ bias, tg_bf16* __restrict__ d, long long m, long long n, long long k, long long lda, long long ldb, long long ldd) {
     using namespace cfg;
+    // Split-K: the SPLIT_K blocks of a cluster take the same tiles, each a share of the k
+    // blocks; rank 0 adds the others' partial tiles (64 x BN f32 per consumer, read from their
+    // shared memory) to its own and runs the epilogue. (Kernel constants: NVRTC emits a global
+    // for each namespace-scope one.)
+    constexpr int SPLIT_K = 1;
+    constexpr unsigned PARTIAL_OFFSET = 213504;
+    constexpr unsigned PARTIAL_BYTES = 0;  // per consumer (0 without a split)
+    static_assert(SPLIT_K == 1 || PARTIAL_BYTES == 64u * BN * 4u, "a partial tile holds a consumer's accumulators");
+    constexpr int A_BOX_ROWS = 128;  // K-major A: rows per TMA box
+    constexpr unsigned A_BOX_BYTES = A_BOX_ROWS * 128u;
     extern __shared__ __align__(1024) unsigned char tg_smem_raw[];
     const unsigned base = (tg_smem_u32(tg_smem_raw) + 1023u) & ~1023u;  // 128-byte swizzle atoms
     const unsigned sA = base;
@@ -603,6 +657,10 @@ tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu(const __grid_constant__ TgTensorMap
     [[maybe_unused]] auto bias_full = [=](int slot) { return sBar + 8u * (unsigned)(2 * STAGES + 2 + slot); };
     [[maybe_unused]] auto bias_empty = [=](int slot) { return sBar + 8u * (unsigned)(2 * STAGES + 4 + slot); };
     [[maybe_unused]] const unsigned sBias = base + BIAS_OFFSET;
+    // Split-K: a consumer's partial tile is written (count: its warpgroup in every other
+    // block, on rank 0's barrier) / has been read by rank 0 (count: rank 0's warpgroup).
+    [[maybe_unused]] auto partial_full = [=](int cw) { return sBar + 8u * (unsigned)(2 * STAGES + 6 + cw); };
+    [[maybe_unused]] auto partial_empty = [=](int cw) { return sBar + 8u * (unsigned)(2 * STAGES + 8 + cw); };
 
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
@@ -617,18 +675,41 @@ tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu(const __grid_constant__ TgTensorMap
             tg_mbar_init(bias_full(slot), 32);  // every lane of producer warp 1
             tg_mbar_init(bias_empty(slot), 2);  // one arrive per consumer warpgroup
         }
+        if constexpr (SPLIT_K > 1) {
+            for (int cw = 0; cw < 2; ++cw) {
+                tg_mbar_init(partial_full(cw), 128u * (SPLIT_K - 1));
+                tg_mbar_init(partial_empty(cw), 128u);
+            }
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         tg_prefetch_map(&a_map);
         tg_prefetch_map(&b_map);
         tg_prefetch_map(&d_map);
     }
-    __syncthreads();
+    // With split-K, the other blocks' barriers must be initialised before anyone arrives on them.
+    if constexpr (SPLIT_K > 1) {
+        tg_cluster_sync();
+    } else {
+        __syncthreads();
+    }
 
     const int M = (int)m, N = (int)n, K = (int)k;
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
     const int total = tiles_m * tiles_n;
     const int nk = (K + BK - 1) / BK;  // the last k block's tail is zero-filled
+    // The tiles this block walks, and its k blocks of each: with split-K, a cluster walks the
+    // tiles and its ranks take consecutive shares of k.
+    auto first_tile = [] { return SPLIT_K > 1 ? (int)tg_cluster_id() : (int)blockIdx.x; };
+    auto tile_step = [] { return SPLIT_K > 1 ? (int)tg_cluster_count() : (int)gridDim.x; };
+    int kb_begin = 0, kb_end = nk;
+    [[maybe_unused]] unsigned rank = 0;
+    if constexpr (SPLIT_K > 1) {
+        rank = tg_cluster_rank();
+        const int share = (nk + SPLIT_K - 1) / SPLIT_K;
+        kb_begin = min(nk, (int)rank * share);
+        kb_end = min(nk, kb_begin + share);
+    }
 
     if (wg == 0) {
         // ---------------- producer: one thread issues every TMA load ----------------
@@ -636,17 +717,27 @@ tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu(const __grid_constant__ TgTensorMap
         if (tid == 0) {
             int s = 0;
             unsigned phase = 0;
-            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+            for (int t = first_tile(); t < total; t += tile_step()) {
                 int tm, tn;
                 tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
-                for (int kb = 0; kb < nk; ++kb) {
+                // Split-K (skinny GEMMs), K-major A: only the 16-row boxes that reach into M.
+                // The stale rows past them feed accumulator rows that are never stored.
+                [[maybe_unused]] const int a_boxes = min(A_LOADS, (M - tm * BM + A_BOX_ROWS - 1) / A_BOX_ROWS);
+                const unsigned stage_bytes =
+                    SPLIT_K > 1 && A_K_MAJOR ? a_boxes * A_BOX_BYTES + B_STAGE_BYTES : STAGE_BYTES;
+                for (int kb = kb_begin; kb < kb_end; ++kb) {
                     tg_mbar_wait(empty(s), phase ^ 1u);  // a fresh barrier passes parity 1
-                    tg_mbar_expect_tx(full(s), STAGE_BYTES);
+                    tg_mbar_expect_tx(full(s), stage_bytes);
                     const unsigned a_dst = sA + s * A_STAGE_BYTES, b_dst = sB + s * B_STAGE_BYTES;
 #pragma unroll
                     for (int box = 0; box < A_LOADS; ++box) {
                         if (A_K_MAJOR) {
-                            tg_tma_load(a_dst, &a_map, full(s), kb * BK, tm * BM);  // {64 k, BM rows}
+                            if constexpr (SPLIT_K > 1) {
+                                if (box < a_boxes)
+                                    tg_tma_load(a_dst + box * A_BOX_BYTES, &a_map, full(s), kb * BK, tm * BM + box * A_BOX_ROWS);
+                            } else {
+                                tg_tma_load(a_dst, &a_map, full(s), kb * BK, tm * BM);  // {64 k, BM rows}
+                            }
                         } else {
                             tg_tma_load(a_dst + box * BOX_BYTES, &a_map, full(s), tm * BM + 64 * box, kb * BK);
                         }
@@ -666,14 +757,15 @@ tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu(const __grid_constant__ TgTensorMap
                 }
             }
         }
-        else if (tid / 32 == 1) {
+        else if (tid / 32 == 1 && rank == 0) {
             // Warp 1: each tile's bias columns, as f32 (0 past N), into a two-slot ring, up to
             // two tiles ahead, so that the epilogue reads them from shared memory instead of
-            // waiting on global loads while the tensor cores idle.
+            // waiting on global loads while the tensor cores idle. (Split-K: only rank 0 runs
+            // the epilogue.)
             const int lane = tid % 32;
             int slot = 0;
             unsigned bphase = 0;
-            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+            for (int t = first_tile(); t < total; t += tile_step()) {
                 int tm, tn;
                 tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
                 tg_mbar_wait(bias_empty(slot), bphase ^ 1u);
@@ -704,49 +796,101 @@ tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu(const __grid_constant__ TgTensorMap
         [[maybe_unused]] unsigned c_phase = 0;
         [[maybe_unused]] int bias_slot = 0;
         [[maybe_unused]] unsigned bias_phase = 0;
-        for (int t = blockIdx.x; t < total; t += gridDim.x) {
+        [[maybe_unused]] unsigned partial_phase = 0;
+        for (int t = first_tile(); t < total; t += tile_step()) {
             int tm, tn;
             tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+            // Split-K serves skinny GEMMs: a consumer whose 64 rows all lie past M only
+            // releases the stages (in every block of the cluster alike: same tile).
+            const bool idle = SPLIT_K > 1 && tm * BM + cw * 64 >= M;
             int prev = 0;
-            for (int kb = 0; kb < nk; ++kb) {
-                tg_mbar_wait(full(s), phase);
-                tg_reg_fence(acc);
-                tg_wgmma_fence();
-                const unsigned a_s = sA + s * A_STAGE_BYTES, b_s = sB + s * B_STAGE_BYTES;
-#pragma unroll
-                for (int kk = 0; kk < BK / 16; ++kk) {
-                    // K-major: rows of 128 bytes, k16 = +32 bytes, 8-row atoms 1024 apart.
-                    // MN-major: k16 = 16 rows of 128 bytes, 64-wide chunks BOX_BYTES apart.
-                    const unsigned long long da = A_K_MAJOR
-                        ? tg_desc(a_s + cw * 64 * 128 + kk * 32, 16, 1024)
-                        : tg_desc(a_s + cw * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
-                    const unsigned long long db = B_K_MAJOR
-                        ? tg_desc(b_s + kk * 32, 16, 1024)
-                        : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
-                    tg_wgmma(acc, da, db, (kb | kk) != 0);
-                }
-                tg_wgmma_commit();
-                tg_reg_fence(acc);
-                // Keep one k block of wgmma in flight; release the stage the previous one read.
-                if (kb > 0) {
-                    tg_wgmma_wait<1>();
+            if (!idle) {
+                for (int kb = kb_begin; kb < kb_end; ++kb) {
+                    tg_mbar_wait(full(s), phase);
                     tg_reg_fence(acc);
-                    if (tid == 0) tg_mbar_arrive(empty(prev));
+                    tg_wgmma_fence();
+                    const unsigned a_s = sA + s * A_STAGE_BYTES, b_s = sB + s * B_STAGE_BYTES;
+#pragma unroll
+                    for (int kk = 0; kk < BK / 16; ++kk) {
+                        // K-major: rows of 128 bytes, k16 = +32 bytes, 8-row atoms 1024 apart.
+                        // MN-major: k16 = 16 rows of 128 bytes, 64-wide chunks BOX_BYTES apart.
+                        const unsigned long long da = A_K_MAJOR
+                            ? tg_desc(a_s + cw * 64 * 128 + kk * 32, 16, 1024)
+                            : tg_desc(a_s + cw * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
+                        const unsigned long long db = B_K_MAJOR
+                            ? tg_desc(b_s + kk * 32, 16, 1024)
+                            : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
+                        tg_wgmma(acc, da, db, ((kb - kb_begin) | kk) != 0);
+                    }
+                    tg_wgmma_commit();
+                    tg_reg_fence(acc);
+                    // Keep one k block of wgmma in flight; release the stage the previous one read.
+                    if (kb > kb_begin) {
+                        tg_wgmma_wait<1>();
+                        tg_reg_fence(acc);
+                        if (tid == 0) tg_mbar_arrive(empty(prev));
+                    }
+                    prev = s;
+                    if (++s == STAGES) {
+                        s = 0;
+                        phase ^= 1u;
+                    }
                 }
-                prev = s;
-                if (++s == STAGES) {
-                    s = 0;
-                    phase ^= 1u;
+            } else {
+                for (int kb = kb_begin; kb < kb_end; ++kb) {
+                    tg_mbar_wait(full(s), phase);
+                    if (tid == 0) tg_mbar_arrive(empty(s));
+                    if (++s == STAGES) {
+                        s = 0;
+                        phase ^= 1u;
+                    }
                 }
             }
             // Unconditional, so that ptxas sees no wgmma in flight past this point on any path
             // (it would inject a wait of its own, C7517).
             tg_wgmma_wait<0>();
             tg_reg_fence(acc);
-            if (nk > 0 && tid == 0) tg_mbar_arrive(empty(prev));
-            // K = 0: D = epilogue(0), selected in the epilogue rather than by zeroing acc:
-            // only wgmma may define the accumulators (ptxas would spill them otherwise).
-            const bool has_k = nk > 0;
+            if (!idle && kb_end > kb_begin && tid == 0) tg_mbar_arrive(empty(prev));
+            // K = 0 (or this block's share of it empty): D = epilogue(0), selected in the
+            // epilogue rather than by zeroing acc: only wgmma may define the accumulators
+            // (ptxas would spill them otherwise).
+            const bool has_k = kb_end > kb_begin;
+            if constexpr (SPLIT_K > 1) {
+                // Thread tid's accumulators i..i+3 sit at float4 slot (i / 4) * 128 + tid of
+                // the partial tile, so each thread of rank 0 reads what its twin wrote.
+                const unsigned part = base + PARTIAL_OFFSET + cw * PARTIAL_BYTES + 16u * tid;
+                if (!idle && rank != 0) {
+                    tg_mbar_wait_cluster(partial_empty(cw), partial_phase ^ 1u);  // rank 0 read the last one
+#pragma unroll
+                    for (int i = 0; i < ACC; i += 4) {
+                        asm volatile("st.shared.v4.f32 [%0], { %1, %2, %3, %4 };" ::"r"(part + 2048u * (i / 4)),
+                                     "f"(has_k ? acc[i] : 0.0f), "f"(has_k ? acc[i + 1] : 0.0f),
+                                     "f"(has_k ? acc[i + 2] : 0.0f), "f"(has_k ? acc[i + 3] : 0.0f)
+                                     : "memory");
+                    }
+                    tg_mbar_arrive_cluster(tg_cluster_addr(partial_full(cw), 0));
+                    partial_phase ^= 1u;
+                } else if (!idle) {
+                    tg_mbar_wait_cluster(partial_full(cw), partial_phase);
+                    partial_phase ^= 1u;
+#pragma unroll 1
+                    for (unsigned r = 1; r < (unsigned)SPLIT_K; ++r) {
+                        const unsigned src = tg_cluster_addr(part, r);
+#pragma unroll
+                        for (int i = 0; i < ACC; i += 4) {
+                            float x0, x1, x2, x3;
+                            asm volatile("ld.shared::cluster.v4.f32 { %0, %1, %2, %3 }, [%4];"
+                                         : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3) : "r"(src + 2048u * (i / 4)) : "memory");
+                            acc[i] += x0;
+                            acc[i + 1] += x1;
+                            acc[i + 2] += x2;
+                            acc[i + 3] += x3;
+                        }
+                        tg_mbar_arrive_cluster(tg_cluster_addr(partial_empty(cw), r));
+                    }
+                }
+                if (rank != 0) continue;  // rank 0 writes the tile
+            }
 
             // ---------------- epilogue ----------------
             // Thread layout of an m64nBN accumulator: acc[4g + 2h + e] is row warp*16 + lane/4 + 8h,
@@ -757,6 +901,7 @@ tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu(const __grid_constant__ TgTensorMap
             const unsigned bias_s = sBias + bias_slot * BIAS_SLOT_BYTES;
 #pragma unroll
             for (int round = 0; round < EPI_ROUNDS; ++round) {
+                if (idle) break;  // no rows of D here
                 if (tid == 0) tg_bulk_wait_read();  // the last stores have read the staging buffer
                 tg_named_barrier(1 + cw, 128);
 #pragma unroll
@@ -797,4 +942,7 @@ tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu(const __grid_constant__ TgTensorMap
         }
         if (tid == 0) tg_bulk_wait();
     }
+    // Split-K: no block leaves while another may still read its shared memory or arrive on
+    // its barriers (rank 0 reads the others' partial tiles; they arrive on its barriers).
+    if constexpr (SPLIT_K > 1) tg_cluster_sync();
 }

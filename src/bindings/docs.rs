@@ -134,11 +134,20 @@ pub fn niche(inst: &InstanceEntry) -> String {
         }
         GridRule::Tiles { .. } => {}
         GridRule::QueryTiles { tile_q } => how.push(format!("{tile_q} query rows per block")),
-        GridRule::Persistent { ctas_per_sm, .. } => {
+        GridRule::Persistent {
+            ctas_per_sm,
+            cluster,
+            ..
+        } => {
             how.push(format!(
                 "wgmma fed by TMA, persistent grid of {ctas_per_sm} block{} per SM; runs only on sm_90",
                 if *ctas_per_sm == 1 { "" } else { "s" }
             ));
+            if *cluster > 1 {
+                how.push(format!(
+                    "clusters of {cluster} blocks that split K and sum their partial tiles"
+                ));
+            }
         }
     }
     how.join(", ")

@@ -386,9 +386,10 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
                 tile_m,
                 tile_n,
                 ctas_per_sm,
+                cluster,
             },
             Family::Gemm,
-        ) => gemm_body(inst, *tile_m, *tile_n, Some(*ctas_per_sm))?,
+        ) => gemm_body(inst, *tile_m, *tile_n, Some((*ctas_per_sm, *cluster)))?,
         (rule, _) => {
             return Err(crate::error::Error::internal(format!(
                 "bindings: `{}` ({}) has launch rule {rule:?}, which its op family does not use",
@@ -470,12 +471,12 @@ pub fn gemm_needs(inst: &InstanceEntry) -> [u64; 6] {
 }
 
 /// A GEMM instance's checks: the call's operands, then its grid (one block per tile, or a
-/// persistent grid of `ctas_per_sm` blocks per SM of the device).
+/// persistent grid of `ctas_per_sm` blocks per SM of the device in clusters of `cluster`).
 fn gemm_body(
     inst: &InstanceEntry,
     tile_m: u32,
     tile_n: u32,
-    persistent: Option<u32>,
+    persistent: Option<(u32, u32)>,
 ) -> Result<TokenStream> {
     let layout = inst.params.layout.unwrap_or(Layout::Nn);
     let (at, bt) = (layout.a_transposed(), layout.b_transposed());
@@ -506,9 +507,9 @@ fn gemm_body(
         None => {
             quote!(let dims = call_checks::gemm(&call, &needs, (#tm, #tn), #threads, #shared)?;)
         }
-        Some(ctas) => {
-            let ctas = u32_lit(ctas);
-            quote!(let dims = call_checks::gemm_persistent(&call, &needs, (#tm, #tn), #ctas, device.sm_count, #threads, #shared)?;)
+        Some((ctas, cluster)) => {
+            let (ctas, cluster) = (u32_lit(ctas), u32_lit(cluster));
+            quote!(let dims = call_checks::gemm_persistent(&call, &needs, (#tm, #tn), #ctas, #cluster, device.sm_count, #threads, #shared)?;)
         }
     };
     Ok(quote! {

@@ -21,6 +21,10 @@ pub struct BenchArgs {
     /// about (`tilegen tune --dry-run`; `--filter` selects methods).
     #[arg(long)]
     dispatch: bool,
+    /// Time at these shapes instead of the goal sizes, for the ops the file names (a JSON
+    /// object from op name to lists of sizes, as `tilegen tune --shapes` reads).
+    #[arg(long, conflicts_with = "dispatch")]
+    shapes: Option<PathBuf>,
 }
 
 pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
@@ -29,10 +33,15 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
         library: LibraryArgs { lib, filter, op },
         json_out,
         dispatch,
+        shapes,
     } = args;
     if dispatch {
         return super::tune::run(super::tune::TuneArgs::report(lib, filter), rep);
     }
+    let shapes = match &shapes {
+        Some(path) => Some(tilegen::__internal::gpu::tune::read_shapes(path)?),
+        None => None,
+    };
     let select = Select::new(filter, op)?;
     let mut gpu = Gpu::open(&lib)?;
     let ceiling = bench::copy_ceiling(&gpu, 1 << 30)?;
@@ -70,7 +79,11 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
             continue;
         }
         let plain = bench::plain_partner(&inst, &gpu.manifest.instances).cloned();
-        for p in problem::bench_cases(&inst) {
+        let cases = shapes
+            .as_ref()
+            .and_then(|s| tilegen::__internal::gpu::tune::shape_problems(&inst, s))
+            .unwrap_or_else(|| problem::bench_cases(&inst));
+        for p in cases {
             match bench::bench_case(&mut gpu, &inst, p, ceiling, blas.as_ref(), plain.as_ref()) {
                 Ok(r) => {
                     rep.out(

@@ -145,6 +145,7 @@ pub fn dims(
                 tile_m,
                 tile_n,
                 ctas_per_sm,
+                cluster,
             },
             Problem::Gemm { m, n, .. },
         ) => launch_rules::persistent_dims(
@@ -153,6 +154,7 @@ pub fn dims(
             *tile_m,
             *tile_n,
             *ctas_per_sm,
+            *cluster,
             sm_count,
             threads,
             inst.launch.shared_bytes,
@@ -227,6 +229,7 @@ pub enum Numerics {
 pub struct Case {
     pub problem: Problem,
     pub numerics: Numerics,
+    /// At most this many blocks (of a clustered grid: clusters) in the grid.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grid_cap: Option<u32>,
     /// GEMM: matrices stored with padded rows ([`gemm_ld_padded`]: rows rounded up to whole
@@ -461,6 +464,9 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Case> {
                 (gemm(2 * tm + 3, 3 * tn + 5, 199), 0, 0, Some(2)),
                 (gemm(509, 521, 1031), 1, 112, Some(3)),
                 (gemm(300, 520, 4104), 1, 16, None),
+                // Skinny (split-K's shapes): a consumer's rows all past M, K over many shares.
+                (gemm(16, 4 * tn + 8, 2051), 1, 16, Some(2)),
+                (gemm(64, 2 * tn, 777), 0, 0, None),
                 (gemm(1024, 1024, 1024), 0, 0, None),
                 (gemm(2056, 3080, 2048), 0, 16, None), // against cuBLAS
             ] {

@@ -126,6 +126,13 @@ fn shape_of(p: Problem) -> Vec<u64> {
     }
 }
 
+/// An instance's problems at a shapes file's shapes for its op; None when the file has none
+/// for it (`bench --shapes`).
+pub fn shape_problems(inst: &InstanceEntry, shapes: &Shapes) -> Option<Vec<Problem>> {
+    let list = shapes.get(&inst.op)?;
+    Some(list.iter().filter_map(|s| problem_of(inst, s)).collect())
+}
+
 /// The shapes a method is measured at: the shapes file's for its op, else the bench's goal
 /// shapes of any member, and for elementwise ops two smaller sizes too (their rule depends on
 /// the size against the SM count).

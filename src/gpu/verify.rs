@@ -367,7 +367,9 @@ fn try_case(
     let args = super::with_tensor_maps(gpu, inst, args, u64::from(dims.grid.2))
         .map_err(|e| e.to_string())?;
     if let Some(cap) = case.grid_cap {
-        dims.grid.0 = dims.grid.0.min(cap);
+        // In whole clusters: a grid that is no multiple of the compiled cluster cannot launch.
+        let cluster = inst.launch.grid.cluster();
+        dims.grid.0 = dims.grid.0.min(cap.saturating_mul(cluster));
     }
     launch(gpu, &f, dims, &args).map_err(|e| e.to_string())?;
     gpu.sync().map_err(|e| e.to_string())?;

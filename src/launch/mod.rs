@@ -86,16 +86,28 @@ pub enum GridRule {
     },
     /// One block per `tile_m`×`tile_n` output tile, in a grouped order.
     Tiles { tile_m: u32, tile_n: u32 },
-    /// Persistent: `min(ceil(M/tile_m) * ceil(N/tile_n), sm_count * ctas_per_sm)` blocks,
-    /// each looping over the output tiles.
+    /// Persistent: `min(ceil(M/tile_m) * ceil(N/tile_n), sm_count * ctas_per_sm / cluster)`
+    /// clusters of `cluster` blocks along x, each cluster looping over the output tiles.
     Persistent {
         tile_m: u32,
         tile_n: u32,
         ctas_per_sm: u32,
+        /// Blocks per cluster (the kernel's compiled `__cluster_dims__(cluster, 1, 1)`): they
+        /// share each tile, splitting K. Absent in the manifest when 1.
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        cluster: u32,
     },
     /// Attention: grid `(ceil(seq_q / tile_q), heads_q, batch)`, `seq_q` the longest query
     /// sequence (varlen: blocks past their sequence's end return at once).
     QueryTiles { tile_q: u32 },
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 /// What the fixed dispatch rules (`tilegen_runtime::call_checks::pick_*`, `gemm_order`) know
@@ -114,6 +126,14 @@ impl GridRule {
         match self {
             GridRule::Rows { max_cols, .. } => *max_cols,
             _ => None,
+        }
+    }
+
+    /// Blocks per cluster: a grid is a whole number of them (1 for rules without clusters).
+    pub fn cluster(&self) -> u32 {
+        match self {
+            GridRule::Persistent { cluster, .. } => *cluster,
+            _ => 1,
         }
     }
 

@@ -22,6 +22,7 @@ pub static GEMM: OpInfo = OpInfo {
         Field::OutDtype,
         Field::Epilogue,
         Field::Engine,
+        Field::SplitK,
     ],
     epilogues: &[
         Epilogue::Scale,
@@ -77,6 +78,8 @@ pub fn resolved(inst: &Instance) -> Params {
     if wgmma(&p) {
         p.warp = None;
         p.stages = Some(gemm_sm90::stages(&p));
+        // One block per cluster is no split: never stored, so names and hashes stay.
+        p.split_k = p.split_k.filter(|&k| k != 1);
     } else {
         p.stages = Some(stages(inst));
     }
@@ -295,6 +298,14 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         return gemm_sm90::check(inst);
     }
     let mut out = Vec::new();
+    if let Some(k) = inst.params.split_k.filter(|&k| k != 1) {
+        out.push((
+            Field::SplitK,
+            format!(
+                "split_k {k} needs engine wgmma (its blocks sum partial tiles through a cluster)"
+            ),
+        ));
+    }
     let [tm, tn, tk] = inst.params.tile.unwrap_or([128, 128, 32]);
     let [wm, wn] = inst.params.warp.unwrap_or([64, 64]);
     let tc = tensor_cores(inst);

@@ -34,6 +34,10 @@ const SPAN: u32 = 128;
 const MAX_TILE_N_GELU_ERF: u32 = 128;
 /// Slack to align the dynamic shared memory to 1024 bytes (128-byte swizzle atoms).
 const ALIGN_SLACK: u32 = 1024;
+/// Rows of A's TMA box (K-major A) in split-K instances, which serve skinny GEMMs.
+const SKINNY_A_BOX_ROWS: u32 = 16;
+/// Most blocks per cluster (split-K) a portable cluster launch has.
+pub const MAX_SPLIT_K: u32 = 8;
 
 pub fn defaults(p: &mut Params) {
     p.tile.get_or_insert([TILE_M, 256, TILE_K]);
@@ -67,6 +71,8 @@ struct Plan {
     epi_cols: u32,
     epi_rounds: u32,
     has_bias: bool,
+    /// Blocks per cluster, each summing a share of K (1: no split).
+    split_k: u32,
 }
 
 impl Plan {
@@ -75,6 +81,7 @@ impl Plan {
         let [_, tile_n, _] = p.tile.unwrap_or([TILE_M, 256, TILE_K]);
         let tile_n = tile_n.max(64);
         let layout = p.layout.unwrap_or(Layout::Nn);
+        let split_k = p.split_k.unwrap_or(1);
         let out_elem = inst.out_dtype.size();
         let a_k_major = !layout.a_transposed();
         let d_box_cols = SPAN / out_elem;
@@ -96,14 +103,25 @@ impl Plan {
             b_k_major: layout.b_transposed(),
             in_elem: inst.dtype.size(),
             out_elem,
-            // K-major A: one box of all the tile's rows; M-major A: one 64-row box per consumer.
-            a_box_outer: if a_k_major { TILE_M } else { TILE_K },
-            a_loads: if a_k_major { 1 } else { TILE_M / 64 },
+            // K-major A: one box of all the tile's rows, or with split-K (skinny GEMMs) boxes
+            // of 16 rows, only those that reach into M (a box mostly past M costs more than its
+            // rows); M-major A: one 64-row box per consumer.
+            a_box_outer: match (a_k_major, split_k > 1) {
+                (true, false) => TILE_M,
+                (true, true) => SKINNY_A_BOX_ROWS,
+                (false, _) => TILE_K,
+            },
+            a_loads: match (a_k_major, split_k > 1) {
+                (true, false) => 1,
+                (true, true) => TILE_M / SKINNY_A_BOX_ROWS,
+                (false, _) => TILE_M / 64,
+            },
             b_loads: tile_n / 64,
             d_box_cols,
             epi_cols: tile_n / epi_rounds,
             epi_rounds,
             has_bias: inst.has_epilogue(Epilogue::Bias),
+            split_k,
         }
     }
 
@@ -128,14 +146,29 @@ impl Plan {
     fn bias_offset(&self) -> u32 {
         self.stages * (self.a_stage_bytes() + self.b_stage_bytes()) + 2 * self.staging_bytes()
     }
-    fn barrier_offset(&self) -> u32 {
+    /// Split-K: one consumer's partial tile, 64 rows × tile_n f32 (none without a split).
+    fn partial_bytes(&self) -> u32 {
+        if self.split_k > 1 {
+            CONSUMER_ROWS * self.tile_n * 4
+        } else {
+            0
+        }
+    }
+    fn partial_offset(&self) -> u32 {
         self.bias_offset() + 2 * self.bias_slot_bytes()
     }
+    fn barrier_offset(&self) -> u32 {
+        self.partial_offset() + 2 * self.partial_bytes()
+    }
+    fn barriers(&self) -> u32 {
+        2 * self.stages + 6 + if self.split_k > 1 { 4 } else { 0 }
+    }
     /// Dynamic shared memory: alignment slack, the stages (A then B), two staging buffers,
-    /// two bias slots, then mbarriers: a full and an empty one per stage, one per consumer
-    /// (its staged C), a full and an empty one per bias slot.
+    /// two bias slots, two partial tiles (split-K), then mbarriers: a full and an empty one
+    /// per stage, one per consumer (its staged C), a full and an empty one per bias slot, and
+    /// with split-K a full and an empty one per consumer's partial tile.
     fn shared_bytes(&self) -> u32 {
-        ALIGN_SLACK + self.barrier_offset() + 8 * (2 * self.stages + 6)
+        ALIGN_SLACK + self.barrier_offset() + 8 * self.barriers()
     }
 }
 
@@ -192,6 +225,16 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             out.push((
                 Field::Stages,
                 format!("stages must be from 2 to 8, not {s}"),
+            ));
+        }
+    }
+    if let Some(k) = p.split_k {
+        if !(1..=MAX_SPLIT_K).contains(&k) {
+            out.push((
+                Field::SplitK,
+                format!(
+                    "split_k must be from 1 to {MAX_SPLIT_K} (blocks in a portable cluster), not {k}"
+                ),
             ));
         }
     }
@@ -281,6 +324,7 @@ pub fn launch(inst: &Instance) -> Launch {
             tile_m: TILE_M,
             tile_n: plan.tile_n,
             ctas_per_sm: 1,
+            cluster: plan.split_k,
         },
         shared_bytes: plan.shared_bytes(),
     }
@@ -305,13 +349,26 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     } else {
         ("B (K x N) is row-major", "ldb >= N")
     };
+    let grid = if plan.split_k > 1 {
+        let s = plan.split_k;
+        format!(
+            "grid = (min(ceil(M / {TILE_M}) * ceil(N / {}), max(floor(SMs / {s}), 1)) * {s}, 1, 1) in \
+             clusters of ({s}, 1, 1), compiled into the kernel (persistent: each cluster loops over \
+             tiles; its {s} blocks split K and rank 0 sums their partial tiles)",
+            plan.tile_n
+        )
+    } else {
+        format!(
+            "grid = (min(ceil(M / {TILE_M}) * ceil(N / {}), SMs), 1, 1) (persistent: each block loops \
+             over tiles)",
+            plan.tile_n
+        )
+    };
     let mut r = vec![
         "runs only on compute capability 9.0 devices (sm_90a code: H100, H200)".to_string(),
         format!(
-            "launch: grid = (min(ceil(M / {TILE_M}) * ceil(N / {}), SMs), 1, 1) (persistent: each block \
-             loops over tiles), block = ({THREADS}, 1, 1), {} bytes of dynamic shared memory (over 48 KiB: \
+            "launch: {grid}, block = ({THREADS}, 1, 1), {} bytes of dynamic shared memory (over 48 KiB: \
              raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)",
-            plan.tile_n,
             plan.shared_bytes()
         ),
         format!(
@@ -383,6 +440,9 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("staging_bytes", plan.staging_bytes().into()),
         ("bias_offset", plan.bias_offset().into()),
         ("bias_slot_bytes", plan.bias_slot_bytes().into()),
+        ("split_k", plan.split_k.into()),
+        ("partial_offset", plan.partial_offset().into()),
+        ("partial_bytes", plan.partial_bytes().into()),
         ("barrier_offset", plan.barrier_offset().into()),
         ("shared_bytes", plan.shared_bytes().into()),
         ("producer_regs", PRODUCER_REGS.into()),
@@ -435,7 +495,8 @@ mod tests {
             GridRule::Persistent {
                 tile_m: 128,
                 tile_n: 256,
-                ctas_per_sm: 1
+                ctas_per_sm: 1,
+                cluster: 1
             }
         );
         assert!(check(&i).is_empty());
@@ -464,6 +525,76 @@ mod tests {
                 .any(|(f, m)| *f == Field::Stages && m.contains("shared memory")),
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn split_k_clusters() {
+        let mut i = inst(DType::Bf16, DType::Bf16, 64, Layout::Nn);
+        i.params.stages = Some(7);
+        i.params.split_k = Some(2);
+        assert_eq!(crate::ops::check(&i), vec![]);
+        // 7 stages of 16 + 8 KiB, two 64x64 bf16 staging buffers, two 64x64 f32 partial
+        // tiles, 7 * 2 + 6 + 4 barriers.
+        let l = launch(&i);
+        assert_eq!(
+            l.shared_bytes,
+            1024 + 7 * 24576 + 2 * 8192 + 2 * 16384 + 8 * 24
+        );
+        assert_eq!(
+            l.grid,
+            GridRule::Persistent {
+                tile_m: 128,
+                tile_n: 64,
+                ctas_per_sm: 1,
+                cluster: 2
+            }
+        );
+        // K-major A comes in 16-row boxes (only those that reach into M); M-major A as before.
+        assert_eq!(tensor_maps(&i)[0].box_dims, vec![64, 16]);
+        let mut t = i.clone();
+        t.params.layout = Some(Layout::Tn);
+        assert_eq!(tensor_maps(&t)[0].box_dims, vec![64, 64]);
+        assert!(crate::ops::name_suffix(&i).ends_with("_s7_nn_wgmma_split2"));
+        // The manifest spells the cluster only when there is one.
+        let json = |g: &GridRule| serde_json::to_string(g).unwrap();
+        assert!(json(&l.grid).contains("\"cluster\":2"));
+        let unsplit = launch(&inst(DType::Bf16, DType::Bf16, 64, Layout::Nn)).grid;
+        assert!(!json(&unsplit).contains("cluster"));
+        assert_eq!(
+            serde_json::from_str::<GridRule>(&json(&unsplit)).unwrap(),
+            unsplit
+        );
+        // split_k 1 is no split: same instance as leaving it out.
+        let mut one = inst(DType::Bf16, DType::Bf16, 64, Layout::Nn);
+        one.params.split_k = Some(1);
+        assert_eq!(
+            crate::ops::canonical(&one),
+            inst(DType::Bf16, DType::Bf16, 64, Layout::Nn).params
+        );
+        // Out of range; and the mma_sync engine has no clusters.
+        let has = |i: &Instance, needle: &str| {
+            let p = crate::ops::check(i);
+            assert!(
+                p.iter()
+                    .any(|(f, m)| *f == Field::SplitK && m.contains(needle)),
+                "{needle:?} not in {p:?}"
+            );
+        };
+        for bad in [0, 9] {
+            let mut b = i.clone();
+            b.params.split_k = Some(bad);
+            has(&b, "from 1 to 8");
+        }
+        let mut m = Instance::for_test(
+            crate::spec::model::Op::Gemm,
+            DType::Bf16,
+            Params {
+                split_k: Some(2),
+                ..Default::default()
+            },
+        );
+        crate::ops::apply_defaults(crate::spec::model::Op::Gemm, &mut m.params);
+        has(&m, "needs engine wgmma");
     }
 
     #[test]

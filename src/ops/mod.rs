@@ -33,6 +33,7 @@ pub enum Field {
     TileKv,
     RowsPerBlock,
     Lean,
+    SplitK,
 }
 
 impl Field {
@@ -55,6 +56,7 @@ impl Field {
         Field::TileKv,
         Field::RowsPerBlock,
         Field::Lean,
+        Field::SplitK,
     ];
     pub fn key(self) -> &'static str {
         match self {
@@ -76,6 +78,7 @@ impl Field {
             Field::TileKv => "tile_kv",
             Field::RowsPerBlock => "rows_per_block",
             Field::Lean => "lean",
+            Field::SplitK => "split_k",
         }
     }
     pub fn from_key(key: &str) -> Option<Field> {
@@ -223,6 +226,7 @@ fn unset(p: &mut Params, field: Field) -> bool {
         tile_kv: _,
         rows_per_block: _,
         lean: _,
+        split_k: _,
     } = p;
     match field {
         Field::Block => p.block.take().is_some(),
@@ -241,6 +245,7 @@ fn unset(p: &mut Params, field: Field) -> bool {
         Field::TileKv => p.tile_kv.take().is_some(),
         Field::RowsPerBlock => p.rows_per_block.take().is_some(),
         Field::Lean => p.lean.take().is_some(),
+        Field::SplitK => p.split_k.take().is_some(),
         // Not parameters: the instance holds them.
         Field::OutDtype | Field::Epilogue => false,
     }
@@ -291,6 +296,10 @@ pub fn name_suffix(inst: &Instance) -> String {
     }
     if p.lean == Some(true) {
         s += "_lean";
+    }
+    // Only above 1 (gemm::resolved leaves 1 unset).
+    if let Some(k) = p.split_k {
+        s += &format!("_split{k}");
     }
     for e in &inst.epilogue {
         s += "_";

@@ -228,6 +228,10 @@ pub struct Params {
     /// means off (`false` is never stored).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub lean: Option<bool>,
+    /// GEMM, engine wgmma: the blocks of a cluster that split K between them (rank 0 sums
+    /// the others' partial tiles); unset means 1 (never stored).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub split_k: Option<u32>,
 }
 
 /// Where an instance came from, for headers and messages.

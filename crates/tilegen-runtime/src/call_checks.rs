@@ -309,13 +309,14 @@ pub fn gemm(
 }
 
 /// [`gemm`]'s checks for a persistent kernel ([`launch_rules::persistent_dims`]): at most
-/// `ctas_per_sm` blocks on each of the device's `sm_count` SMs.
+/// `ctas_per_sm` blocks on each of the device's `sm_count` SMs, in clusters of `cluster`.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_persistent(
     call: &GemmCall,
     needs: &GemmNeeds,
     tile: (u32, u32),
     ctas_per_sm: u32,
+    cluster: u32,
     sm_count: u32,
     threads: u32,
     shared_bytes: u32,
@@ -329,6 +330,7 @@ pub fn gemm_persistent(
         tile.0,
         tile.1,
         ctas_per_sm,
+        cluster,
         sm_count,
         threads,
         shared_bytes,
@@ -593,7 +595,7 @@ mod tests {
             },
             bias: None,
         };
-        let p = |c: &GemmCall| gemm_persistent(c, &needs, (128, 256), 1, 132, 384, 200_000);
+        let p = |c: &GemmCall| gemm_persistent(c, &needs, (128, 256), 1, 1, 132, 384, 200_000);
         let dims = p(&call(8192, 8192, 8192, 8192)).unwrap().unwrap();
         assert_eq!(dims.grid, (132, 1, 1));
         assert_eq!(dims.block, (384, 1, 1));

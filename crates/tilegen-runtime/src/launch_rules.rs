@@ -179,8 +179,9 @@ pub fn tiles_dims(
     })
 }
 
-/// Persistent tiled kernels: one block per output tile up to `ctas_per_sm` blocks per SM
-/// (each block loops over the tiles), so `min(tiles, sm_count * ctas_per_sm)` blocks.
+/// Persistent tiled kernels: one cluster of `cluster` blocks (along x) per output tile, up to
+/// `ctas_per_sm` blocks per SM (each cluster loops over the tiles), so
+/// `min(tiles, sm_count * ctas_per_sm / cluster) * cluster` blocks (at least one cluster).
 #[allow(clippy::too_many_arguments)]
 pub fn persistent_dims(
     m: u64,
@@ -188,6 +189,7 @@ pub fn persistent_dims(
     tile_m: u32,
     tile_n: u32,
     ctas_per_sm: u32,
+    cluster: u32,
     sm_count: u32,
     threads: u32,
     shared_bytes: u32,
@@ -196,9 +198,13 @@ pub fn persistent_dims(
         .div_ceil(tile_m.max(1) as u64)
         .saturating_mul(n.div_ceil(tile_n.max(1) as u64));
     check_range("number of output tiles", tiles, 1, u64::MAX)?;
+    let cluster = cluster.max(1) as u64;
     let resident = (sm_count.max(1) as u64).saturating_mul(ctas_per_sm.max(1) as u64);
+    let clusters = tiles
+        .min((resident / cluster).max(1))
+        .min(MAX_GRID_X / cluster);
     Ok(LaunchDims {
-        grid: (tiles.min(resident).min(MAX_GRID_X) as u32, 1, 1),
+        grid: ((clusters * cluster) as u32, 1, 1),
         block: (threads, 1, 1),
         shared_bytes,
     })
@@ -219,20 +225,33 @@ mod tests {
         assert_eq!(rows_dims(65536, 1, 128).grid.0, 65536);
         assert_eq!(tiles_dims(129, 256, 128, 128, 256, 0).unwrap().grid.0, 4);
         // Persistent: the tiles while fewer than the resident blocks, else the SMs' worth.
-        let p = |m, n, sms| persistent_dims(m, n, 128, 256, 1, sms, 384, 1 << 17).unwrap();
+        let p = |m, n, sms| persistent_dims(m, n, 128, 256, 1, 1, sms, 384, 1 << 17).unwrap();
         assert_eq!(p(129, 256, 132).grid.0, 2);
         assert_eq!(p(4096, 4096, 132).grid, (132, 1, 1));
         assert_eq!(p(1, 1, 132).grid.0, 1);
         assert_eq!(p(1 << 31, 1 << 31, 132).grid.0, 132);
         assert_eq!(p(4096, 4096, 132).shared_bytes, 1 << 17);
         assert_eq!(
-            persistent_dims(4096, 4096, 128, 128, 2, 108, 256, 0)
+            persistent_dims(4096, 4096, 128, 128, 2, 1, 108, 256, 0)
                 .unwrap()
                 .grid
                 .0,
             216
         );
-        assert!(persistent_dims(0, 4096, 128, 256, 1, 132, 384, 0).is_err());
+        assert!(persistent_dims(0, 4096, 128, 256, 1, 1, 132, 384, 0).is_err());
+        // Clusters of 2: whole clusters, one per tile up to the SMs' worth (66 on 132 SMs;
+        // 65 on 131), and one cluster even on a device with fewer SMs than the cluster.
+        let c = |m, n, sms| {
+            persistent_dims(m, n, 128, 64, 1, 2, sms, 384, 0)
+                .unwrap()
+                .grid
+                .0
+        };
+        assert_eq!(c(16, 4096, 132), 128);
+        assert_eq!(c(16, 11008, 132), 132);
+        assert_eq!(c(16, 11008, 131), 130);
+        assert_eq!(c(1, 1, 132), 2);
+        assert_eq!(c(4096, 4096, 1), 2);
     }
 
     #[test]
