@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 782769b09c5625e0
+// content sha256 f1e0b2345d7a95a6
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -8691,7 +8691,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -8783,7 +8783,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -8875,7 +8875,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -8967,7 +8967,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -9059,7 +9059,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -9151,7 +9151,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -10991,7 +10991,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -11083,7 +11083,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -11175,7 +11175,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -11267,7 +11267,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -11359,7 +11359,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -11451,7 +11451,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                         name: "lda",
                     },
                 ],
-                box_dims: &[64, 16],
+                box_dims: &[64, 32],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
                 l2_promotion: tensor_map::L2Promotion::B256,
@@ -16774,7 +16774,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     /// - [`Self::gemm_bf16_256x128x32_w64x64_s3_nn`]: tile 256x128x32
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -17394,7 +17394,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_to_f32_128x128x32_w64x64_s4_nn`]: tile 128x128x32
     /// - [`Self::gemm_bf16_to_f32_128x256x64_s3_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 4 (16 bytes of elements).
     ///
@@ -17611,7 +17611,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_bf16_128x256x64_s3_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -17998,7 +17998,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -18555,7 +18555,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nn_wgmma_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -18902,7 +18902,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nn_wgmma_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -19252,7 +19252,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -19823,7 +19823,7 @@ impl Kernels {
     /// - [`Self::gemm_residual_bf16_128x128x32_w64x64_s4_nn_scale_bias_residual`]: tile 128x128x32
     /// - [`Self::gemm_residual_bf16_128x256x64_s3_nn_wgmma_scale_bias_residual`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -20249,7 +20249,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -20613,7 +20613,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_bias_gelu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -20960,7 +20960,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_bias_gelu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -21307,7 +21307,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -21654,7 +21654,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -22001,7 +22001,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -22621,7 +22621,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_tn`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_s3_tn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -22834,7 +22834,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x32_w64x64_s4_tt`]: tile 128x128x32
     /// - [`Self::gemm_bf16_128x256x64_s3_tt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 10 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 11 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -28645,6 +28645,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 2,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 3,
             },
@@ -29928,6 +29935,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -30233,6 +30247,13 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[16, 11008, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[64, 4096, 4096],
                 member: 0,
             },
             ::tilegen_runtime::tuning::Tuned {
@@ -30960,6 +30981,13 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[16, 11008, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[64, 4096, 4096],
                 member: 0,
             },
             ::tilegen_runtime::tuning::Tuned {
@@ -31768,6 +31796,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -32413,6 +32448,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -33051,6 +33093,13 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[16, 11008, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[64, 4096, 4096],
                 member: 1,
             },
             ::tilegen_runtime::tuning::Tuned {
@@ -33983,6 +34032,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -34378,6 +34434,13 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[16, 11008, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[64, 4096, 4096],
                 member: 0,
             },
             ::tilegen_runtime::tuning::Tuned {
@@ -35115,6 +35178,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -35760,6 +35830,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -35782,7 +35859,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[2048, 2048, 2048],
-                member: 3,
+                member: 4,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -36405,6 +36482,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -36427,7 +36511,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[2048, 2048, 2048],
-                member: 3,
+                member: 4,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -37044,6 +37128,13 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[16, 11008, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[64, 4096, 4096],
                 member: 0,
             },
             ::tilegen_runtime::tuning::Tuned {
@@ -37694,6 +37785,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -37716,7 +37814,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[2048, 2048, 2048],
-                member: 3,
+                member: 4,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -38441,6 +38539,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[64, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 1,
             },
@@ -38745,6 +38850,13 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[16, 11008, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[64, 4096, 4096],
                 member: 1,
             },
             ::tilegen_runtime::tuning::Tuned {

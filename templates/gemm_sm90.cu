@@ -8,6 +8,11 @@
 // loops over output tiles in groups of {{ group_m }} tile rows. Epilogue: registers -> swizzled shared
 // memory -> TMA store ({{ epi_rounds }} round(s) of {{ epi_cols }} columns per consumer), while the producer
 // already loads the next tile.{% if has_bias %} Producer warp 1 stages each tile's bias in shared memory.{% endif %}
+{%- if split_k > 1 %}
+// Split-K: clusters of {{ split_k }} blocks walk the tiles; each block sums its share of the k blocks (A in
+// {{ a_box_outer }}-row boxes, only those that reach into M), ranks 1..{{ split_k - 1 }} leave their f32 partial tiles in
+// their shared memory, and rank 0 adds them (ld.shared::cluster) before the epilogue.
+{%- endif %}
 //
 // Runtime requirements (the launcher checks them; sizes in elements):
 {%- for r in requirements %}
@@ -231,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __clust
             for (int t = first_tile(); t < total; t += tile_step()) {
                 int tm, tn;
                 tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
-                // Split-K (skinny GEMMs), K-major A: only the 16-row boxes that reach into M.
+                // Split-K (skinny GEMMs), K-major A: only the boxes of A_BOX_ROWS that reach into M.
                 // The stale rows past them feed accumulator rows that are never stored.
                 [[maybe_unused]] const int a_boxes = min(A_LOADS, (M - tm * BM + A_BOX_ROWS - 1) / A_BOX_ROWS);
                 const unsigned stage_bytes =
@@ -373,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __clust
                 // the partial tile, so each thread of rank 0 reads what its twin wrote.
                 const unsigned part = base + PARTIAL_OFFSET + cw * PARTIAL_BYTES + 16u * tid;
                 if (!idle && rank != 0) {
-                    tg_mbar_wait_cluster(partial_empty(cw), partial_phase ^ 1u);  // rank 0 read the last one
+                    tg_mbar_wait<true>(partial_empty(cw), partial_phase ^ 1u);  // rank 0 read the last one
 #pragma unroll
                     for (int i = 0; i < ACC; i += 4) {
                         asm volatile("st.shared.v4.f32 [%0], { %1, %2, %3, %4 };" ::"r"(part + 2048u * (i / 4)),
@@ -384,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __clust
                     tg_mbar_arrive_cluster(tg_cluster_addr(partial_full(cw), 0));
                     partial_phase ^= 1u;
                 } else if (!idle) {
-                    tg_mbar_wait_cluster(partial_full(cw), partial_phase);
+                    tg_mbar_wait<true>(partial_full(cw), partial_phase);
                     partial_phase ^= 1u;
 #pragma unroll 1
                     for (unsigned r = 1; r < (unsigned)SPLIT_K; ++r) {

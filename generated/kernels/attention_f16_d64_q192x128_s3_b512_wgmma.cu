@@ -644,15 +644,20 @@ __device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigne
 __device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-// Spins until the barrier's phase with this parity has completed.
-__device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
+// One poll of a barrier's phase of this parity, 1 once complete; SEM as in the PTX (empty:
+// acquire at CTA scope).
+#define TG_MBAR_TRY_WAIT(SEM) \
+    "{\n.reg .pred P;\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
+// Spins until the barrier's phase with this parity has completed. CLUSTER: also acquires what
+// other blocks of the cluster released to the barrier (tg_mbar_arrive_cluster).
+template <bool CLUSTER = false> __device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
     unsigned ok;
     do {
-        asm volatile(
-            "{\n.reg .pred P;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, P;\n}\n"
-            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        if constexpr (CLUSTER) {
+            asm volatile(TG_MBAR_TRY_WAIT(".acquire.cluster") : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        } else {
+            asm volatile(TG_MBAR_TRY_WAIT("") : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        }
     } while (!ok);
 }
 __device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
@@ -687,20 +692,9 @@ __device__ __forceinline__ unsigned tg_cluster_addr(unsigned addr, unsigned rank
     return r;
 }
 // Arrives on a barrier of any block of the cluster (an address from tg_cluster_addr),
-// releasing this thread's earlier reads and writes to whoever waits on it.
+// releasing this thread's earlier reads and writes to whoever waits on it (tg_mbar_wait<true>).
 __device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned cluster_bar) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
-}
-// tg_mbar_wait that also acquires what other blocks of the cluster released to the barrier.
-__device__ __forceinline__ void tg_mbar_wait_cluster(unsigned bar, unsigned parity) {
-    unsigned ok;
-    do {
-        asm volatile(
-            "{\n.reg .pred P;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, P;\n}\n"
-            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    } while (!ok);
 }
 // Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
 // complete them).

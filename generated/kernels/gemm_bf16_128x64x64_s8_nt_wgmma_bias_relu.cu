@@ -456,15 +456,20 @@ __device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigne
 __device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-// Spins until the barrier's phase with this parity has completed.
-__device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
+// One poll of a barrier's phase of this parity, 1 once complete; SEM as in the PTX (empty:
+// acquire at CTA scope).
+#define TG_MBAR_TRY_WAIT(SEM) \
+    "{\n.reg .pred P;\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
+// Spins until the barrier's phase with this parity has completed. CLUSTER: also acquires what
+// other blocks of the cluster released to the barrier (tg_mbar_arrive_cluster).
+template <bool CLUSTER = false> __device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
     unsigned ok;
     do {
-        asm volatile(
-            "{\n.reg .pred P;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, P;\n}\n"
-            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        if constexpr (CLUSTER) {
+            asm volatile(TG_MBAR_TRY_WAIT(".acquire.cluster") : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        } else {
+            asm volatile(TG_MBAR_TRY_WAIT("") : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        }
     } while (!ok);
 }
 __device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
@@ -499,20 +504,9 @@ __device__ __forceinline__ unsigned tg_cluster_addr(unsigned addr, unsigned rank
     return r;
 }
 // Arrives on a barrier of any block of the cluster (an address from tg_cluster_addr),
-// releasing this thread's earlier reads and writes to whoever waits on it.
+// releasing this thread's earlier reads and writes to whoever waits on it (tg_mbar_wait<true>).
 __device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned cluster_bar) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
-}
-// tg_mbar_wait that also acquires what other blocks of the cluster released to the barrier.
-__device__ __forceinline__ void tg_mbar_wait_cluster(unsigned bar, unsigned parity) {
-    unsigned ok;
-    do {
-        asm volatile(
-            "{\n.reg .pred P;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, P;\n}\n"
-            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    } while (!ok);
 }
 // Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
 // complete them).
@@ -720,7 +714,7 @@ tg_gemm_bf16_128x64x64_s8_nt_wgmma_bias_relu(const __grid_constant__ TgTensorMap
             for (int t = first_tile(); t < total; t += tile_step()) {
                 int tm, tn;
                 tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
-                // Split-K (skinny GEMMs), K-major A: only the 16-row boxes that reach into M.
+                // Split-K (skinny GEMMs), K-major A: only the boxes of A_BOX_ROWS that reach into M.
                 // The stale rows past them feed accumulator rows that are never stored.
                 [[maybe_unused]] const int a_boxes = min(A_LOADS, (M - tm * BM + A_BOX_ROWS - 1) / A_BOX_ROWS);
                 const unsigned stage_bytes =
@@ -860,7 +854,7 @@ tg_gemm_bf16_128x64x64_s8_nt_wgmma_bias_relu(const __grid_constant__ TgTensorMap
                 // the partial tile, so each thread of rank 0 reads what its twin wrote.
                 const unsigned part = base + PARTIAL_OFFSET + cw * PARTIAL_BYTES + 16u * tid;
                 if (!idle && rank != 0) {
-                    tg_mbar_wait_cluster(partial_empty(cw), partial_phase ^ 1u);  // rank 0 read the last one
+                    tg_mbar_wait<true>(partial_empty(cw), partial_phase ^ 1u);  // rank 0 read the last one
 #pragma unroll
                     for (int i = 0; i < ACC; i += 4) {
                         asm volatile("st.shared.v4.f32 [%0], { %1, %2, %3, %4 };" ::"r"(part + 2048u * (i / 4)),
@@ -871,7 +865,7 @@ tg_gemm_bf16_128x64x64_s8_nt_wgmma_bias_relu(const __grid_constant__ TgTensorMap
                     tg_mbar_arrive_cluster(tg_cluster_addr(partial_full(cw), 0));
                     partial_phase ^= 1u;
                 } else if (!idle) {
-                    tg_mbar_wait_cluster(partial_full(cw), partial_phase);
+                    tg_mbar_wait<true>(partial_full(cw), partial_phase);
                     partial_phase ^= 1u;
 #pragma unroll 1
                     for (unsigned r = 1; r < (unsigned)SPLIT_K; ++r) {

@@ -10,6 +10,9 @@
 // loops over output tiles in groups of 16 tile rows. Epilogue: registers -> swizzled shared
 // memory -> TMA store (1 round(s) of 64 columns per consumer), while the producer
 // already loads the next tile. Producer warp 1 stages each tile's bias in shared memory.
+// Split-K: clusters of 2 blocks walk the tiles; each block sums its share of the k blocks (A in
+// 32-row boxes, only those that reach into M), ranks 1..1 leave their f32 partial tiles in
+// their shared memory, and rank 0 adds them (ld.shared::cluster) before the epilogue.
 //
 // Runtime requirements (the launcher checks them; sizes in elements):
 //   - runs only on compute capability 9.0 devices (sm_90a code: H100, H200)
@@ -27,7 +30,7 @@
 //   - d overlaps no input (a, b, bias): the kernel's pointers are __restrict__
 // Tensor maps (cuTensorMapEncodeTiled; dims innermost first, strides in elements; 128-byte
 // swizzle, no interleave, 256-byte L2 promotion, zero fill):
-//   - a_map: f16 over a, dims [k, m], strides [lda], box [64, 16]
+//   - a_map: f16 over a, dims [k, m], strides [lda], box [64, 32]
 //   - b_map: f16 over b, dims [k, n], strides [ldb], box [64, 64]
 //   - d_map: f16 over d, dims [n, m], strides [ldd], box [64, 64]
 // Edges need no padding: TMA zero-fills what lies past M, N and K on the way in and clips the
@@ -426,7 +429,7 @@ constexpr int ACC = 32;  // f32 accumulators per consumer thread (m64 x BN / 128
 // MN-major = m (or n) contiguous, read by wgmma with its transpose bit.
 constexpr bool A_K_MAJOR = true;
 constexpr bool B_K_MAJOR = true;
-constexpr int A_LOADS = 8;  // TMA boxes per stage
+constexpr int A_LOADS = 4;  // TMA boxes per stage
 constexpr int B_LOADS = 1;
 constexpr unsigned BOX_BYTES = 64 * 128;  // one 64-row box of 128-byte rows
 constexpr unsigned A_STAGE_BYTES = 16384;
@@ -439,7 +442,7 @@ constexpr unsigned STAGING_BYTES = 8192;  // per consumer
 constexpr unsigned BIAS_OFFSET = 188416;  // two slots of a tile's bias as f32 (bias only)
 constexpr unsigned BIAS_SLOT_BYTES = 256;
 constexpr unsigned BARRIER_OFFSET = 221696;
-static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * 16u * 128u, "A boxes fill the stage");
+static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * 32u * 128u, "A boxes fill the stage");
 static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * BOX_BYTES, "B boxes fill the stage");
 static_assert(STAGING_BYTES == 64u * EPI_COLS * sizeof(OT), "staging holds 64 rows of a round");
 static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds cover the tile in whole boxes");
@@ -456,15 +459,20 @@ __device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigne
 __device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-// Spins until the barrier's phase with this parity has completed.
-__device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
+// One poll of a barrier's phase of this parity, 1 once complete; SEM as in the PTX (empty:
+// acquire at CTA scope).
+#define TG_MBAR_TRY_WAIT(SEM) \
+    "{\n.reg .pred P;\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
+// Spins until the barrier's phase with this parity has completed. CLUSTER: also acquires what
+// other blocks of the cluster released to the barrier (tg_mbar_arrive_cluster).
+template <bool CLUSTER = false> __device__ __forceinline__ void tg_mbar_wait(unsigned bar, unsigned parity) {
     unsigned ok;
     do {
-        asm volatile(
-            "{\n.reg .pred P;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, P;\n}\n"
-            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        if constexpr (CLUSTER) {
+            asm volatile(TG_MBAR_TRY_WAIT(".acquire.cluster") : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        } else {
+            asm volatile(TG_MBAR_TRY_WAIT("") : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+        }
     } while (!ok);
 }
 __device__ __forceinline__ void tg_mbar_arrive(unsigned bar) {
@@ -499,20 +507,9 @@ __device__ __forceinline__ unsigned tg_cluster_addr(unsigned addr, unsigned rank
     return r;
 }
 // Arrives on a barrier of any block of the cluster (an address from tg_cluster_addr),
-// releasing this thread's earlier reads and writes to whoever waits on it.
+// releasing this thread's earlier reads and writes to whoever waits on it (tg_mbar_wait<true>).
 __device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned cluster_bar) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
-}
-// tg_mbar_wait that also acquires what other blocks of the cluster released to the barrier.
-__device__ __forceinline__ void tg_mbar_wait_cluster(unsigned bar, unsigned parity) {
-    unsigned ok;
-    do {
-        asm volatile(
-            "{\n.reg .pred P;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, P;\n}\n"
-            : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    } while (!ok);
 }
 // Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
 // complete them).
@@ -641,7 +638,7 @@ tg_gemm_f16_128x64x64_s7_nt_wgmma_split2_bias_gelu(const __grid_constant__ TgTen
     constexpr unsigned PARTIAL_OFFSET = 188928;
     constexpr unsigned PARTIAL_BYTES = 16384;  // per consumer (0 without a split)
     static_assert(SPLIT_K == 1 || PARTIAL_BYTES == 64u * BN * 4u, "a partial tile holds a consumer's accumulators");
-    constexpr int A_BOX_ROWS = 16;  // K-major A: rows per TMA box
+    constexpr int A_BOX_ROWS = 32;  // K-major A: rows per TMA box
     constexpr unsigned A_BOX_BYTES = A_BOX_ROWS * 128u;
     extern __shared__ __align__(1024) unsigned char tg_smem_raw[];
     const unsigned base = (tg_smem_u32(tg_smem_raw) + 1023u) & ~1023u;  // 128-byte swizzle atoms
@@ -720,7 +717,7 @@ tg_gemm_f16_128x64x64_s7_nt_wgmma_split2_bias_gelu(const __grid_constant__ TgTen
             for (int t = first_tile(); t < total; t += tile_step()) {
                 int tm, tn;
                 tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
-                // Split-K (skinny GEMMs), K-major A: only the 16-row boxes that reach into M.
+                // Split-K (skinny GEMMs), K-major A: only the boxes of A_BOX_ROWS that reach into M.
                 // The stale rows past them feed accumulator rows that are never stored.
                 [[maybe_unused]] const int a_boxes = min(A_LOADS, (M - tm * BM + A_BOX_ROWS - 1) / A_BOX_ROWS);
                 const unsigned stage_bytes =
@@ -860,7 +857,7 @@ tg_gemm_f16_128x64x64_s7_nt_wgmma_split2_bias_gelu(const __grid_constant__ TgTen
                 // the partial tile, so each thread of rank 0 reads what its twin wrote.
                 const unsigned part = base + PARTIAL_OFFSET + cw * PARTIAL_BYTES + 16u * tid;
                 if (!idle && rank != 0) {
-                    tg_mbar_wait_cluster(partial_empty(cw), partial_phase ^ 1u);  // rank 0 read the last one
+                    tg_mbar_wait<true>(partial_empty(cw), partial_phase ^ 1u);  // rank 0 read the last one
 #pragma unroll
                     for (int i = 0; i < ACC; i += 4) {
                         asm volatile("st.shared.v4.f32 [%0], { %1, %2, %3, %4 };" ::"r"(part + 2048u * (i / 4)),
@@ -871,7 +868,7 @@ tg_gemm_f16_128x64x64_s7_nt_wgmma_split2_bias_gelu(const __grid_constant__ TgTen
                     tg_mbar_arrive_cluster(tg_cluster_addr(partial_full(cw), 0));
                     partial_phase ^= 1u;
                 } else if (!idle) {
-                    tg_mbar_wait_cluster(partial_full(cw), partial_phase);
+                    tg_mbar_wait<true>(partial_full(cw), partial_phase);
                     partial_phase ^= 1u;
 #pragma unroll 1
                     for (unsigned r = 1; r < (unsigned)SPLIT_K; ++r) {

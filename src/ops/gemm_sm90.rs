@@ -34,8 +34,9 @@ const SPAN: u32 = 128;
 const MAX_TILE_N_GELU_ERF: u32 = 128;
 /// Slack to align the dynamic shared memory to 1024 bytes (128-byte swizzle atoms).
 const ALIGN_SLACK: u32 = 1024;
-/// Rows of A's TMA box (K-major A) in split-K instances, which serve skinny GEMMs.
-const SKINNY_A_BOX_ROWS: u32 = 16;
+/// Rows of A's TMA box (K-major A) in split-K instances, which serve skinny GEMMs: 32 measured
+/// as fast as 16 at M = 16 and faster at M = 64 and 128 (bench/hopper-gemm/NOTES.md).
+const SKINNY_A_BOX_ROWS: u32 = 32;
 /// Most blocks per cluster (split-K) a portable cluster launch has.
 pub const MAX_SPLIT_K: u32 = 8;
 
@@ -104,7 +105,7 @@ impl Plan {
             in_elem: inst.dtype.size(),
             out_elem,
             // K-major A: one box of all the tile's rows, or with split-K (skinny GEMMs) boxes
-            // of 16 rows, only those that reach into M (a box mostly past M costs more than its
+            // of 32 rows, only those that reach into M (a box mostly past M costs more than its
             // rows); M-major A: one 64-row box per consumer.
             a_box_outer: match (a_k_major, split_k > 1) {
                 (true, false) => TILE_M,
@@ -549,8 +550,8 @@ mod tests {
                 cluster: 2
             }
         );
-        // K-major A comes in 16-row boxes (only those that reach into M); M-major A as before.
-        assert_eq!(tensor_maps(&i)[0].box_dims, vec![64, 16]);
+        // K-major A comes in 32-row boxes (only those that reach into M); M-major A as before.
+        assert_eq!(tensor_maps(&i)[0].box_dims, vec![64, 32]);
         let mut t = i.clone();
         t.params.layout = Some(Layout::Tn);
         assert_eq!(tensor_maps(&t)[0].box_dims, vec![64, 64]);
