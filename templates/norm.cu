@@ -112,13 +112,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2_few(float& 
         a = tg_warp_sum(a);
         b = tg_warp_sum(b);
         if constexpr (W > 1) {
-            const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-            __syncthreads();
-            if (lane == 0) {
-                scratch[warp] = a;
-                scratch[32 + warp] = b;
-            }
-            __syncthreads();
+            tg_publish_per_warp(scratch, a, b);
             float pa[W], pb[W];
 #pragma unroll
             for (int w = 0; w < W; ++w) {

@@ -363,40 +363,44 @@ __device__ __forceinline__ float tg_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-// Block-wide reductions; every thread gets the result. `scratch` holds 32 floats; the leading
-// barrier makes back-to-back calls on the same scratch safe.
+// Lane 0 of every warp leaves its warp's value in scratch[warp] (and a second one in
+// scratch[32 + warp]) for the whole block to read; the leading barrier makes back-to-back
+// reductions on the same scratch safe.
+__device__ __forceinline__ void tg_publish_per_warp(float* scratch, float a) {
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = a;
+    __syncthreads();
+}
+__device__ __forceinline__ void tg_publish_per_warp(float* scratch, float a, float b) {
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+        scratch[threadIdx.x >> 5] = a;
+        scratch[32 + (threadIdx.x >> 5)] = b;
+    }
+    __syncthreads();
+}
+// Block-wide reductions; every thread gets the result. `scratch` holds 32 floats.
 template <int THREADS> __device__ __forceinline__ float tg_block_sum(float v, float* scratch) {
     v = tg_warp_sum(v);
     if (THREADS <= 32) return v;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < THREADS / 32 ? scratch[lane] : 0.0f;
-    return tg_warp_sum(v);
+    tg_publish_per_warp(scratch, v);
+    const int lane = threadIdx.x & 31;
+    return tg_warp_sum(lane < THREADS / 32 ? scratch[lane] : 0.0f);
 }
 template <int THREADS> __device__ __forceinline__ float tg_block_max(float v, float* scratch) {
     v = tg_warp_max(v);
     if (THREADS <= 32) return v;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < THREADS / 32 ? scratch[lane] : TG_NEG_INF;
-    return tg_warp_max(v);
+    tg_publish_per_warp(scratch, v);
+    const int lane = threadIdx.x & 31;
+    return tg_warp_max(lane < THREADS / 32 ? scratch[lane] : TG_NEG_INF);
 }
 // Two block-wide sums at once (one pair of barriers instead of two); `scratch` holds 64 floats.
 template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, float& b, float* scratch) {
     a = tg_warp_sum(a);
     b = tg_warp_sum(b);
     if (THREADS <= 32) return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) {
-        scratch[warp] = a;
-        scratch[32 + warp] = b;
-    }
-    __syncthreads();
+    tg_publish_per_warp(scratch, a, b);
+    const int lane = threadIdx.x & 31;
     a = tg_warp_sum(lane < THREADS / 32 ? scratch[lane] : 0.0f);
     b = tg_warp_sum(lane < THREADS / 32 ? scratch[32 + lane] : 0.0f);
 }

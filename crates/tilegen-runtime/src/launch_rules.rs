@@ -159,6 +159,13 @@ fn strided_dims(units: u64, per_block: u32, max_blocks: u64, threads: u32) -> La
     }
 }
 
+/// Output tiles of `tile_m`×`tile_n` covering an `m`×`n` output (saturating; a zero tile side
+/// counts as 1).
+fn output_tiles(m: u64, n: u64, tile_m: u32, tile_n: u32) -> u64 {
+    m.div_ceil(tile_m.max(1) as u64)
+        .saturating_mul(n.div_ceil(tile_n.max(1) as u64))
+}
+
 /// Tiled kernels: one block per output tile, linearised (the kernel orders tiles for L2 reuse).
 pub fn tiles_dims(
     m: u64,
@@ -168,9 +175,7 @@ pub fn tiles_dims(
     threads: u32,
     shared_bytes: u32,
 ) -> Result<LaunchDims, ArgError> {
-    let tiles = m
-        .div_ceil(tile_m as u64)
-        .saturating_mul(n.div_ceil(tile_n as u64));
+    let tiles = output_tiles(m, n, tile_m, tile_n);
     check_range("number of output tiles", tiles, 1, MAX_GRID_X)?;
     Ok(LaunchDims {
         grid: (tiles as u32, 1, 1),
@@ -194,9 +199,7 @@ pub fn persistent_dims(
     threads: u32,
     shared_bytes: u32,
 ) -> Result<LaunchDims, ArgError> {
-    let tiles = m
-        .div_ceil(tile_m.max(1) as u64)
-        .saturating_mul(n.div_ceil(tile_n.max(1) as u64));
+    let tiles = output_tiles(m, n, tile_m, tile_n);
     check_range("number of output tiles", tiles, 1, u64::MAX)?;
     let cluster = cluster.max(1) as u64;
     let resident = (sm_count.max(1) as u64).saturating_mul(ctas_per_sm.max(1) as u64);
