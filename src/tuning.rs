@@ -282,7 +282,7 @@ fn mismatch(e: &TuningEntry, methods: &BTreeMap<String, Vec<&InstanceEntry>>) ->
             &inst.config_sha256[..12]
         ));
     }
-    let family = crate::bindings::family(inst.op);
+    let family = inst.op.family();
     match shape_args(family) {
         None => Some(format!("`{}` is not dispatched by shape", e.method)),
         Some(args) if args.len() != e.shape.len() => {

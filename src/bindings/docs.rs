@@ -55,7 +55,7 @@ pub fn requirements(inst: &InstanceEntry) -> String {
         .filter(|a| a.kind != crate::launch::ArgKind::Scalar)
         .map(|a| format!("`{}`", a.name))
         .collect();
-    match super::group::family(inst.op) {
+    match inst.op.family() {
         Family::Elements => {
             let full: Vec<&str> = pointers.iter().map(String::as_str).filter(|p| *p != "`bias`").collect();
             let mut s = format!(

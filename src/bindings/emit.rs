@@ -325,7 +325,7 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
     let threads = u32_lit(inst.launch.threads);
     let kernel = usize_lit(index);
     let shared = inst.launch.shared_bytes;
-    let dims = match (&inst.launch.grid, super::group::family(inst.op)) {
+    let dims = match (&inst.launch.grid, inst.op.family()) {
         (GridRule::Elements { elems_per_block }, Family::Elements) => {
             let epb = u32_lit(*elems_per_block);
             let row = per_col

@@ -7,29 +7,8 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 use crate::launch::{Arg, ArgKind, GridRule};
 use crate::manifest::{InstanceEntry, Manifest};
-use crate::spec::model::{Op, RowVariant};
-
-/// How an op family checks its arguments and picks among its instances.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    /// Flat tensors of `n` elements (vector_add, fma).
-    Elements,
-    /// A `rows`×`cols` tensor, one row per block (softmax, layernorm, rmsnorm, add_rmsnorm).
-    Rows,
-    /// Tiled matrix products (gemm).
-    Gemm,
-    /// Attention: methods and checks of their own (`super::attention`).
-    Attention,
-}
-
-pub fn family(op: Op) -> Family {
-    match op {
-        Op::VectorAdd | Op::Fma => Family::Elements,
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => Family::Rows,
-        Op::Gemm => Family::Gemm,
-        Op::Attention => Family::Attention,
-    }
-}
+pub use crate::spec::model::Family;
+use crate::spec::model::RowVariant;
 
 /// One typed method and the instances it dispatches among.
 #[derive(Debug)]
@@ -125,7 +104,7 @@ pub fn groups(m: &Manifest) -> Result<Vec<Group>> {
         members.sort_by_key(|&i| (dispatch_rank(&m.instances[i]), m.instances[i].name.clone()));
         out.push(Group {
             method,
-            family: family(first.op),
+            family: first.op.family(),
             members,
         });
     }
@@ -186,7 +165,7 @@ pub enum Role {
 /// Each argument's role, from the op family and the argument's name. Unknown names fail
 /// generation, so that a new argument can never be launched unchecked.
 pub fn role(inst: &InstanceEntry, arg: &Arg) -> Result<Role> {
-    let fam = family(inst.op);
+    let fam = inst.op.family();
     let r = match (arg.kind, fam, arg.name.as_str()) {
         (ArgKind::Scalar, _, _) if arg.ty == "i64" => Some(Role::Size),
         (ArgKind::Scalar, _, _) if arg.ty == "f32" => Some(Role::Value),
@@ -215,7 +194,7 @@ pub fn role(inst: &InstanceEntry, arg: &Arg) -> Result<Role> {
 }
 
 fn check_roles(inst: &InstanceEntry) -> Result<()> {
-    if family(inst.op) == Family::Attention {
+    if inst.op.family() == Family::Attention {
         return super::attention::check_signature(inst);
     }
     let names: Vec<&str> = inst.args.iter().map(|a| a.name.as_str()).collect();
@@ -229,13 +208,13 @@ fn check_roles(inst: &InstanceEntry) -> Result<()> {
             }
         }
     }
-    let required: &[&str] = match family(inst.op) {
+    let required: &[&str] = match inst.op.family() {
         Family::Elements => &["n"],
         Family::Rows => &["rows", "cols"],
         Family::Gemm => &["m", "n", "k"],
         Family::Attention => &[],
     };
-    let needs_cols = family(inst.op) == Family::Elements && names.contains(&"bias");
+    let needs_cols = inst.op.family() == Family::Elements && names.contains(&"bias");
     for r in required.iter().chain(needs_cols.then_some(&"cols")) {
         if !names.contains(r) {
             return Err(Error::internal(format!(

@@ -29,7 +29,7 @@ use crate::escape::{comment, shown};
 use crate::hashing::sha256_hex;
 use crate::manifest::Manifest;
 
-pub use group::{family, is_reserved, method_name, Family};
+pub use group::{is_reserved, method_name, Family};
 
 pub const FILE_NAME: &str = "bindings.rs";
 

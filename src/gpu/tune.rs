@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::bench::{random_buffer, time_interleaved};
 use super::problem::{self, Problem};
 use super::{call_args, launch, with_tensor_maps, Gpu};
-use crate::bindings::{family, method_name, Family};
+use crate::bindings::{method_name, Family};
 use crate::error::{Error, Result};
 use crate::launch::ArgKind;
 use crate::manifest::InstanceEntry;
@@ -74,7 +74,7 @@ pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
                 ),
             )
         })?;
-        let want = shape_args(family(parsed)).ok_or_else(|| {
+        let want = shape_args(parsed.family()).ok_or_else(|| {
             Error::input(
                 path,
                 format!(
@@ -102,7 +102,7 @@ pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
 
 /// The problem of a shape for an op; None when the sizes do not fit the op's family.
 fn problem_of(inst: &InstanceEntry, shape: &[u64]) -> Option<Problem> {
-    match (family(inst.op), shape) {
+    match (inst.op.family(), shape) {
         (Family::Elements, &[n]) => Some(Problem::Elements {
             n,
             // A broadcast bias needs whole rows; the bench's row length.
@@ -150,7 +150,7 @@ fn shapes_for(members: &[InstanceEntry], shapes: &Shapes) -> Vec<Problem> {
             }
         }
     }
-    if family(first.op) == Family::Elements {
+    if first.op.family() == Family::Elements {
         for n in [1 << 20, 1 << 24] {
             out.extend(problem_of(first, &[n]));
         }
@@ -241,7 +241,7 @@ pub fn methods(gpu: &Gpu, filter: Option<&str>) -> Vec<(String, Vec<InstanceEntr
     by.into_iter()
         .filter(|(name, members)| {
             members.len() > 1
-                && shape_args(family(members[0].op)).is_some()
+                && shape_args(members[0].op.family()).is_some()
                 && filter.is_none_or(|f| name.contains(f))
         })
         .collect()

@@ -17,7 +17,7 @@
 //!
 //! Shapes and numbers measured on the H200: bench/flash-attn/NOTES.md.
 
-use super::{Field, OpInfo};
+use super::{Field, OpFamily, OpInfo};
 use crate::launch::{
     Arg, ArgKind, GridRule, Interleave, L2Promotion, Launch, OobFill, Swizzle, TensorMap,
 };
@@ -51,6 +51,36 @@ const MAX_SHARED_SM90: u32 = 232_448;
 /// Fragment registers per consumer thread that build without spills on the Hopper path, with
 /// two and with three consumers (measured: 192 and 128 do, 208 and 144 spill).
 const WGMMA_FRAGMENT_REGS: [u32; 2] = [192, 128];
+
+/// The family's table (`ops::family`).
+pub static FAMILY: OpFamily = OpFamily {
+    defaults: |_, p| defaults(p),
+    check,
+    resolved,
+    signature,
+    launch,
+    template,
+    tensor_maps,
+    template_values,
+    arch_problem,
+    shared_memory_field: Field::TileKv,
+    name_head: name_suffix,
+};
+
+/// Every parameter the kernel uses (see `ops::resolved`), from its plan.
+pub fn resolved(inst: &Instance) -> Params {
+    let plan = Plan::new(&inst.params);
+    Params {
+        head_dim: Some(plan.head_dim),
+        causal: Some(plan.causal),
+        tile_q: Some(plan.tile_q),
+        tile_kv: Some(plan.tile_kv),
+        block: Some(plan.threads),
+        stages: Some(plan.stages),
+        engine: plan.wgmma.then_some(Engine::Wgmma),
+        ..Params::default()
+    }
+}
 
 /// Whether the instance runs on the Hopper path.
 pub fn wgmma(p: &Params) -> bool {
@@ -366,7 +396,7 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
 }
 
 pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
-    if inst.op == crate::spec::model::Op::Attention && wgmma(&inst.params) {
+    if wgmma(&inst.params) {
         return (arch != Arch::Sm90a).then(|| {
             format!(
                 "attention with engine wgmma uses wgmma.mma_async and setmaxnreg, which only sm_90a has \
@@ -374,7 +404,7 @@ pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
             )
         });
     }
-    (inst.op == crate::spec::model::Op::Attention && arch.sm() < 80).then(|| {
+    (arch.sm() < 80).then(|| {
         format!(
             "attention uses cp.async, ldmatrix and mma.sync m16n8k16, which need sm_80+; {arch} lacks them"
         )

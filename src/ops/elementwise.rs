@@ -2,7 +2,7 @@
 //! Memory-bound: 16-byte vector accesses, `items` independent loads in flight per thread,
 //! grid-stride over the flat tensor, a scalar tail for lengths that are not a whole vector.
 
-use super::{pow2_problem, Field, OpInfo};
+use super::{pow2_problem, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch};
 use crate::spec::model::{DType, Epilogue, Instance, Op, Params};
 
@@ -26,6 +26,21 @@ pub static FMA: OpInfo = OpInfo {
         Epilogue::GeluErf,
         Epilogue::Silu,
     ],
+};
+
+/// The family's table (`ops::family`).
+pub static FAMILY: OpFamily = OpFamily {
+    defaults: |_, p| defaults(p),
+    check,
+    resolved,
+    signature,
+    launch,
+    template: super::op_template,
+    tensor_maps: super::no_tensor_maps,
+    template_values: super::no_template_values,
+    arch_problem: super::no_arch_problem,
+    shared_memory_field: Field::Block,
+    name_head: super::no_name_head,
 };
 
 pub fn defaults(p: &mut Params) {

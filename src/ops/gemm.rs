@@ -6,7 +6,7 @@
 //! threads split the tile copies) is derived here once, in `Plan`, so that the launch's
 //! dynamic shared memory and the kernel's own layout cannot disagree.
 
-use super::{gemm_sm90, is_pow2_in, Field, OpInfo};
+use super::{gemm_sm90, is_pow2_in, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch, TensorMap};
 use crate::spec::model::{Arch, DType, Engine, Epilogue, Instance, Layout, Params};
 
@@ -51,6 +51,21 @@ const MAX_FRAGMENT_REGS: u32 = 192;
 /// Row padding, in output elements, of the staged output tile (conflict-free pair writes for
 /// 16- and 32-bit outputs).
 const EPI_PAD: u32 = 8;
+
+/// The family's table (`ops::family`).
+pub static FAMILY: OpFamily = OpFamily {
+    defaults: |_, p| defaults(p),
+    check,
+    resolved,
+    signature,
+    launch,
+    template,
+    tensor_maps,
+    template_values,
+    arch_problem,
+    shared_memory_field: Field::Stages,
+    name_head: super::no_name_head,
+};
 
 pub fn defaults(p: &mut Params) {
     // The default engine is never stored: instances that do not ask for one keep their
@@ -455,10 +470,10 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
 }
 
 pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
-    if inst.op == crate::spec::model::Op::Gemm && wgmma(&inst.params) {
+    if wgmma(&inst.params) {
         return gemm_sm90::arch_problem(arch);
     }
-    (inst.op == crate::spec::model::Op::Gemm && arch.sm() < 80).then(|| {
+    (arch.sm() < 80).then(|| {
         format!("gemm uses cp.async and mma.sync m16n8k16, which need sm_80+; {arch} lacks them")
     })
 }

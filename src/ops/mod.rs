@@ -10,7 +10,65 @@ pub mod gemm_sm90;
 mod rows;
 
 use crate::launch::{Arg, Launch, TensorMap};
-use crate::spec::model::{Arch, DType, Engine, Epilogue, Instance, Op, Params};
+use crate::spec::model::{Arch, DType, Engine, Epilogue, Family, Instance, Op, Params};
+
+/// What an op family knows about its kernels: what the spec layer, the renderer, the manifest
+/// and the bindings ask for. Each family module fills in one table (`FAMILY`) from its own
+/// functions; [`family`] is the registry. The `no_*` and `op_template` entries fit families
+/// without tensor maps, extra template values, arch limits or a name head of their own.
+pub struct OpFamily {
+    /// Fills in the defaults of the parameters a spec left out.
+    pub defaults: fn(Op, &mut Params),
+    /// Problems with a resolved instance, each attributed to the field that causes it (the
+    /// limits every kernel shares, threads and shared memory, are checked by [`check`]).
+    pub check: fn(&Instance) -> Vec<(Field, String)>,
+    /// Every parameter the kernel uses, with the value it uses (see [`resolved`]).
+    pub resolved: fn(&Instance) -> Params,
+    /// The kernel's arguments, in call order.
+    pub signature: fn(&Instance) -> Vec<Arg>,
+    /// Threads, grid rule and dynamic shared memory.
+    pub launch: fn(&Instance) -> Launch,
+    /// The template (under `templates/`) that renders the instance.
+    pub template: fn(&Instance) -> &'static str,
+    /// Tensor-map parameters, in kernel-parameter order (before the `signature` arguments).
+    pub tensor_maps: fn(&Instance) -> Vec<TensorMap>,
+    /// Op-specific values for the template, beyond the common ones.
+    pub template_values: fn(&Instance) -> Vec<(&'static str, serde_json::Value)>,
+    /// Why the instance cannot run on an arch, beyond the dtype and NVRTC limits.
+    pub arch_problem: fn(&Instance, Arch) -> Option<String>,
+    /// The field a spec changes to need less shared memory.
+    pub shared_memory_field: Field,
+    /// The part of the instance name before the common sizes, from the resolved parameters
+    /// (attention's head size, mask and tiles).
+    pub name_head: fn(&Params) -> String,
+}
+
+/// The registry: the table of an op's family.
+pub fn family(op: Op) -> &'static OpFamily {
+    match op.family() {
+        Family::Elements => &elementwise::FAMILY,
+        Family::Rows => &rows::FAMILY,
+        Family::Gemm => &gemm::FAMILY,
+        Family::Attention => &attention::FAMILY,
+    }
+}
+
+/// The op's own template (`OpInfo::template`).
+pub(crate) fn op_template(inst: &Instance) -> &'static str {
+    info(inst.op).template
+}
+pub(crate) fn no_tensor_maps(_: &Instance) -> Vec<TensorMap> {
+    Vec::new()
+}
+pub(crate) fn no_template_values(_: &Instance) -> Vec<(&'static str, serde_json::Value)> {
+    Vec::new()
+}
+pub(crate) fn no_arch_problem(_: &Instance, _: Arch) -> Option<String> {
+    None
+}
+pub(crate) fn no_name_head(_: &Params) -> String {
+    String::new()
+}
 
 /// Kernel fields a spec may give (besides name, op, dtype, archs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -110,23 +168,13 @@ pub fn info(op: Op) -> &'static OpInfo {
 
 /// Fills in the defaults of an op's parameters that a spec left out.
 pub fn apply_defaults(op: Op, params: &mut Params) {
-    match op {
-        Op::VectorAdd | Op::Fma => elementwise::defaults(params),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::defaults(op, params),
-        Op::Gemm => gemm::defaults(params),
-        Op::Attention => attention::defaults(params),
-    }
+    (family(op).defaults)(op, params)
 }
 
 /// Problems with a resolved instance, each attributed to the field that causes it, checked
 /// before anything is rendered or compiled.
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
-    let mut problems = match inst.op {
-        Op::VectorAdd | Op::Fma => elementwise::check(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::check(inst),
-        Op::Gemm => gemm::check(inst),
-        Op::Attention => attention::check(inst),
-    };
+    let mut problems = (family(inst.op).check)(inst);
     let threads = launch(inst).threads;
     if threads > 1024 {
         problems.push((
@@ -138,7 +186,7 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     for arch in &inst.archs {
         if smem > arch.max_shared_per_block() {
             problems.push((
-                shared_memory_field(inst.op),
+                family(inst.op).shared_memory_field,
                 format!(
                     "needs {smem} bytes of shared memory per block, over {arch}'s limit of {}",
                     arch.max_shared_per_block()
@@ -149,36 +197,11 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     problems
 }
 
-fn shared_memory_field(op: Op) -> Field {
-    match op {
-        Op::Gemm => Field::Stages,
-        Op::Attention => Field::TileKv,
-        _ => Field::Block,
-    }
-}
-
 /// Every parameter the instance's kernel uses, each with the value the template and the launch
 /// use (the op's default where the spec gave none), and none that it does not use. Names are
 /// spelled from this, so writing a default explicitly or leaving it out gives one name.
 pub fn resolved(inst: &Instance) -> Params {
-    match inst.op {
-        Op::VectorAdd | Op::Fma => elementwise::resolved(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::resolved(inst),
-        Op::Gemm => gemm::resolved(inst),
-        Op::Attention => {
-            let plan = attention::Plan::new(&inst.params);
-            Params {
-                head_dim: Some(plan.head_dim),
-                causal: Some(plan.causal),
-                tile_q: Some(plan.tile_q),
-                tile_kv: Some(plan.tile_kv),
-                block: Some(plan.threads),
-                stages: Some(plan.stages),
-                engine: plan.wgmma.then_some(Engine::Wgmma),
-                ..Params::default()
-            }
-        }
-    }
+    (family(inst.op).resolved)(inst)
 }
 
 /// The parameters an instance stores (and its config hash covers): the spec's values with
@@ -256,10 +279,7 @@ fn unset(p: &mut Params, field: Field) -> bool {
 /// A pure function of the instance's own resolved values, so a sweep that grows renames nothing.
 pub fn name_suffix(inst: &Instance) -> String {
     let p = resolved(inst);
-    let mut s = String::new();
-    if inst.op == Op::Attention {
-        s += &attention::name_suffix(&p);
-    }
+    let mut s = (family(inst.op).name_head)(&p);
     if let Some(v) = p.variant {
         s += &format!("_{v}");
     }
@@ -310,39 +330,21 @@ pub fn name_suffix(inst: &Instance) -> String {
 
 /// The template (under `templates/`) that renders the instance.
 pub fn template(inst: &Instance) -> &'static str {
-    match inst.op {
-        Op::Gemm => gemm::template(inst),
-        Op::Attention => attention::template(inst),
-        op => info(op).template,
-    }
+    (family(inst.op).template)(inst)
 }
 
 pub fn signature(inst: &Instance) -> Vec<Arg> {
-    match inst.op {
-        Op::VectorAdd | Op::Fma => elementwise::signature(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::signature(inst),
-        Op::Gemm => gemm::signature(inst),
-        Op::Attention => attention::signature(inst),
-    }
+    (family(inst.op).signature)(inst)
 }
 
 pub fn launch(inst: &Instance) -> Launch {
-    match inst.op {
-        Op::VectorAdd | Op::Fma => elementwise::launch(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::launch(inst),
-        Op::Gemm => gemm::launch(inst),
-        Op::Attention => attention::launch(inst),
-    }
+    (family(inst.op).launch)(inst)
 }
 
 /// The instance's tensor-map parameters, in kernel-parameter order (they come before the
 /// `signature` arguments); empty for kernels without TMA.
 pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
-    match inst.op {
-        Op::Gemm => gemm::tensor_maps(inst),
-        Op::Attention => attention::tensor_maps(inst),
-        _ => Vec::new(),
-    }
+    (family(inst.op).tensor_maps)(inst)
 }
 
 /// One line naming a tensor map for the rendered kernel's header: element type, tensor, dims,
@@ -363,12 +365,7 @@ pub fn map_summary(m: &TensorMap) -> String {
 
 /// Op-specific values for the template, beyond the common ones.
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
-    match inst.op {
-        Op::Gemm => gemm::template_values(inst),
-        Op::Attention => attention::template_values(inst),
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => rows::template_values(inst),
-        _ => Vec::new(),
-    }
+    (family(inst.op).template_values)(inst)
 }
 
 pub(crate) fn is_pow2_in(v: u32, lo: u32, hi: u32) -> bool {
@@ -410,10 +407,7 @@ pub fn arch_problems(inst: &Instance) -> Vec<(Arch, String)> {
                 ));
             }
         }
-        if let Some(reason) = gemm::arch_problem(inst, arch)
-            .or_else(|| rows::arch_problem(inst, arch))
-            .or_else(|| attention::arch_problem(inst, arch))
-        {
+        if let Some(reason) = (family(inst.op).arch_problem)(inst, arch) {
             out.push((arch, reason));
         }
     }

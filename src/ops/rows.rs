@@ -3,7 +3,7 @@
 //! row in registers (`block`×`items` 16-byte vectors, so it reads and writes each element
 //! once), the online softmax streams rows of any length.
 
-use super::{pow2_problem, Field, OpInfo};
+use super::{pow2_problem, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch};
 use crate::spec::model::{Arch, DType, Instance, Op, Params, RowVariant};
 
@@ -64,6 +64,21 @@ pub static ADD_RMSNORM: OpInfo = OpInfo {
 const DEFAULT_VARIANT: RowVariant = RowVariant::OnePass;
 /// Depth of a staged row ring when a spec gives none: one row, copied then computed.
 const DEFAULT_ROW_STAGES: u32 = 1;
+
+/// The family's table (`ops::family`).
+pub static FAMILY: OpFamily = OpFamily {
+    defaults,
+    check,
+    resolved,
+    signature,
+    launch,
+    template: super::op_template,
+    tensor_maps: super::no_tensor_maps,
+    template_values,
+    arch_problem,
+    shared_memory_field: Field::Block,
+    name_head: super::no_name_head,
+};
 
 pub fn defaults(op: Op, p: &mut Params) {
     p.block.get_or_insert(256);

@@ -118,7 +118,7 @@ impl Arch {
 }
 
 keyword_enum!(
-    /// Kernel families.
+    /// The ops a spec can ask for.
     Op {
         VectorAdd = "vector_add",
         Fma = "fma",
@@ -130,6 +130,33 @@ keyword_enum!(
         Attention = "attention",
     }
 );
+
+/// Op families: the ops of one family share a module under `ops/` (checks, signature, launch
+/// rule, template values), a shape of call (size arguments) and how the bindings check a call
+/// and pick among instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// Flat tensors of `n` elements (vector_add, fma).
+    Elements,
+    /// A `rows`×`cols` tensor, one row per block (softmax, layernorm, rmsnorm, add_rmsnorm).
+    Rows,
+    /// Tiled matrix products (gemm).
+    Gemm,
+    /// Attention over (batch, heads, sequence) with per-tensor strides.
+    Attention,
+}
+
+impl Op {
+    /// The family the op belongs to (the one place that says so).
+    pub fn family(self) -> Family {
+        match self {
+            Op::VectorAdd | Op::Fma => Family::Elements,
+            Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => Family::Rows,
+            Op::Gemm => Family::Gemm,
+            Op::Attention => Family::Attention,
+        }
+    }
+}
 
 keyword_enum!(
     /// Steps of a fused epilogue chain, applied in order to each output value in registers.
