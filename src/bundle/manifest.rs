@@ -233,19 +233,7 @@ pub(crate) fn library_manifest(bytes: Option<&[u8]>) -> Result<Manifest, String>
         // box or swizzle the kernel does not expect would make it wait for bytes that never
         // arrive, or write shared memory it did not reserve).
         for (i, inst) in m.instances.iter().enumerate() {
-            let spec = manifest::spec_instance(inst);
-            // The cluster is compiled into the kernel: a grid that is no multiple of it fails
-            // to launch, so the persistent rule must be this configuration's.
-            if matches!(inst.launch.grid, crate::launch::GridRule::Persistent { .. }) {
-                let derived = crate::ops::launch(&spec).grid;
-                if inst.launch.grid != derived {
-                    problems.push(format!(
-                        "instance {i} `{}`: grid rule {:?} differs from this configuration's, {derived:?}",
-                        inst.name, inst.launch.grid
-                    ));
-                }
-            }
-            let derived = crate::ops::tensor_maps(&spec);
+            let derived = crate::ops::tensor_maps(&manifest::spec_instance(inst));
             if inst.tensor_maps != derived {
                 let json = |v: &Vec<crate::launch::TensorMap>| {
                     crate::escape::shown_prefix(&serde_json::to_string(v).unwrap_or_default(), 600)
@@ -280,8 +268,6 @@ pub(crate) fn library_manifest(bytes: Option<&[u8]>) -> Result<Manifest, String>
 /// (sm_90: 227 KiB of shared memory per block, at most 32 resident blocks per SM).
 const MAX_PERSISTENT_TILE: u32 = 1024;
 const MAX_CTAS_PER_SM: u32 = 32;
-/// Blocks per cluster a portable launch may have.
-const MAX_CLUSTER: u32 = 8;
 const MAX_SHARED_BYTES: u32 = 227 * 1024;
 
 /// What is wrong with the tensor maps and persistent grids of a manifest this process did not
@@ -334,10 +320,11 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
             cluster,
         } = inst.launch.grid
         {
-            if !(1..=MAX_CLUSTER).contains(&cluster) {
+            let max = crate::launch::MAX_CLUSTER;
+            if !(1..=max).contains(&cluster) {
                 bad(
                     "launch",
-                    format!("persistent cluster {cluster} is outside 1..={MAX_CLUSTER}"),
+                    format!("persistent cluster {cluster} is outside 1..={max}"),
                 );
             }
             for (what, v) in [("tile_m", tile_m), ("tile_n", tile_n)] {

@@ -138,8 +138,8 @@ pub fn shape_problems(inst: &InstanceEntry, shapes: &Shapes) -> Option<Vec<Probl
 /// the size against the SM count).
 fn shapes_for(members: &[InstanceEntry], shapes: &Shapes) -> Vec<Problem> {
     let first = &members[0];
-    if let Some(list) = shapes.get(&first.op) {
-        return list.iter().filter_map(|s| problem_of(first, s)).collect();
+    if let Some(given) = shape_problems(first, shapes) {
+        return given;
     }
     let mut out: Vec<Problem> = Vec::new();
     for inst in members {

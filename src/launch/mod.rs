@@ -102,6 +102,9 @@ pub enum GridRule {
     QueryTiles { tile_q: u32 },
 }
 
+/// Most blocks per cluster a portable cluster launch has (a grid rule's `cluster`).
+pub const MAX_CLUSTER: u32 = 8;
+
 fn one() -> u32 {
     1
 }

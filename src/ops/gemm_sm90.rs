@@ -8,7 +8,7 @@
 //! takes the tensor maps listed here, which the host encodes per call.
 
 use super::Field;
-use crate::launch::{GridRule, Launch, Swizzle, TensorMap};
+use crate::launch::{GridRule, Launch, Swizzle, TensorMap, MAX_CLUSTER};
 use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
 
 /// Rows of the block tile: two consumer warpgroups of one m64 wgmma row each.
@@ -37,8 +37,6 @@ const ALIGN_SLACK: u32 = 1024;
 /// Rows of A's TMA box (K-major A) in split-K instances, which serve skinny GEMMs: 32 measured
 /// as fast as 16 at M = 16 and faster at M = 64 and 128 (bench/hopper-gemm/NOTES.md).
 const SKINNY_A_BOX_ROWS: u32 = 32;
-/// Most blocks per cluster (split-K) a portable cluster launch has.
-pub const MAX_SPLIT_K: u32 = 8;
 
 pub fn defaults(p: &mut Params) {
     p.tile.get_or_insert([TILE_M, 256, TILE_K]);
@@ -85,6 +83,14 @@ impl Plan {
         let split_k = p.split_k.unwrap_or(1);
         let out_elem = inst.out_dtype.size();
         let a_k_major = !layout.a_transposed();
+        // K-major A: one box of all the tile's rows, or with split-K (skinny GEMMs) boxes of
+        // 32 rows, only those that reach into M (a box mostly past M costs more than its rows);
+        // M-major A: one box of 64 k rows per consumer.
+        let a_box_outer = match (a_k_major, split_k > 1) {
+            (true, false) => TILE_M,
+            (true, true) => SKINNY_A_BOX_ROWS,
+            (false, _) => TILE_K,
+        };
         let d_box_cols = SPAN / out_elem;
         // Fewest rounds whose staging fits the budget and whose columns are whole boxes.
         let mut epi_rounds = 1;
@@ -104,18 +110,11 @@ impl Plan {
             b_k_major: layout.b_transposed(),
             in_elem: inst.dtype.size(),
             out_elem,
-            // K-major A: one box of all the tile's rows, or with split-K (skinny GEMMs) boxes
-            // of 32 rows, only those that reach into M (a box mostly past M costs more than its
-            // rows); M-major A: one 64-row box per consumer.
-            a_box_outer: match (a_k_major, split_k > 1) {
-                (true, false) => TILE_M,
-                (true, true) => SKINNY_A_BOX_ROWS,
-                (false, _) => TILE_K,
-            },
-            a_loads: match (a_k_major, split_k > 1) {
-                (true, false) => 1,
-                (true, true) => TILE_M / SKINNY_A_BOX_ROWS,
-                (false, _) => TILE_M / 64,
+            a_box_outer,
+            a_loads: if a_k_major {
+                TILE_M / a_box_outer
+            } else {
+                TILE_M / 64
             },
             b_loads: tile_n / 64,
             d_box_cols,
@@ -230,11 +229,11 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         }
     }
     if let Some(k) = p.split_k {
-        if !(1..=MAX_SPLIT_K).contains(&k) {
+        if !(1..=MAX_CLUSTER).contains(&k) {
             out.push((
                 Field::SplitK,
                 format!(
-                    "split_k must be from 1 to {MAX_SPLIT_K} (blocks in a portable cluster), not {k}"
+                    "split_k must be from 1 to {MAX_CLUSTER} (blocks in a portable cluster), not {k}"
                 ),
             ));
         }
