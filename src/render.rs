@@ -9,32 +9,9 @@ use crate::error::{Error, IoContext, Result};
 use crate::ops;
 use crate::spec::model::Instance;
 
-/// The templates shipped with tilegen: (name, text).
-pub const EMBEDDED: &[(&str, &str)] = &[
-    ("prelude.cuh", include_str!("../templates/prelude.cuh")),
-    ("rows.cuh", include_str!("../templates/rows.cuh")),
-    ("epilogue.cuh", include_str!("../templates/epilogue.cuh")),
-    (
-        "epilogue_steps.cuh",
-        include_str!("../templates/epilogue_steps.cuh"),
-    ),
-    (
-        "elementwise.cu",
-        include_str!("../templates/elementwise.cu"),
-    ),
-    ("softmax.cu", include_str!("../templates/softmax.cu")),
-    ("norm.cu", include_str!("../templates/norm.cu")),
-    ("gemm.cu", include_str!("../templates/gemm.cu")),
-    ("gemm_sm90.cu", include_str!("../templates/gemm_sm90.cu")),
-    ("attention.cu", include_str!("../templates/attention.cu")),
-    ("wgmma.cuh", include_str!("../templates/wgmma.cuh")),
-    ("sm90.cuh", include_str!("../templates/sm90.cuh")),
-    ("attention.cuh", include_str!("../templates/attention.cuh")),
-    (
-        "attention_sm90.cu",
-        include_str!("../templates/attention_sm90.cu"),
-    ),
-];
+// The templates shipped with tilegen, `EMBEDDED`: (name, text) for every file of
+// `templates/`, listed by `build.rs`.
+include!(concat!(env!("OUT_DIR"), "/templates.rs"));
 
 /// A set of templates ready to render, with the files it was built from (for
 /// `cargo:rerun-if-changed`).

@@ -241,20 +241,6 @@ fn a_library_and_its_bundle_through_the_public_api() {
     assert!(matches!(err, Error::Bundle { .. }), "{}", describe(&err));
     assert_eq!(err.exit_code(), 7);
 
-    // A build script without OUT_DIR and without an absolute out_dir is told so.
-    let err = Builder::new()
-        .specs(&specs)
-        .out_dir("relative")
-        .emit_rerun_if_changed(false)
-        .try_compile()
-        .unwrap_err();
-    assert!(
-        matches!(&err, Error::Usage(m) if m.contains("OUT_DIR")),
-        "{}",
-        describe(&err)
-    );
-    assert_eq!(err.exit_code(), 2);
-
     // A spec error carries every diagnostic with its position.
     std::fs::write(
         specs.join("k.yaml"),
@@ -265,4 +251,39 @@ fn a_library_and_its_bundle_through_the_public_api() {
     assert!(matches!(err, Error::Spec(_)), "{}", describe(&err));
     assert_eq!(err.exit_code(), 3);
     assert!(describe(&err).contains("k.yaml:3:"), "{}", describe(&err));
+}
+
+/// Set in the child process of [`a_relative_out_dir_needs_out_dir`].
+const CHILD: &str = "TILEGEN_PUBLIC_API_CHILD";
+
+/// A build script without OUT_DIR and without an absolute out_dir is told so. Cargo sets
+/// OUT_DIR for this crate's own tests (the crate has a build script), so the call runs in a
+/// child process of this test binary, started without it.
+#[test]
+#[allow(clippy::disallowed_methods)] // this process's own environment, not a build script's
+fn a_relative_out_dir_needs_out_dir() {
+    if std::env::var_os(CHILD).is_none() {
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_relative_out_dir_needs_out_dir", "--nocapture"])
+            .env_remove("OUT_DIR")
+            .env(CHILD, "1")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child process failed: {status}");
+        return;
+    }
+    assert!(std::env::var_os("OUT_DIR").is_none());
+    let t = tempfile::tempdir().unwrap();
+    let err = Builder::new()
+        .specs(tiny_specs(t.path()))
+        .out_dir("relative")
+        .emit_rerun_if_changed(false)
+        .try_compile()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Usage(m) if m.contains("OUT_DIR")),
+        "{}",
+        describe(&err)
+    );
+    assert_eq!(err.exit_code(), 2);
 }

@@ -151,15 +151,15 @@ fn hostile_library_manifest_is_an_input_error() {
 fn broken_generator_invariant_is_an_internal_error() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/manifest.json");
     let mut m = Manifest::from_bytes(&std::fs::read(&path).unwrap()).unwrap();
-    m.instances.retain(|i| i.op.as_str() == "softmax");
+    m.instances.retain(|i| i.op.as_str() == "gemm");
     m.instances.truncate(1);
-    assert_eq!(m.instances.len(), 1, "the golden library has a softmax");
-    let x = m.instances[0]
+    assert_eq!(m.instances.len(), 1, "the golden library has a gemm");
+    let a = m.instances[0]
         .args
         .iter_mut()
-        .find(|a| a.name == "x")
-        .expect("softmax takes x");
-    x.name = "zzz".into();
+        .find(|a| a.name == "a")
+        .expect("gemm takes a");
+    a.name = "zzz".into();
 
     let err = tilegen::__internal::bindings::generate(&m, &|_| None).unwrap_err();
     assert!(matches!(err, Error::Internal(_)), "{err:?}");

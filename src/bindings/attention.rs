@@ -42,17 +42,6 @@ fn head_dim(inst: &InstanceEntry) -> u32 {
     inst.params.head_dim.unwrap_or(128)
 }
 
-/// What the method computes, as the first doc paragraph.
-pub fn what(inst: &InstanceEntry) -> String {
-    format!(
-        "Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, \
-         head_dim {}, {} in and out, f32 scores, softmax and accumulation; the row log-sum-exp \
-         (natural log, `-inf` for a row that sees no key) into `lse` when given.",
-        head_dim(inst),
-        inst.dtype
-    )
-}
-
 /// One instance, for dispatch lists.
 pub fn niche(inst: &InstanceEntry) -> String {
     let p = &inst.params;
@@ -209,7 +198,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
         "[`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.",
     ];
     let doc_of = |niche: Vec<String>| {
-        let mut lines = vec![what(first), String::new()];
+        let mut lines = vec![super::docs::what(first), String::new()];
         lines.extend(niche);
         lines.push(String::new());
         lines.extend(REQUIREMENTS.iter().map(|s| s.to_string()));

@@ -3,48 +3,13 @@
 
 use crate::launch::GridRule;
 use crate::manifest::InstanceEntry;
-use crate::ops::epilogue;
-use crate::spec::model::{Layout, Op};
+use crate::spec::model::Op;
 
 use super::group::{Family, Group};
 
 /// What the instance computes, as one sentence.
 pub fn what(inst: &InstanceEntry) -> String {
-    let affine = inst.params.affine != Some(false);
-    match inst.op {
-        Op::VectorAdd => "`out[i] = a[i] + b[i]` for `i < n`.".into(),
-        Op::Fma => {
-            let e = epilogue::docs_formula(&inst.epilogue, "x[i] * w[i] + b[i]");
-            let mut s = format!("`out[i] = {e}` for `i < n`, in f32 arithmetic.");
-            for note in epilogue::docs_notes(&inst.epilogue) {
-                s = s + " " + note;
-            }
-            s
-        }
-        Op::Softmax => "Softmax of each row of the row-major `rows`×`cols` tensor `x`, into `out` (f32 arithmetic, max-subtracted).".into(),
-        Op::LayerNorm if affine => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps) * weight + bias`, with `weight` and `bias` of `cols` elements (f32 arithmetic).".into(),
-        Op::LayerNorm => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps)` (f32 arithmetic).".into(),
-        Op::RmsNorm if affine => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps) * weight`, with `weight` of `cols` elements (f32 arithmetic).".into(),
-        Op::RmsNorm => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps)` (f32 arithmetic).".into(),
-        Op::AddRmsNorm => format!(
-            "Residual add and RMS norm of each row of the row-major `rows`×`cols` tensors `x` and `r`: `h = x + r`, rounded to {} and written, then `y = h / sqrt(mean(h²) + eps){}` from that rounded `h`{} (f32 arithmetic).",
-            inst.dtype,
-            if affine { " * weight" } else { "" },
-            if affine { ", with `weight` of `cols` elements" } else { "" }
-        ),
-        Op::Gemm => {
-            let layout = inst.params.layout.unwrap_or(Layout::Nn);
-            let major = |transposed: bool| if transposed { "column-major" } else { "row-major" };
-            let chain: Vec<&str> = inst.epilogue.iter().map(|e| e.as_str()).collect();
-            format!(
-                "`d = epilogue(a · b)`, `a` m×k {} (leading dimension `lda`), `b` k×n {} (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [{}].",
-                major(layout.a_transposed()),
-                major(layout.b_transposed()),
-                chain.join(", ")
-            )
-        }
-        Op::Attention => super::attention::what(inst),
-    }
+    (crate::ops::info(inst.op).what)(&inst.kernel)
 }
 
 /// What a call must pass, beyond the types.

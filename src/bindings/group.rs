@@ -172,8 +172,10 @@ pub fn role(inst: &InstanceEntry, arg: &Arg) -> Result<Role> {
         (ArgKind::Scalar, _, _) => None,
         (_, Family::Elements, "bias") => Some(Role::PerCol),
         (_, Family::Elements, _) => Some(Role::Full),
-        (_, Family::Rows, "x" | "out" | "r" | "h" | "y") => Some(Role::Full),
         (_, Family::Rows, "weight" | "bias") => Some(Role::PerCol),
+        // Any other tensor of a row op is row-shaped (a per-column one under another name
+        // would be checked for more than it needs, never less).
+        (_, Family::Rows, _) => Some(Role::Full),
         (_, Family::Gemm, "a") => Some(Role::Matrix("lda")),
         (_, Family::Gemm, "b") => Some(Role::Matrix("ldb")),
         (_, Family::Gemm, "c") => Some(Role::Matrix("ldc")),

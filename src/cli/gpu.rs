@@ -11,7 +11,7 @@ pub struct LibraryArgs {
     /// Only instances whose name contains this text.
     #[arg(long)]
     pub filter: Option<String>,
-    /// Only instances of this op (vector_add, fma, softmax, layernorm, rmsnorm, gemm, add_rmsnorm, attention).
+    /// Only instances of this op (an `op` of the specs, as `tilegen list` shows them).
     #[arg(long)]
     pub op: Option<String>,
 }

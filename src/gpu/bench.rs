@@ -160,7 +160,7 @@ pub fn traffic(inst: &InstanceEntry, p: Problem) -> (u64, u64) {
         .args
         .iter()
         .filter(|a| a.kind != ArgKind::Scalar)
-        .map(|a| problem::buffer_len(inst, &a.name, p) * data::dtype_of(&a.ty).size() as u64)
+        .map(|a| problem::buffer_len(&a.name, p) * data::dtype_of(&a.ty).size() as u64)
         .sum();
     let flops = match p {
         Problem::Gemm { m, n, k } => 2 * m * n * k,
@@ -188,8 +188,8 @@ pub fn bench_case(
     for s in 0..sets {
         let mut set = Vec::new();
         for (i, a) in inst.args.iter().enumerate() {
-            let len = problem::buffer_len(inst, &a.name, p) as usize
-                * data::dtype_of(&a.ty).size() as usize;
+            let len =
+                problem::buffer_len(&a.name, p) as usize * data::dtype_of(&a.ty).size() as usize;
             set.push(match a.kind {
                 ArgKind::In => Some(random_buffer(
                     gpu,
@@ -242,7 +242,7 @@ pub fn bench_case(
                 .find(|a| a.kind == ArgKind::Out)
                 .expect("an output");
             let mut d = gpu.alloc_filled(
-                problem::buffer_len(inst, &out.name, p) as usize
+                problem::buffer_len(&out.name, p) as usize
                     * data::dtype_of(&out.ty).size() as usize,
                 0xFF,
             )?;

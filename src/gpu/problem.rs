@@ -4,46 +4,15 @@
 use crate::launch::GridRule;
 use crate::launch_rules::{self, LaunchDims};
 use crate::manifest::InstanceEntry;
-use crate::spec::model::{Epilogue, Layout, Op};
-
-/// One problem size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Problem {
-    /// `n` elements; rows of `cols` for a broadcast bias.
-    Elements {
-        n: u64,
-        cols: u64,
-    },
-    Rows {
-        rows: u64,
-        cols: u64,
-    },
-    Gemm {
-        m: u64,
-        n: u64,
-        k: u64,
-    },
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Problem::Elements { n, cols } => write!(f, "n={n} cols={cols}"),
-            Problem::Rows { rows, cols } => write!(f, "{rows}x{cols}"),
-            Problem::Gemm { m, n, k } => write!(f, "{m}x{n}x{k}"),
-        }
-    }
-}
-
-pub const LAYERNORM_EPS: f32 = 1e-5;
-pub const GEMM_ALPHA: f32 = 0.5;
+pub use crate::ops::verification::{Problem, GEMM_ALPHA, LAYERNORM_EPS};
+use crate::ops::{self, gemm};
+use crate::spec::model::{Epilogue, Family, Layout};
 
 /// Elements of argument `arg` for the problem.
-pub fn buffer_len(inst: &InstanceEntry, arg: &str, p: Problem) -> u64 {
+pub fn buffer_len(arg: &str, p: Problem) -> u64 {
     match p {
-        Problem::Elements { n, cols } => match (inst.op, arg) {
-            (Op::Fma, "bias") => cols,
+        Problem::Elements { n, cols } => match arg {
+            "bias" => cols,
             _ => n,
         },
         Problem::Rows { rows, cols } => match arg {
@@ -61,10 +30,7 @@ pub fn buffer_len(inst: &InstanceEntry, arg: &str, p: Problem) -> u64 {
 
 /// Leading dimensions (in elements) of the dense operands for a GEMM layout.
 pub fn gemm_ld(inst: &InstanceEntry, m: u64, n: u64, k: u64) -> (u64, u64, u64) {
-    let layout = inst.params.layout.unwrap_or(Layout::Nn);
-    let lda = if layout.a_transposed() { m } else { k };
-    let ldb = if layout.b_transposed() { k } else { n };
-    (lda, ldb, n)
+    gemm::dense_ld(inst.params.layout.unwrap_or(Layout::Nn), m, n, k)
 }
 
 /// Value of scalar argument `arg`.
@@ -394,7 +360,11 @@ pub fn verify_cases(inst: &InstanceEntry) -> Vec<Case> {
                 })
             });
             let mut kinds = vec![Numerics::Offset, Numerics::Outliers, Numerics::Subnormal];
-            if inst.op == Op::Softmax {
+            if ops::info(inst.op)
+                .verification
+                .as_ref()
+                .is_some_and(|v| v.infinities)
+            {
                 kinds.push(Numerics::Infinities);
             }
             for c in [97.min(limit), (chunk + 1).min(limit), limit] {
@@ -495,9 +465,9 @@ fn fits_padded(inst: &InstanceEntry, p: Problem) -> bool {
 
 /// Shapes `bench` times (the sizes named in the project's goals).
 pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
-    let out: Vec<Problem> = match inst.op {
-        Op::Attention => Vec::new(), // gpu::attention::bench_shapes
-        Op::VectorAdd | Op::Fma => {
+    let out: Vec<Problem> = match inst.op.family() {
+        Family::Attention => Vec::new(), // gpu::attention::bench_shapes
+        Family::Elements => {
             let cols = if inst.epilogue.contains(&Epilogue::Bias) {
                 4096
             } else {
@@ -505,7 +475,7 @@ pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
             };
             vec![Problem::Elements { n: 1 << 28, cols }]
         }
-        Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => vec![
+        Family::Rows => vec![
             Problem::Rows {
                 rows: 32768,
                 cols: 4096,
@@ -519,7 +489,7 @@ pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
                 cols: 1024,
             },
         ],
-        Op::Gemm => vec![
+        Family::Gemm => vec![
             Problem::Gemm {
                 m: 1024,
                 n: 1024,

@@ -282,7 +282,7 @@ fn time_members(gpu: &mut Gpu, members: &[&InstanceEntry], p: Problem) -> Result
         let mut set = Vec::new();
         for (i, a) in first.args.iter().enumerate() {
             let dtype = super::data::dtype_of(&a.ty);
-            let len = problem::buffer_len(first, &a.name, p) as usize * dtype.size() as usize;
+            let len = problem::buffer_len(&a.name, p) as usize * dtype.size() as usize;
             set.push(match a.kind {
                 ArgKind::In => Some(random_buffer(gpu, len, dtype, (s * 64 + i) as u64)?),
                 ArgKind::Out => Some(gpu.alloc_filled(len, 0xFF)?),

@@ -13,7 +13,8 @@ use super::{call_args_with, launch, ArgValue, Gpu};
 use crate::error::{Error, Result};
 use crate::launch::ArgKind;
 use crate::manifest::InstanceEntry;
-use crate::spec::model::{DType, Op};
+use crate::ops::{self, verification::symmetric_range};
+use crate::spec::model::DType;
 
 /// The outcome of one instance on one case.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -125,17 +126,6 @@ impl Guarded {
     }
 }
 
-/// Value range of typical random inputs, chosen per op so results are well conditioned.
-fn typical_range(op: Op, arg: &str) -> (f32, f32) {
-    match (op, arg) {
-        (Op::Softmax, _) => (-8.0, 8.0),
-        (Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm, "x") => (-1.0, 3.0),
-        (Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm, "weight") => (0.5, 1.5),
-        (Op::Gemm, _) => (-1.0, 1.0),
-        _ => (-2.0, 2.0),
-    }
-}
-
 /// The smallest normal value of a 16-bit dtype (subnormals lie below it).
 fn min_normal(dtype: DType) -> f32 {
     match dtype {
@@ -145,8 +135,8 @@ fn min_normal(dtype: DType) -> f32 {
     }
 }
 
-/// The values of input `arg` for a case (before rounding to the dtype). The main operand (`x`,
-/// `a`, or for vector_add both) carries the case's numerics; the others stay typical.
+/// The values of input `arg` for a case (before rounding to the dtype): typical in the op's
+/// range, or, for the inputs the op names as stressed, with the case's numerics.
 fn input_values(
     inst: &InstanceEntry,
     arg: &str,
@@ -154,13 +144,12 @@ fn input_values(
     case: &Case,
     rng: &mut impl Rng,
 ) -> Vec<f32> {
-    let len = problem::buffer_len(inst, arg, case.problem) as usize;
-    let (lo, hi) = typical_range(inst.op, arg);
+    let len = problem::buffer_len(arg, case.problem) as usize;
+    let op = ops::info(inst.op).verification.as_ref();
+    let (lo, hi) = op.map_or_else(|| symmetric_range(arg), |o| (o.typical_range)(arg));
     let mut v: Vec<f32> = (0..len).map(|_| rng.random_range(lo..hi)).collect();
-    let main = matches!(arg, "x" | "a")
-        || inst.op == Op::VectorAdd
-        || (inst.op == Op::AddRmsNorm && arg == "r");
-    if !main || v.is_empty() {
+    let stressed = op.is_some_and(|o| o.stressed.contains(&arg));
+    if !stressed || v.is_empty() {
         return v;
     }
     let row_len = match case.problem {
@@ -174,11 +163,10 @@ fn input_values(
         Numerics::Outliers => {
             for row in v.chunks_mut(row_len.max(1)) {
                 let j = rng.random_range(0..row.len());
-                row[j] = match inst.op {
-                    Op::Softmax => 48.0,
-                    Op::Gemm => 64.0,
-                    _ if rng.random_bool(0.5) => 1000.0,
-                    _ => -1000.0,
+                row[j] = match op.and_then(|o| o.outlier) {
+                    Some(x) => x,
+                    None if rng.random_bool(0.5) => 1000.0,
+                    None => -1000.0,
                 };
             }
         }
@@ -333,7 +321,7 @@ fn try_case(
                 let len = match layout {
                     Some([rows, _, ld]) => rows * ld,
                     None => {
-                        problem::buffer_len(inst, &a.name, p) as usize
+                        problem::buffer_len(&a.name, p) as usize
                             * data::dtype_of(&a.ty).size() as usize
                     }
                 };
@@ -431,5 +419,5 @@ fn cublas_expected(
     };
     let acc = product(&a.bytes, &b.bytes)?;
     let mag = product(&data::abs_bytes(a), &data::abs_bytes(b))?;
-    reference::gemm_epilogue(inst, p, &acc, &mag, 2.0, inputs).map_err(Error::Gpu)
+    ops::gemm::reference::epilogue(inst, p, &acc, &mag, 2.0, inputs).map_err(Error::Gpu)
 }

@@ -36,6 +36,18 @@ pub static ATTENTION: OpInfo = OpInfo {
         Field::Engine,
     ],
     epilogues: &[],
+    what: |k| {
+        format!(
+        "Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, \
+         head_dim {}, {} in and out, f32 scores, softmax and accumulation; the row log-sum-exp \
+         (natural log, `-inf` for a row that sees no key) into `lse` when given.",
+        Plan::new(&k.params).head_dim,
+        k.dtype
+    )
+    },
+    // Strides, sequence lists, its own cases and reference: gpu::attention.
+    #[cfg(feature = "gpu")]
+    verification: None,
 };
 
 pub const HEAD_DIMS: &[u32] = &[64, 128];
@@ -54,6 +66,7 @@ const WGMMA_FRAGMENT_REGS: [u32; 2] = [192, 128];
 
 /// The family's table (`ops::family`).
 pub static FAMILY: OpFamily = OpFamily {
+    info: |_| &ATTENTION,
     defaults: |_, p| defaults(p),
     check,
     resolved,

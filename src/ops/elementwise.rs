@@ -2,7 +2,7 @@
 //! Memory-bound: 16-byte vector accesses, `items` independent loads in flight per thread,
 //! grid-stride over the flat tensor, a scalar tail for lengths that are not a whole vector.
 
-use super::{pow2_problem, Field, OpFamily, OpInfo};
+use super::{epilogue, pow2_problem, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch};
 use crate::spec::model::{DType, Epilogue, Instance, Op, Params};
 
@@ -13,6 +13,9 @@ pub static VECTOR_ADD: OpInfo = OpInfo {
     dtypes: ALL_DTYPES,
     fields: &[Field::Block, Field::Items],
     epilogues: &[],
+    what: |_| "`out[i] = a[i] + b[i]` for `i < n`.".into(),
+    #[cfg(feature = "gpu")]
+    verification: Some(reference::VECTOR_ADD),
 };
 
 pub static FMA: OpInfo = OpInfo {
@@ -26,10 +29,25 @@ pub static FMA: OpInfo = OpInfo {
         Epilogue::GeluErf,
         Epilogue::Silu,
     ],
+    what: |k| {
+        let e = epilogue::docs_formula(&k.epilogue, "x[i] * w[i] + b[i]");
+        let mut s = format!("`out[i] = {e}` for `i < n`, in f32 arithmetic.");
+        for note in epilogue::docs_notes(&k.epilogue) {
+            s = s + " " + note;
+        }
+        s
+    },
+    #[cfg(feature = "gpu")]
+    verification: Some(reference::FMA),
 };
 
 /// The family's table (`ops::family`).
 pub static FAMILY: OpFamily = OpFamily {
+    info: |op| match op {
+        Op::VectorAdd => &VECTOR_ADD,
+        Op::Fma => &FMA,
+        op => unreachable!("{op:?} is not an elementwise op (Op::family)"),
+    },
     defaults: |_, p| defaults(p),
     check,
     resolved,
@@ -101,5 +119,62 @@ pub fn launch(inst: &Instance) -> Launch {
             elems_per_block: block * items * inst.dtype.per_16_bytes(),
         },
         shared_bytes: 0,
+    }
+}
+
+/// The CPU references (`ops::verification`).
+#[cfg(feature = "gpu")]
+mod reference {
+    use crate::ops::verification::{
+        epilogue_with_error, symmetric_range, Call, Expected, Problem, Verification, U32,
+    };
+
+    pub const VECTOR_ADD: Verification = Verification {
+        reference: vector_add,
+        typical_range: symmetric_range,
+        stressed: &["a", "b"],
+        outlier: None,
+        infinities: false,
+    };
+
+    pub const FMA: Verification = Verification {
+        reference: fma,
+        typical_range: symmetric_range,
+        stressed: &["x"],
+        outlier: None,
+        infinities: false,
+    };
+
+    fn vector_add(call: &Call) -> Result<Expected, String> {
+        let Problem::Elements { n, .. } = call.problem else {
+            return Err(call.wrong_problem());
+        };
+        let (a, b) = (call.input("a")?, call.input("b")?);
+        let mut ex = Expected::with_len(n as usize);
+        for i in 0..n as usize {
+            ex.values[i] = a[i] + b[i];
+            ex.err[i] = U32 * (a[i].abs() + b[i].abs());
+        }
+        Ok(ex)
+    }
+
+    fn fma(call: &Call) -> Result<Expected, String> {
+        let Problem::Elements { n, cols } = call.problem else {
+            return Err(call.wrong_problem());
+        };
+        let (x, w, b) = (call.input("x")?, call.input("w")?, call.input("b")?);
+        let bias = call.optional("bias");
+        let mut ex = Expected::with_len(n as usize);
+        for i in 0..n as usize {
+            let bv = if bias.is_empty() {
+                0.0
+            } else {
+                bias[i % cols as usize]
+            };
+            let v = x[i] * w[i] + b[i];
+            let e = U32 * ((x[i] * w[i]).abs() + b[i].abs());
+            (ex.values[i], ex.err[i]) = epilogue_with_error(call.kernel, v, e, bv, 0.0);
+        }
+        Ok(ex)
     }
 }

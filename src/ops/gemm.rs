@@ -33,7 +33,34 @@ pub static GEMM: OpInfo = OpInfo {
         Epilogue::Silu,
         Epilogue::Residual,
     ],
+    what: |k| {
+        let layout = k.params.layout.unwrap_or(Layout::Nn);
+        let major = |transposed: bool| {
+            if transposed {
+                "column-major"
+            } else {
+                "row-major"
+            }
+        };
+        let chain: Vec<&str> = k.epilogue.iter().map(|e| e.as_str()).collect();
+        format!(
+            "`d = epilogue(a · b)`, `a` m×k {} (leading dimension `lda`), `b` k×n {} (`ldb`), `d` m×n row-major (`ldd`), f32 accumulation; epilogue: [{}].",
+            major(layout.a_transposed()),
+            major(layout.b_transposed()),
+            chain.join(", ")
+        )
+    },
+    #[cfg(feature = "gpu")]
+    verification: Some(reference::GEMM),
 };
+
+/// Leading dimensions (in elements) of dense operands of an m×n×k product in `layout`:
+/// `(lda, ldb, ldd)`, each its operand's row as stored.
+pub fn dense_ld(layout: Layout, m: u64, n: u64, k: u64) -> (u64, u64, u64) {
+    let lda = if layout.a_transposed() { m } else { k };
+    let ldb = if layout.b_transposed() { k } else { n };
+    (lda, ldb, n)
+}
 
 /// Output tiles of one group in the block order: GROUP_M tile rows are walked column by column
 /// so that consecutive blocks share A and B panels in L2.
@@ -54,6 +81,7 @@ const EPI_PAD: u32 = 8;
 
 /// The family's table (`ops::family`).
 pub static FAMILY: OpFamily = OpFamily {
+    info: |_| &GEMM,
     defaults: |_, p| defaults(p),
     check,
     resolved,
@@ -663,6 +691,114 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         }
     }
     v
+}
+
+/// The CPU reference (`ops::verification`), and the epilogue that verify also applies to
+/// cuBLAS's products for GEMMs too large for the CPU.
+#[cfg(feature = "gpu")]
+pub mod reference {
+    use rayon::prelude::*;
+
+    use crate::ops::verification::{
+        epilogue_with_error, Call, Expected, Inputs, Problem, Verification, U32,
+    };
+    use crate::spec::model::{KernelConfig, Layout};
+
+    pub const GEMM: Verification = Verification {
+        reference: gemm,
+        typical_range: |_| (-1.0, 1.0),
+        stressed: &["a"],
+        outlier: Some(64.0),
+        infinities: false,
+    };
+
+    fn gemm(call: &Call) -> Result<Expected, String> {
+        let Problem::Gemm { m, n, k } = call.problem else {
+            return Err(call.wrong_problem());
+        };
+        let (a, b) = (call.input("a")?, call.input("b")?);
+        let layout = call.kernel.params.layout.unwrap_or(Layout::Nn);
+        let (lda, ldb, _) = super::dense_ld(layout, m, n, k);
+        let (lda, ldb) = (lda as usize, ldb as usize);
+        // A is m×k and B is k×n in the math; `t` stores the operand transposed (column-major
+        // for that operand), with its leading dimension between columns.
+        let a_at = |i: usize, p: usize| match layout.a_transposed() {
+            false => a[i * lda + p],
+            true => a[p * lda + i],
+        };
+        let b_at = |p: usize, j: usize| match layout.b_transposed() {
+            false => b[p * ldb + j],
+            true => b[j * ldb + p],
+        };
+        let mut acc = vec![0.0; (m * n) as usize];
+        let mut mag = vec![0.0; (m * n) as usize];
+        acc.par_chunks_mut(n as usize)
+            .zip(mag.par_chunks_mut(n as usize))
+            .enumerate()
+            .for_each(|(i, (row, mrow))| {
+                for j in 0..n as usize {
+                    let (mut s, mut sa) = (0.0, 0.0);
+                    for p in 0..k as usize {
+                        let t = a_at(i, p) * b_at(p, j);
+                        s += t;
+                        sa += t.abs();
+                    }
+                    row[j] = s;
+                    mrow[j] = sa;
+                }
+            });
+        epilogue(call.kernel, call.problem, &acc, &mag, 1.0, call.inputs)
+    }
+
+    /// Relative error per unit of Σ|a·b| of an f32-accumulated GEMM over `k`: `2k`
+    /// roundings, and for TF32 both operands rounded to 10-bit mantissas first (2^-11 each).
+    fn accumulation_error(kernel: &KernelConfig, k: u64) -> f64 {
+        let tf32 = if kernel.params.tf32 == Some(true) {
+            2.0 / 2048.0
+        } else {
+            0.0
+        };
+        2.0 * k as f64 * U32 + tf32
+    }
+
+    /// Applies a GEMM's epilogue (bias per column, residual C) to accumulated A·B, with `mag`
+    /// = Σ|a·b| per element. `extra_acc` scales the accumulation error for a product that has
+    /// its own (cuBLAS in f32 has as much as the kernel: 2.0).
+    pub fn epilogue(
+        kernel: &KernelConfig,
+        p: Problem,
+        acc: &[f64],
+        mag: &[f64],
+        extra_acc: f64,
+        inp: &Inputs,
+    ) -> Result<Expected, String> {
+        let Problem::Gemm { n, k, m } = p else {
+            return Err(format!("{}: a GEMM epilogue on {p}", kernel.name));
+        };
+        if acc.len() as u64 != m * n || mag.len() != acc.len() {
+            return Err(format!(
+                "{}: {} accumulated values for a {m}x{n} output",
+                kernel.name,
+                acc.len()
+            ));
+        }
+        let empty = Vec::new();
+        let bias = inp.get("bias").unwrap_or(&empty);
+        let c = inp.get("c").unwrap_or(&empty);
+        let n = n as usize;
+        let rel = extra_acc * accumulation_error(kernel, k);
+        let (values, err) = acc
+            .par_iter()
+            .zip(mag.par_iter())
+            .enumerate()
+            .map(|(idx, (&v, &mg))| {
+                let bv = if bias.is_empty() { 0.0 } else { bias[idx % n] };
+                let cv = if c.is_empty() { 0.0 } else { c[idx] };
+                epilogue_with_error(kernel, v, rel * mg, bv, cv)
+            })
+            .unzip();
+        Ok(Expected { values, err })
+    }
 }
 
 #[cfg(test)]

@@ -8,15 +8,21 @@ pub mod epilogue;
 pub mod gemm;
 pub mod gemm_sm90;
 mod rows;
+#[cfg(feature = "gpu")]
+pub mod verification;
 
 use crate::launch::{Arg, Launch, TensorMap};
-use crate::spec::model::{Arch, DType, Engine, Epilogue, Family, Instance, Op, Params};
+use crate::spec::model::{
+    Arch, DType, Engine, Epilogue, Family, Instance, KernelConfig, Op, Params,
+};
 
 /// What an op family knows about its kernels: what the spec layer, the renderer, the manifest
 /// and the bindings ask for. Each family module fills in one table (`FAMILY`) from its own
 /// functions; [`family`] is the registry. The `no_*` and `op_template` entries fit families
 /// without tensor maps, extra template values, arch limits or a name head of their own.
 pub struct OpFamily {
+    /// The static description of each op of the family.
+    pub info: fn(Op) -> &'static OpInfo,
     /// Fills in the defaults of the parameters a spec left out.
     pub defaults: fn(Op, &mut Params),
     /// Problems with a resolved instance, each attributed to the field that causes it (the
@@ -144,26 +150,24 @@ impl Field {
     }
 }
 
-/// Static description of an op family.
+/// Static description of one op: what a spec may ask of it, what it computes, and how
+/// `verify` checks it.
 pub struct OpInfo {
     /// Template file (under `templates/`) that renders the kernel.
     pub template: &'static str,
     pub dtypes: &'static [DType],
     pub fields: &'static [Field],
     pub epilogues: &'static [Epilogue],
+    /// What a kernel computes, as the first sentence of its generated method's docs.
+    pub what: fn(&KernelConfig) -> String,
+    /// The CPU reference and the inputs that test the op; `None` for an op whose cases,
+    /// strides and reference are its own (attention: `gpu::attention`).
+    #[cfg(feature = "gpu")]
+    pub verification: Option<verification::Verification>,
 }
 
 pub fn info(op: Op) -> &'static OpInfo {
-    match op {
-        Op::VectorAdd => &elementwise::VECTOR_ADD,
-        Op::Fma => &elementwise::FMA,
-        Op::Softmax => &rows::SOFTMAX,
-        Op::LayerNorm => &rows::LAYERNORM,
-        Op::RmsNorm => &rows::RMSNORM,
-        Op::AddRmsNorm => &rows::ADD_RMSNORM,
-        Op::Gemm => &gemm::GEMM,
-        Op::Attention => &attention::ATTENTION,
-    }
+    (family(op).info)(op)
 }
 
 /// Fills in the defaults of an op's parameters that a spec left out.

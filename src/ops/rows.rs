@@ -5,7 +5,7 @@
 
 use super::{pow2_problem, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch};
-use crate::spec::model::{Arch, DType, Instance, Op, Params, RowVariant};
+use crate::spec::model::{Arch, DType, Instance, KernelConfig, Op, Params, RowVariant};
 
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
 
@@ -20,6 +20,11 @@ pub static SOFTMAX: OpInfo = OpInfo {
         Field::RowsPerBlock,
     ],
     epilogues: &[],
+    what: |_| {
+        "Softmax of each row of the row-major `rows`×`cols` tensor `x`, into `out` (f32 arithmetic, max-subtracted).".into()
+    },
+    #[cfg(feature = "gpu")]
+    verification: Some(reference::SOFTMAX),
 };
 
 /// Layernorm's fields: the norms' shared ones, then the trimmed ring path (`lean`).
@@ -41,6 +46,14 @@ pub static LAYERNORM: OpInfo = OpInfo {
     dtypes: ALL_DTYPES,
     fields: LAYERNORM_FIELDS,
     epilogues: &[],
+    what: |k| {
+        match affine(k) {
+        true => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps) * weight + bias`, with `weight` and `bias` of `cols` elements (f32 arithmetic).".into(),
+        false => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps)` (f32 arithmetic).".into(),
+    }
+    },
+    #[cfg(feature = "gpu")]
+    verification: Some(reference::LAYERNORM),
 };
 
 pub static RMSNORM: OpInfo = OpInfo {
@@ -48,6 +61,14 @@ pub static RMSNORM: OpInfo = OpInfo {
     dtypes: ALL_DTYPES,
     fields: NORM_FIELDS,
     epilogues: &[],
+    what: |k| {
+        match affine(k) {
+        true => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps) * weight`, with `weight` of `cols` elements (f32 arithmetic).".into(),
+        false => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps)` (f32 arithmetic).".into(),
+    }
+    },
+    #[cfg(feature = "gpu")]
+    verification: Some(reference::RMSNORM),
 };
 
 /// `h = x + r` (written, rounded to the dtype), then `y = rmsnorm(h) · weight` from that
@@ -57,7 +78,23 @@ pub static ADD_RMSNORM: OpInfo = OpInfo {
     dtypes: ALL_DTYPES,
     fields: NORM_FIELDS,
     epilogues: &[],
+    what: |k| {
+        let affine = affine(k);
+        format!(
+            "Residual add and RMS norm of each row of the row-major `rows`×`cols` tensors `x` and `r`: `h = x + r`, rounded to {} and written, then `y = h / sqrt(mean(h²) + eps){}` from that rounded `h`{} (f32 arithmetic).",
+            k.dtype,
+            if affine { " * weight" } else { "" },
+            if affine { ", with `weight` of `cols` elements" } else { "" }
+        )
+    },
+    #[cfg(feature = "gpu")]
+    verification: Some(reference::ADD_RMSNORM),
 };
+
+/// Whether a norm scales by a weight (and layernorm adds a bias): the default.
+fn affine(k: &KernelConfig) -> bool {
+    k.params.affine != Some(false)
+}
 
 /// The variant when a spec gives none: softmax stores it; a norm leaves it unset, which its
 /// template reads as this one (the row in registers).
@@ -67,6 +104,13 @@ const DEFAULT_ROW_STAGES: u32 = 1;
 
 /// The family's table (`ops::family`).
 pub static FAMILY: OpFamily = OpFamily {
+    info: |op| match op {
+        Op::Softmax => &SOFTMAX,
+        Op::LayerNorm => &LAYERNORM,
+        Op::RmsNorm => &RMSNORM,
+        Op::AddRmsNorm => &ADD_RMSNORM,
+        op => unreachable!("{op:?} is not a row op (Op::family)"),
+    },
     defaults,
     check,
     resolved,
@@ -469,6 +513,207 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
 pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
     (inst.params.variant == Some(RowVariant::Staged) && arch.sm() < 80)
         .then(|| format!("the staged variant uses cp.async, which needs sm_80+; {arch} lacks it"))
+}
+
+/// The CPU references (`ops::verification`).
+#[cfg(feature = "gpu")]
+mod reference {
+    use rayon::prelude::*;
+
+    use crate::ops::verification::{
+        Call, Expected, Problem, Verification, EX2_APPROX, LAYERNORM_EPS, U32,
+    };
+    use crate::spec::model::KernelConfig;
+
+    pub const SOFTMAX: Verification = Verification {
+        reference: softmax,
+        typical_range: |_| (-8.0, 8.0),
+        stressed: &["x"],
+        outlier: Some(48.0),
+        infinities: true,
+    };
+    pub const LAYERNORM: Verification = Verification {
+        reference: layernorm,
+        typical_range: norm_range,
+        stressed: &["x"],
+        outlier: None,
+        infinities: false,
+    };
+    pub const RMSNORM: Verification = Verification {
+        reference: rmsnorm,
+        ..LAYERNORM
+    };
+    pub const ADD_RMSNORM: Verification = Verification {
+        reference: add_rmsnorm,
+        stressed: &["x", "r"],
+        ..LAYERNORM
+    };
+
+    /// Rows of mean 1 and weights near 1: normalized outputs of order 1.
+    fn norm_range(arg: &str) -> (f32, f32) {
+        match arg {
+            "x" => (-1.0, 3.0),
+            "weight" => (0.5, 1.5),
+            _ => (-2.0, 2.0),
+        }
+    }
+
+    /// Additions on the longest path of a row reduction over `threads` threads: each thread's
+    /// share in turn, then a tree across the block.
+    fn row_sum_depth(cols: usize, threads: u32) -> f64 {
+        let t = threads.max(1) as usize;
+        cols.div_ceil(t) as f64 + (t as f64).log2().ceil() + 2.0
+    }
+
+    /// The rows of `x` each through `f(row, out, err, depth)`, the reduction depth of the
+    /// kernel's block.
+    fn each_row(
+        call: &Call,
+        f: impl Fn(&[f64], &mut [f64], &mut [f64], f64) + Sync,
+    ) -> Result<Expected, String> {
+        let Problem::Rows { rows, cols } = call.problem else {
+            return Err(call.wrong_problem());
+        };
+        let x = call.input("x")?;
+        let c = (cols as usize).max(1);
+        let depth = row_sum_depth(c, call.threads);
+        let mut ex = Expected::with_len((rows * cols) as usize);
+        ex.values
+            .par_chunks_mut(c)
+            .zip(ex.err.par_chunks_mut(c))
+            .zip(x.par_chunks(c))
+            .for_each(|((o, e), row)| f(row, o, e, depth));
+        Ok(ex)
+    }
+
+    fn softmax(call: &Call) -> Result<Expected, String> {
+        each_row(call, |row, o, e, depth| softmax_row(row, o, e, depth, call))
+    }
+
+    fn layernorm(call: &Call) -> Result<Expected, String> {
+        let (weight, bias) = (call.optional("weight"), call.optional("bias"));
+        each_row(call, |row, o, e, depth| {
+            layernorm_row(row, weight, bias, o, e, depth)
+        })
+    }
+
+    fn rmsnorm(call: &Call) -> Result<Expected, String> {
+        let weight = call.optional("weight");
+        each_row(call, |row, o, e, depth| {
+            rmsnorm_row(row, weight, o, e, depth)
+        })
+    }
+
+    /// h as the kernel writes it: x + r in f32, rounded to the dtype; y is the norm of that
+    /// rounded h. Expected: h exactly, then y (the kernel's outputs in order).
+    fn add_rmsnorm(call: &Call) -> Result<Expected, String> {
+        let Problem::Rows { rows, cols } = call.problem else {
+            return Err(call.wrong_problem());
+        };
+        let (x, r) = (call.input("x")?, call.input("r")?);
+        let (c, len) = (cols as usize, (rows * cols) as usize);
+        let sums: Vec<f32> = x.iter().zip(r).map(|(a, b)| (a + b) as f32).collect();
+        let h = crate::gpu::data::from_values(call.kernel.dtype, &sums).values;
+        let mut ex = Expected::with_len(2 * len);
+        let (hv, yv) = ex.values.split_at_mut(len);
+        let (he, ye) = ex.err.split_at_mut(len);
+        for (((hv, he), a), b) in hv.iter_mut().zip(he.iter_mut()).zip(x).zip(r) {
+            *hv = a + b;
+            *he = U32 * hv.abs();
+        }
+        let depth = row_sum_depth(c, call.threads);
+        let weight = call.optional("weight");
+        yv.par_chunks_mut(c.max(1))
+            .zip(ye.par_chunks_mut(c.max(1)))
+            .zip(h.par_chunks(c.max(1)))
+            .for_each(|((o, e), row)| rmsnorm_row(row, weight, o, e, depth));
+        Ok(ex)
+    }
+
+    /// Softmax of one row and its error bound. A row whose every entry is -inf has no
+    /// maximum: its outputs are NaN (0/0), as in PyTorch; -inf entries of other rows give
+    /// exactly 0.
+    fn softmax_row(row: &[f64], o: &mut [f64], e: &mut [f64], depth: f64, call: &Call) {
+        let kernel: &KernelConfig = call.kernel;
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+        for (o, v) in o.iter_mut().zip(row) {
+            *o = (v - m).exp() / s;
+        }
+        if !m.is_finite() {
+            return; // NaN everywhere: the comparison wants NaN
+        }
+        // exp((x - m)·log2e) on ex2.approx: two roundings of the argument (2U|x - m|
+        // relative) plus the instruction's own error; the sum of the row's terms adds its
+        // depth, the online variant's rescaling one ex2 per chunk.
+        let chunks = row.len() as f64
+            / (call.threads.max(1) as f64 * kernel.dtype.per_16_bytes() as f64)
+            + 2.0;
+        let term = |x: f64| 2.0 * U32 * (x - m).abs() + EX2_APPROX;
+        let sum_rel: f64 = row
+            .iter()
+            .zip(o.iter())
+            .filter(|(x, _)| x.is_finite())
+            .map(|(&x, &y)| y * term(x))
+            .sum::<f64>()
+            + depth * U32
+            + chunks * EX2_APPROX;
+        for ((e, &x), &y) in e.iter_mut().zip(row).zip(o.iter()) {
+            *e = if x.is_finite() {
+                2.0 * y * (term(x) + sum_rel + 3.0 * U32)
+            } else {
+                0.0
+            };
+        }
+    }
+
+    /// Layer normalization of one row and its error bound, for kernels that sum x − x₀ and
+    /// (x − x₀)² in one pass (x₀ the row's first element, so large offsets do not cancel).
+    fn layernorm_row(
+        row: &[f64],
+        weight: &[f64],
+        bias: &[f64],
+        o: &mut [f64],
+        e: &mut [f64],
+        depth: f64,
+    ) {
+        let n = row.len() as f64;
+        let mean = row.iter().sum::<f64>() / n;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let rstd = 1.0 / (var + LAYERNORM_EPS as f64).sqrt();
+        let shift = row[0];
+        let s1 = row.iter().map(|v| (v - shift).abs()).sum::<f64>() / n;
+        let s2 = row.iter().map(|v| (v - shift) * (v - shift)).sum::<f64>() / n;
+        let k = depth + 4.0;
+        let e_mean = k * U32 * s1 + U32 * mean.abs();
+        let e_var = k * U32 * s2 + 2.0 * (mean - shift).abs() * e_mean;
+        let rel_rstd = 0.5 * e_var / (var + LAYERNORM_EPS as f64) + 4.0 * U32;
+        for (j, (o, v)) in o.iter_mut().zip(row).enumerate() {
+            let y = (v - mean) * rstd;
+            let e_y = rstd * (e_mean + U32 * (v - mean).abs()) + y.abs() * (rel_rstd + 2.0 * U32);
+            if weight.is_empty() {
+                *o = y;
+                e[j] = 2.0 * e_y;
+            } else {
+                *o = y * weight[j] + bias[j];
+                e[j] =
+                    2.0 * (weight[j].abs() * e_y + U32 * ((y * weight[j]).abs() + bias[j].abs()));
+            }
+        }
+    }
+
+    /// RMS normalization of one row and its error bound.
+    fn rmsnorm_row(row: &[f64], weight: &[f64], o: &mut [f64], e: &mut [f64], depth: f64) {
+        let n = row.len() as f64;
+        let ms = row.iter().map(|v| v * v).sum::<f64>() / n;
+        let rstd = 1.0 / (ms + LAYERNORM_EPS as f64).sqrt();
+        let rel_rstd = 0.5 * (depth + 4.0) * U32 * ms / (ms + LAYERNORM_EPS as f64) + 4.0 * U32;
+        for (j, (o, v)) in o.iter_mut().zip(row).enumerate() {
+            let w = if weight.is_empty() { 1.0 } else { weight[j] };
+            *o = v * rstd * w;
+            e[j] = 2.0 * o.abs() * (rel_rstd + 3.0 * U32);
+        }
+    }
 }
 
 #[cfg(test)]
