@@ -1,4 +1,5 @@
-//! Elementwise ops: `vector_add` (out = a + b) and `fma` (out = epilogue(x*w + b)).
+//! Elementwise ops: `vector_add` (out = a + b), `fma` (out = epilogue(x*w + b)) and `silu_mul`
+//! (out = silu(gate) * up).
 //! Memory-bound: 16-byte vector accesses, `items` independent loads in flight per thread,
 //! grid-stride over the flat tensor, a scalar tail for lengths that are not a whole vector.
 
@@ -41,11 +42,26 @@ pub static FMA: OpInfo = OpInfo {
     verification: Some(reference::FMA),
 };
 
+/// SwiGLU's gating, between the two projections of a Llama-class MLP.
+pub static SILU_MUL: OpInfo = OpInfo {
+    template: "elementwise.cu",
+    dtypes: ALL_DTYPES,
+    fields: &[Field::Block, Field::Items],
+    epilogues: &[],
+    what: |_| {
+        let silu = epilogue::docs_formula(&[Epilogue::Silu], "gate[i]");
+        format!("`out[i] = {silu} * up[i]` for `i < n`, in f32 arithmetic (SwiGLU's gating).")
+    },
+    #[cfg(feature = "gpu")]
+    verification: Some(reference::SILU_MUL),
+};
+
 /// The family's table (`ops::family`).
 pub static FAMILY: OpFamily = OpFamily {
     info: |op| match op {
         Op::VectorAdd => &VECTOR_ADD,
         Op::Fma => &FMA,
+        Op::SiluMul => &SILU_MUL,
         op => unreachable!("{op:?} is not an elementwise op (Op::family)"),
     },
     defaults: |_, p| defaults(p),
@@ -94,6 +110,12 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
             Arg::output("out", t),
             Arg::scalar("n", "i64"),
         ],
+        Op::SiluMul => vec![
+            Arg::input("gate", t),
+            Arg::input("up", t),
+            Arg::output("out", t),
+            Arg::scalar("n", "i64"),
+        ],
         _ => {
             let mut args = vec![Arg::input("x", t), Arg::input("w", t), Arg::input("b", t)];
             if inst.has_epilogue(Epilogue::Bias) {
@@ -125,9 +147,11 @@ pub fn launch(inst: &Instance) -> Launch {
 /// The CPU references (`ops::verification`).
 #[cfg(feature = "gpu")]
 mod reference {
+    use crate::ops::epilogue::{self, Chain, Operands};
     use crate::ops::verification::{
         epilogue_with_error, symmetric_range, Call, Expected, Problem, Verification, U32,
     };
+    use crate::spec::model::{DType, Epilogue};
 
     pub const VECTOR_ADD: Verification = Verification {
         reference: vector_add,
@@ -144,6 +168,40 @@ mod reference {
         outlier: None,
         infinities: false,
     };
+
+    pub const SILU_MUL: Verification = Verification {
+        reference: silu_mul,
+        typical_range: symmetric_range,
+        // The gate carries the hostile cases: SiLU's tails (exp over- and underflow).
+        stressed: &["gate"],
+        outlier: None,
+        infinities: false,
+    };
+
+    /// `silu(gate)` on the kernel's device function (good to `err_per_v`·|gate|), rounded,
+    /// then times `up`, rounded.
+    fn silu_mul(call: &Call) -> Result<Expected, String> {
+        let Problem::Elements { n, .. } = call.problem else {
+            return Err(call.wrong_problem());
+        };
+        let (gate, up) = (call.input("gate")?, call.input("up")?);
+        let silu = epilogue::step(Epilogue::Silu).reference;
+        let form = epilogue::device_fn(Epilogue::Silu, Chain::Elementwise, DType::F32)
+            .map_or(0.0, |f| f.err_per_v);
+        let none = Operands {
+            bias: 0.0,
+            residual: 0.0,
+            alpha: 1.0,
+        };
+        let mut ex = Expected::with_len(n as usize);
+        for i in 0..n as usize {
+            let s = silu(gate[i], &none);
+            ex.values[i] = s * up[i];
+            let e_s = form * gate[i].abs() + 4.0 * U32 * s.abs();
+            ex.err[i] = up[i].abs() * e_s + U32 * ex.values[i].abs();
+        }
+        Ok(ex)
+    }
 
     fn vector_add(call: &Call) -> Result<Expected, String> {
         let Problem::Elements { n, .. } = call.problem else {

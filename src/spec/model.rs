@@ -128,6 +128,7 @@ keyword_enum!(
         Gemm = "gemm",
         AddRmsNorm = "add_rmsnorm",
         Attention = "attention",
+        SiluMul = "silu_mul",
     }
 );
 
@@ -136,7 +137,7 @@ keyword_enum!(
 /// and pick among instances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
-    /// Flat tensors of `n` elements (vector_add, fma).
+    /// Flat tensors of `n` elements (vector_add, fma, silu_mul).
     Elements,
     /// A `rows`×`cols` tensor, one row per block (softmax, layernorm, rmsnorm, add_rmsnorm).
     Rows,
@@ -150,7 +151,7 @@ impl Op {
     /// The family the op belongs to (the one place that says so).
     pub fn family(self) -> Family {
         match self {
-            Op::VectorAdd | Op::Fma => Family::Elements,
+            Op::VectorAdd | Op::Fma | Op::SiluMul => Family::Elements,
             Op::Softmax | Op::LayerNorm | Op::RmsNorm | Op::AddRmsNorm => Family::Rows,
             Op::Gemm => Family::Gemm,
             Op::Attention => Family::Attention,
