@@ -1,15 +1,15 @@
-// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
+// ---- row ops (softmax, norms): the launch shape and plan ops/rows.rs chose ----
 #define TG_THREADS {{ block }}
 #define TG_ITEMS {{ items }}
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
 #define TG_MIN_BLOCKS {{ min_blocks }}
 #define TG_VEC {{ vec }}
-{%- if variant == "staged" %}
-// Rows in the shared-memory ring: {{ stages - 1 }} in flight per block while one is computed.
+// How a block holds its row: in registers (one pass), staged through a shared-memory ring of
+// TG_STAGES rows (TG_STAGES - 1 in flight while one is computed), or streamed (online).
+enum tg_row_variant { TG_ONEPASS, TG_STAGED, TG_ONLINE };
+#define TG_VARIANT {{ row_variant }}
 #define TG_STAGES {{ stages }}
-{%- endif %}
-{%- if l2_ahead_bytes > 0 %}
-// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude).
+// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude);
+// 0: not at all.
 #define TG_L2_AHEAD_BYTES {{ l2_ahead_bytes }}u
-{%- endif %}
 typedef {{ T }} T;

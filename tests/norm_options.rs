@@ -118,7 +118,11 @@ fn rows_per_block_sets_the_ring_grid_and_is_named_only_off_its_default() {
     assert_eq!(rows_per_block(softmax), 2);
     // One row per block hands rows out in order, so it warms L2 ahead as one-row blocks do;
     // blocks of several rows (far apart) do not.
-    let warms = |name: &str| source(&out, name).contains("#define TG_L2_AHEAD_BYTES");
+    let warms = |name: &str| {
+        let cu = source(&out, name);
+        assert!(cu.contains("#define TG_L2_AHEAD_BYTES "), "{name}");
+        !cu.contains("#define TG_L2_AHEAD_BYTES 0u")
+    };
     assert!(warms("layernorm_bf16_staged_s3_b64_i2_r1"));
     assert!(!warms("layernorm_bf16_staged_s3_b64_i2_r4"));
     assert!(!warms("layernorm_bf16_staged_s3_b64_i2"));

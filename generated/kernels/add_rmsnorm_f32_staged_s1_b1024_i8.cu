@@ -394,15 +394,19 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
-// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
+// ---- row ops (softmax, norms): the launch shape and plan ops/rows.rs chose ----
 #define TG_THREADS 1024
 #define TG_ITEMS 8
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
 #define TG_MIN_BLOCKS 1
 #define TG_VEC 4
-// Rows in the shared-memory ring: 0 in flight per block while one is computed.
+// How a block holds its row: in registers (one pass), staged through a shared-memory ring of
+// TG_STAGES rows (TG_STAGES - 1 in flight while one is computed), or streamed (online).
+enum tg_row_variant { TG_ONEPASS, TG_STAGED, TG_ONLINE };
+#define TG_VARIANT TG_STAGED
 #define TG_STAGES 1
-// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude).
+// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude);
+// 0: not at all.
 #define TG_L2_AHEAD_BYTES 1048576u
 typedef float T;
 

@@ -2,7 +2,7 @@
 // instance: bias_gelu_f32_b256_i2_bias_gelu
 // config sha256: 54121ca22db19b1c5e258a15f68782eca0258a41f3d5542004d1a0b33460479f
 //
-// fma: out = epilogue(x * w + b), epilogue = [bias, gelu], f32.
+// fma, f32: out[i] = combine(inputs[i]) for i < n, in fp32 (the combine of each op is below).
 // Memory-bound: each thread moves 2 16-byte vectors per operand per trip, all loads
 // issued before any use; grid-stride over the tensor; scalar tail for n % 4.
 // Launch: 256 threads; grid = ceil(n / 2048) (capped; the loop strides).
@@ -393,12 +393,22 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
+// ---- this instance (ops/elementwise.rs) ----
 #define TG_THREADS 256
 #define TG_ITEMS 2
 #define TG_VEC 4
 typedef float T;
+enum tg_elementwise_op { TG_VECTOR_ADD, TG_SILU_MUL, TG_FMA };
+#define TG_OP TG_FMA
+// fma: a bias row of `cols` elements broadcast over the rows of the output.
+#define TG_BIAS true
 
-// x * w + b, then the epilogue chain, in fp32.
+// The two-input ops: vector_add (a + b) and silu_mul (SwiGLU's gating, silu(gate) * up).
+__device__ __forceinline__ float tg_combine(float a, float b) {
+    if constexpr (TG_OP == TG_SILU_MUL) return tg_silu(a) * b;
+    else return a + b;
+}
+// fma: x * w + b, then the epilogue chain (src/ops/epilogue.rs), in spec order.
 __device__ __forceinline__ float tg_combine(float x, float w, float b, float bias) {
     float v = fmaf(x, w, b);
     v += bias;
@@ -406,7 +416,45 @@ __device__ __forceinline__ float tg_combine(float x, float w, float b, float bia
     return v;
 }
 
-extern "C" __global__ void __launch_bounds__(TG_THREADS) tg_bias_gelu_f32_b256_i2_bias_gelu(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b, const float* __restrict__ bias, float* __restrict__ out, long long n, long long cols) {
+// out = combine(a, b) over n elements.
+__device__ __forceinline__ void tg_map2(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long n) {
+    const long long nvec = n / TG_VEC;
+    const long long stride = (long long)gridDim.x * TG_THREADS * TG_ITEMS;
+    for (long long base = (long long)blockIdx.x * TG_THREADS * TG_ITEMS + threadIdx.x; base < nvec; base += stride) {
+        // Every 16-byte load is issued before any is unpacked, so all of them are in flight.
+        uint4 ra[TG_ITEMS], rb[TG_ITEMS];
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            const long long v = base + (long long)j * TG_THREADS;
+            if (v < nvec) {
+                ra[j] = tg_load_raw16_stream(a + v * TG_VEC);
+                rb[j] = tg_load_raw16_stream(b + v * TG_VEC);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j) {
+            const long long v = base + (long long)j * TG_THREADS;
+            if (v < nvec) {
+                float va[TG_VEC], vb[TG_VEC];
+                tg_unpack16(a, ra[j], va);
+                tg_unpack16(b, rb[j], vb);
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) va[e] = tg_combine(va[e], vb[e]);
+                tg_store16(out + v * TG_VEC, va);
+            }
+        }
+    }
+    // Scalar tail: the last n % VEC elements, one per thread of the first block.
+    const long long first = nvec * TG_VEC;
+    if (blockIdx.x == 0 && first + threadIdx.x < n) {
+        const long long i = first + threadIdx.x;
+        out[i] = tg_from_float<T>(tg_combine(tg_to_float(a[i]), tg_to_float(b[i])));
+    }
+}
+
+// out = combine(x, w, b, bias[col]) over n elements (bias: a row of `cols`, when TG_BIAS).
+__device__ __forceinline__ void tg_map_fma(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                           const T* __restrict__ bias, T* __restrict__ out, long long n, long long cols) {
     const long long nvec = n / TG_VEC;
     const long long stride = (long long)gridDim.x * TG_THREADS * TG_ITEMS;
     for (long long base = (long long)blockIdx.x * TG_THREADS * TG_ITEMS + threadIdx.x; base < nvec; base += stride) {
@@ -430,11 +478,14 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS) tg_bias_gelu_f32_b256_i
                 tg_unpack16(w, rw[j], vw);
                 tg_unpack16(b, rb[j], vb);
                 // Column of the vector's first element; the bias row repeats every `cols`.
-                long long col = (v * TG_VEC) % cols;
+                long long col = TG_BIAS ? (v * TG_VEC) % cols : 0;
 #pragma unroll
                 for (int e = 0; e < TG_VEC; ++e) {
-                    const float bv = tg_to_float(bias[col]);
-                    if (++col == cols) col = 0;
+                    float bv = 0.0f;
+                    if constexpr (TG_BIAS) {
+                        bv = tg_to_float(bias[col]);
+                        if (++col == cols) col = 0;
+                    }
                     vx[e] = tg_combine(vx[e], vw[e], vb[e], bv);
                 }
                 tg_store16(out + v * TG_VEC, vx);
@@ -445,7 +496,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS) tg_bias_gelu_f32_b256_i
     const long long first = nvec * TG_VEC;
     if (blockIdx.x == 0 && first + threadIdx.x < n) {
         const long long i = first + threadIdx.x;
-        const float bv = tg_to_float(bias[i % cols]);
+        const float bv = TG_BIAS ? tg_to_float(bias[i % cols]) : 0.0f;
         out[i] = tg_from_float<T>(tg_combine(tg_to_float(x[i]), tg_to_float(w[i]), tg_to_float(b[i]), bv));
     }
+}
+
+extern "C" __global__ void __launch_bounds__(TG_THREADS) tg_bias_gelu_f32_b256_i2_bias_gelu(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b, const float* __restrict__ bias, float* __restrict__ out, long long n, long long cols) {
+    tg_map_fma(x, w, b, bias, out, n, cols);
 }

@@ -393,13 +393,19 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
-// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
+// ---- row ops (softmax, norms): the launch shape and plan ops/rows.rs chose ----
 #define TG_THREADS 512
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
 #define TG_MIN_BLOCKS 2
 #define TG_VEC 8
-// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude).
+// How a block holds its row: in registers (one pass), staged through a shared-memory ring of
+// TG_STAGES rows (TG_STAGES - 1 in flight while one is computed), or streamed (online).
+enum tg_row_variant { TG_ONEPASS, TG_STAGED, TG_ONLINE };
+#define TG_VARIANT TG_ONEPASS
+#define TG_STAGES 1
+// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude);
+// 0: not at all.
 #define TG_L2_AHEAD_BYTES 2097152u
 typedef tg_bf16 T;
 

@@ -3,10 +3,8 @@
 // config sha256: bce95f5082528e3b9b1dd81f2e7f1d3d285e3db2b8e9b15e031ffcd22f0847b9
 //
 // softmax over the last dimension of a rows x cols f32 tensor, fp32 arithmetic,
-// numerically stable (the row maximum is subtracted before exponentiation).
-// One-pass variant: the row lives in registers (512 threads x 2 vectors x
-// 4 elements = at most 4096 columns), read once and written once.
-// Launch: 512 threads, one block per row (grid-stride over rows).
+// numerically stable (the row maximum is subtracted before exponentiation), onepass
+// variant. Launch: 512 threads, one block per row (grid-stride over rows).
 // Vector path when cols % 4 == 0 (pointers 16-byte aligned), else a scalar path.
 
 // ---- tilegen prelude: element types, conversions, epilogues and reductions ----
@@ -394,13 +392,19 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
-// ---- row ops (softmax, norms): the launch shape ops/rows.rs chose ----
+// ---- row ops (softmax, norms): the launch shape and plan ops/rows.rs chose ----
 #define TG_THREADS 512
 #define TG_ITEMS 2
 // Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
 #define TG_MIN_BLOCKS 4
 #define TG_VEC 4
-// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude).
+// How a block holds its row: in registers (one pass), staged through a shared-memory ring of
+// TG_STAGES rows (TG_STAGES - 1 in flight while one is computed), or streamed (online).
+enum tg_row_variant { TG_ONEPASS, TG_STAGED, TG_ONLINE };
+#define TG_VARIANT TG_ONEPASS
+#define TG_STAGES 1
+// Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude);
+// 0: not at all.
 #define TG_L2_AHEAD_BYTES 2097152u
 typedef float T;
 
@@ -413,37 +417,134 @@ __device__ __forceinline__ void tg_store_chunk(T* __restrict__ row, int c0, int 
     for (int j = 0; j < TG_ITEMS; ++j) tg_store_vec(row, c0 + tg_row_col<TG_THREADS, T>(j), cols, vec_ok, v[j]);
 }
 
-extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_softmax_f32_onepass_b512_i2(const float* __restrict__ x, float* __restrict__ out, long long rows, long long cols) {
-    __shared__ float scratch[32];
+// One pass: the row lives in registers (TG_THREADS x TG_ITEMS vectors, at most TG_CHUNK
+// columns), read once and written once.
+__device__ __forceinline__ void tg_softmax_onepass(const T* __restrict__ xr, T* __restrict__ yr, int ncols, bool vec_ok,
+                                                   float* scratch) {
+    float v[TG_ITEMS][TG_VEC];
+    tg_load_row<TG_THREADS, TG_ITEMS>(xr, 0, ncols, vec_ok, TG_NEG_INF, v);
+    float m = TG_NEG_INF;
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+        for (int e = 0; e < TG_VEC; ++e) m = fmaxf(m, v[j][e]);
+    const float row_max = tg_block_max<TG_THREADS>(m, scratch);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+        for (int e = 0; e < TG_VEC; ++e) {
+            v[j][e] = tg_exp_nonpos(v[j][e] - row_max);  // exp(-inf) = 0 for padding
+            s += v[j][e];
+        }
+    const float inv = 1.0f / tg_block_sum<TG_THREADS>(s, scratch);
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+        for (int e = 0; e < TG_VEC; ++e) v[j][e] *= inv;
+    tg_store_chunk(yr, 0, ncols, vec_ok, v);
+}
+
+// Online: rows of any length. Pass 1 keeps a running (max, sum) per thread, rescaling the sum
+// when the max grows; pass 2 re-reads the row (mostly from L2) and writes.
+__device__ __forceinline__ void tg_softmax_online(const T* __restrict__ xr, T* __restrict__ yr, int ncols, bool vec_ok,
+                                                  float* scratch) {
+    float v[TG_ITEMS][TG_VEC];
+    float m = TG_NEG_INF, s = 0.0f;
+    for (int c0 = 0; c0 < ncols; c0 += TG_CHUNK) {
+        tg_load_row<TG_THREADS, TG_ITEMS>(xr, c0, ncols, vec_ok, TG_NEG_INF, v);
+        float cm = TG_NEG_INF;
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) cm = fmaxf(cm, v[j][e]);
+        if (cm > m) {
+            s *= tg_exp_nonpos(m - cm);
+            m = cm;
+        }
+        if (m != TG_NEG_INF) {
+#pragma unroll
+            for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+                for (int e = 0; e < TG_VEC; ++e) s += tg_exp_nonpos(v[j][e] - m);
+        }
+    }
+    const float row_max = tg_block_max<TG_THREADS>(m, scratch);
+    const float mine = (m == TG_NEG_INF) ? 0.0f : s * tg_exp_nonpos(m - row_max);
+    const float inv = 1.0f / tg_block_sum<TG_THREADS>(mine, scratch);
+    for (int c0 = 0; c0 < ncols; c0 += TG_CHUNK) {
+        tg_load_row<TG_THREADS, TG_ITEMS>(xr, c0, ncols, vec_ok, TG_NEG_INF, v);
+#pragma unroll
+        for (int j = 0; j < TG_ITEMS; ++j)
+#pragma unroll
+            for (int e = 0; e < TG_VEC; ++e) v[j][e] = tg_exp_nonpos(v[j][e] - row_max) * inv;
+        tg_store_chunk(yr, c0, ncols, vec_ok, v);
+    }
+}
+
+// Staged: the row was copied into shared memory with cp.async (no registers held while the
+// copy is in flight, so several blocks per SM each have a whole row in flight) and is read
+// back from there for the max, the sum and the output: one read and one write of device
+// memory per element.
+__device__ __forceinline__ void tg_softmax_staged(const T* srow, T* __restrict__ yr, int ncols, bool vec_ok,
+                                                  float* scratch) {
+    float m = TG_NEG_INF;
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j) {
+        float t[TG_VEC];
+        tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, TG_NEG_INF, t);
+#pragma unroll
+        for (int e = 0; e < TG_VEC; ++e) m = fmaxf(m, t[e]);
+    }
+    const float row_max = tg_block_max<TG_THREADS>(m, scratch);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j) {
+        float t[TG_VEC];
+        tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, TG_NEG_INF, t);
+#pragma unroll
+        for (int e = 0; e < TG_VEC; ++e) s += tg_exp_nonpos(t[e] - row_max);
+    }
+    const float inv = 1.0f / tg_block_sum<TG_THREADS>(s, scratch);
+#pragma unroll
+    for (int j = 0; j < TG_ITEMS; ++j) {
+        float t[TG_VEC];
+        tg_staged_vec<TG_THREADS>(srow, j, ncols, vec_ok, TG_NEG_INF, t);
+#pragma unroll
+        for (int e = 0; e < TG_VEC; ++e) t[e] = tg_exp_nonpos(t[e] - row_max) * inv;
+        tg_store_row_vec<TG_THREADS>(yr, j, ncols, vec_ok, t);
+    }
+}
+
+// Every row of x, one block per row (a staged ring: per STAGES rows), grid-stride.
+template <int VARIANT, int STAGES>
+__device__ __forceinline__ void tg_softmax_rows(const T* __restrict__ x, T* __restrict__ out, long long rows, long long cols,
+                                                float* scratch) {
     // Column arithmetic in 32 bits (the launchers require cols < 2^31): fewer registers.
     const int ncols = (int)cols;
     const bool vec_ok = (ncols % TG_VEC) == 0;
-    const int ahead = tg_l2_ahead_rows(cols * (long long)sizeof(T), TG_L2_AHEAD_BYTES);
-    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const T* __restrict__ xr = x + r * cols;
-        T* __restrict__ yr = out + r * cols;
-        tg_prefetch_row_l2<TG_THREADS>(x, r + ahead, rows, cols);
-        float v[TG_ITEMS][TG_VEC];
-        tg_load_row<TG_THREADS, TG_ITEMS>(xr, 0, ncols, vec_ok, TG_NEG_INF, v);
-        float m = TG_NEG_INF;
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j)
-#pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) m = fmaxf(m, v[j][e]);
-        const float row_max = tg_block_max<TG_THREADS>(m, scratch);
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j)
-#pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) {
-                v[j][e] = tg_exp_nonpos(v[j][e] - row_max);  // exp(-inf) = 0 for padding
-                s += v[j][e];
-            }
-        const float inv = 1.0f / tg_block_sum<TG_THREADS>(s, scratch);
-#pragma unroll
-        for (int j = 0; j < TG_ITEMS; ++j)
-#pragma unroll
-            for (int e = 0; e < TG_VEC; ++e) v[j][e] *= inv;
-        tg_store_chunk(yr, 0, ncols, vec_ok, v);
+    if constexpr (VARIANT == TG_STAGED) {
+        extern __shared__ uint4 tg_row_smem[];
+        tg_row_ring<TG_THREADS, TG_ITEMS, STAGES, T> ring(reinterpret_cast<T*>(tg_row_smem), x, rows, cols, vec_ok);
+        const int ahead = tg_l2_ahead_rows(cols * (long long)sizeof(T), TG_L2_AHEAD_BYTES);
+        for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+            T* __restrict__ yr = out + r * cols;
+            if constexpr (TG_L2_AHEAD_BYTES > 0) tg_prefetch_row_l2<TG_THREADS>(x, r + ahead, rows, cols);
+            tg_softmax_staged(ring.take(r), yr, ncols, vec_ok, scratch);
+        }
+    } else {
+        const int ahead = tg_l2_ahead_rows(cols * (long long)sizeof(T), TG_L2_AHEAD_BYTES);
+        for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+            const T* __restrict__ xr = x + r * cols;
+            T* __restrict__ yr = out + r * cols;
+            if constexpr (TG_L2_AHEAD_BYTES > 0) tg_prefetch_row_l2<TG_THREADS>(x, r + ahead, rows, cols);
+            if constexpr (VARIANT == TG_ONLINE) tg_softmax_online(xr, yr, ncols, vec_ok, scratch);
+            else tg_softmax_onepass(xr, yr, ncols, vec_ok, scratch);
+        }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_softmax_f32_onepass_b512_i2(const float* __restrict__ x, float* __restrict__ out, long long rows, long long cols) {
+    __shared__ float scratch[32];
+    tg_softmax_rows<TG_VARIANT, TG_STAGES>(x, out, rows, cols, scratch);
 }

@@ -71,7 +71,7 @@ pub static FAMILY: OpFamily = OpFamily {
     launch,
     template: super::op_template,
     tensor_maps: super::no_tensor_maps,
-    template_values: super::no_template_values,
+    template_values,
     arch_problem: super::no_arch_problem,
     shared_memory_field: Field::Block,
     name_head: super::no_name_head,
@@ -235,4 +235,27 @@ mod reference {
         }
         Ok(ex)
     }
+}
+
+/// The template's parameters: which combine the kernel runs, whether a bias row is read, and
+/// the map it calls with the kernel's own arguments.
+pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
+    let bias = inst.has_epilogue(Epilogue::Bias);
+    let names: Vec<String> = signature(inst).into_iter().map(|a| a.name).collect();
+    let map_call = match inst.op {
+        Op::Fma if bias => "tg_map_fma(x, w, b, bias, out, n, cols)".to_string(),
+        Op::Fma => "tg_map_fma(x, w, b, nullptr, out, n, 1)".to_string(),
+        // The two-input ops: their inputs, `out` and `n`, in signature order.
+        _ => format!("tg_map2({})", names.join(", ")),
+    };
+    let op_id = match inst.op {
+        Op::Fma => "TG_FMA",
+        Op::SiluMul => "TG_SILU_MUL",
+        _ => "TG_VECTOR_ADD",
+    };
+    vec![
+        ("op_id", op_id.into()),
+        ("has_bias", bias.into()),
+        ("map_call", map_call.into()),
+    ]
 }

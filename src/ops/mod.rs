@@ -66,9 +66,6 @@ pub(crate) fn op_template(inst: &Instance) -> &'static str {
 pub(crate) fn no_tensor_maps(_: &Instance) -> Vec<TensorMap> {
     Vec::new()
 }
-pub(crate) fn no_template_values(_: &Instance) -> Vec<(&'static str, serde_json::Value)> {
-    Vec::new()
-}
 pub(crate) fn no_arch_problem(_: &Instance, _: Arch) -> Option<String> {
     None
 }

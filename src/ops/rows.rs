@@ -485,6 +485,15 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("l2_ahead_bytes", l2_ahead_bytes(inst).into()),
         ("stages", stages(inst).into()),
         ("rows_per_block", rows_per_block(inst).into()),
+        (
+            "row_variant",
+            match resolved(inst).variant {
+                Some(RowVariant::Staged) => "TG_STAGED",
+                Some(RowVariant::Online) => "TG_ONLINE",
+                _ => "TG_ONEPASS",
+            }
+            .into(),
+        ),
         ("residual_ahead", residual_ahead(inst).into()),
         ("lean", (inst.params.lean == Some(true)).into()),
         (
