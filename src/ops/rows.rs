@@ -497,16 +497,26 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("residual_ahead", residual_ahead(inst).into()),
         ("lean", (inst.params.lean == Some(true)).into()),
         (
-            "weights",
+            "weights_id",
             match weights {
-                Weights::None => "none",
-                Weights::Preload => "preload",
-                Weights::Hoist => "hoist",
-                Weights::Prefetch(_) => "prefetch",
-                Weights::Reread => "reread",
+                Weights::None => "TG_W_NONE",
+                Weights::Preload => "TG_W_PRELOAD",
+                Weights::Hoist => "TG_W_HOIST",
+                Weights::Prefetch(_) => "TG_W_PREFETCH",
+                Weights::Reread => "TG_W_REREAD",
             }
             .into(),
         ),
+        (
+            "norm_op",
+            match inst.op {
+                Op::LayerNorm => "TG_LAYERNORM",
+                Op::AddRmsNorm => "TG_ADD_RMSNORM",
+                _ => "TG_RMSNORM",
+            }
+            .into(),
+        ),
+        ("norm_pointers", norm_pointers(inst).into()),
         (
             "prefetch_vectors",
             match weights {
@@ -516,6 +526,24 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
             .into(),
         ),
     ]
+}
+
+/// A norm kernel's pointers in the order `tg_norm_rows` (norm.cu) takes them: x, r, weight,
+/// bias, h, out; `nullptr` for those the instance's signature lacks (add_rmsnorm's `out` is y).
+fn norm_pointers(inst: &Instance) -> String {
+    let args = signature(inst);
+    let has = |name: &str| args.iter().any(|a| a.name == name);
+    let out = if inst.op == Op::AddRmsNorm {
+        "y"
+    } else {
+        "out"
+    };
+    ["x", "r", "weight", "bias", "h"]
+        .into_iter()
+        .map(|name| if has(name) { name } else { "nullptr" })
+        .chain([out])
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The staged variant copies with cp.async, which sm_80 introduced.
