@@ -2,6 +2,8 @@
 //! accepted and sweeps like rmsnorm, its kernel takes x, r, weight and writes h and y, its
 //! bindings refuse outputs that overlap, and verify's reference norms the rounded h.
 
+mod common;
+
 use std::path::Path;
 
 use tilegen::__internal::gpu::problem::{Problem, LAYERNORM_EPS};
@@ -30,15 +32,7 @@ kernels:
 /// A library of the spec rendered without NVRTC (no binaries): its manifest, bindings and
 /// one kernel's CUDA C.
 fn render(dir: &Path) -> (Manifest, String, String) {
-    let specs = dir.join("specs");
-    std::fs::create_dir_all(&specs).unwrap();
-    std::fs::write(specs.join("a.yaml"), SPEC).unwrap();
-    let out = dir.join("lib");
-    let mut o = tilegen::Options::new(&specs, &out);
-    o.compile = false;
-    o.cache_dir = Some(dir.join("cache"));
-    tilegen::generate(&o, &|_| {}).expect("the spec renders");
-    let m = Manifest::from_bytes(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let (m, out) = common::render_spec(dir, SPEC);
     let bindings = std::fs::read_to_string(out.join("bindings.rs")).unwrap();
     let cu =
         std::fs::read_to_string(out.join("kernels/add_rmsnorm_bf16_staged_s1_b64_i2.cu")).unwrap();
@@ -102,16 +96,10 @@ fn spec_is_accepted_with_its_argument_roles_and_checks() {
     assert!(bindings.contains("pub fn add_rmsnorm_bf16("));
 
     // What rmsnorm refuses, add_rmsnorm refuses: an online variant, a staged row before sm_80.
-    let bad = dir.path().join("bad");
-    std::fs::create_dir_all(&bad).unwrap();
-    std::fs::write(
-        bad.join("b.yaml"),
+    let err = common::spec_error(
+        dir.path(),
         "kernels:\n  - name: n\n    op: add_rmsnorm\n    dtype: f32\n    variant: online\n  - name: m\n    op: add_rmsnorm\n    dtype: f16\n    variant: staged\n    archs: [sm_75]\n",
-    )
-    .unwrap();
-    let err = tilegen::__internal::spec::load_dir(&bad)
-        .unwrap_err()
-        .to_string();
+    );
     assert!(err.contains("add_rmsnorm has no online variant"), "{err}");
     assert!(err.contains("cp.async, which needs sm_80+"), "{err}");
 }

@@ -3,6 +3,8 @@
 //! checks (strides, GQA ratio, overlapping outputs, cu_seqlens) and the generated bindings'
 //! dispatch on made-up devices.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -34,15 +36,7 @@ kernels:
 
 /// The spec rendered without NVRTC into `dir/lib`: its manifest and one kernel's CUDA C.
 fn render(dir: &Path, spec: &str) -> (Manifest, String) {
-    let specs = dir.join("specs");
-    std::fs::create_dir_all(&specs).unwrap();
-    std::fs::write(specs.join("a.yaml"), spec).unwrap();
-    let out = dir.join("lib");
-    let mut o = tilegen::Options::new(&specs, &out);
-    o.compile = false;
-    o.cache_dir = Some(dir.join("cache"));
-    tilegen::generate(&o, &|_| {}).expect("the spec renders");
-    let m = Manifest::from_bytes(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let (m, out) = common::render_spec(dir, spec);
     let cu =
         std::fs::read_to_string(out.join("kernels/attention_bf16_d128_causal_q64x64_s2_b128.cu"))
             .unwrap();

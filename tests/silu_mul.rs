@@ -3,6 +3,8 @@
 //! writes out, the bindings document and check it, and verify's reference and cases are the
 //! op's own.
 
+mod common;
+
 use std::path::Path;
 
 use tilegen::__internal::gpu::problem::{self, Numerics, Problem};
@@ -23,15 +25,7 @@ kernels:
 /// A library of the spec rendered without NVRTC (no binaries): its manifest, bindings and
 /// the bf16 kernel's CUDA C.
 fn render(dir: &Path) -> (Manifest, String, String) {
-    let specs = dir.join("specs");
-    std::fs::create_dir_all(&specs).unwrap();
-    std::fs::write(specs.join("a.yaml"), SPEC).unwrap();
-    let out = dir.join("lib");
-    let mut o = tilegen::Options::new(&specs, &out);
-    o.compile = false;
-    o.cache_dir = Some(dir.join("cache"));
-    tilegen::generate(&o, &|_| {}).expect("the spec renders");
-    let m = Manifest::from_bytes(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let (m, out) = common::render_spec(dir, SPEC);
     let bindings = std::fs::read_to_string(out.join("bindings.rs")).unwrap();
     let cu = std::fs::read_to_string(out.join("kernels/silu_mul_bf16_b64_i2.cu")).unwrap();
     (m, bindings, cu)
@@ -90,16 +84,10 @@ fn spec_renders_a_two_input_kernel_with_checked_bindings() {
     ));
 
     // What the other elementwise ops refuse, silu_mul refuses: an epilogue, a row field.
-    let bad = dir.path().join("bad");
-    std::fs::create_dir_all(&bad).unwrap();
-    std::fs::write(
-        bad.join("b.yaml"),
+    let err = common::spec_error(
+        dir.path(),
         "kernels:\n  - name: s\n    op: silu_mul\n    dtype: f32\n    epilogue: [relu]\n  - name: t\n    op: silu_mul\n    dtype: f16\n    variant: staged\n",
-    )
-    .unwrap();
-    let err = tilegen::__internal::spec::load_dir(&bad)
-        .unwrap_err()
-        .to_string();
+    );
     assert!(err.contains("b.yaml:5:"), "{err}");
     assert!(err.contains("b.yaml:9:"), "{err}");
 }

@@ -20,6 +20,31 @@ pub fn golden_specs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/specs")
 }
 
+/// One spec file's text rendered without NVRTC (no binaries) into `dir/lib`, its cache in
+/// `dir/cache`: the manifest and the library folder (bindings.rs, kernels/NAME.cu).
+pub fn render_spec(dir: &Path, spec: &str) -> (Manifest, PathBuf) {
+    let specs = dir.join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    std::fs::write(specs.join("a.yaml"), spec).unwrap();
+    let out = dir.join("lib");
+    let mut o = tilegen::Options::new(&specs, &out);
+    o.compile = false;
+    o.cache_dir = Some(dir.join("cache"));
+    tilegen::generate(&o, &|_| {}).expect("the spec renders");
+    let m = Manifest::from_bytes(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    (m, out)
+}
+
+/// What loading one spec file's text (written as `dir/bad/b.yaml`) refuses, as one message.
+pub fn spec_error(dir: &Path, spec: &str) -> String {
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("b.yaml"), spec).unwrap();
+    tilegen::__internal::spec::load_dir(&bad)
+        .unwrap_err()
+        .to_string()
+}
+
 /// A library rendered from specs without NVRTC, then given fake PTX and cubins and bindings
 /// that embed them (what `generate` would write).
 pub struct FakeLibrary<'a> {
