@@ -68,7 +68,14 @@ fn every_step_has_a_reference_a_docs_formula_and_a_cuda_function_in_the_header()
     }
     // The templates render the table's statements; none decides per step.
     assert!(template("epilogue_steps.cuh").contains("epilogue_code"));
-    for t in ["epilogue.cuh", "elementwise.cu", "gemm.cu", "gemm_sm90.cu"] {
+    for t in [
+        "epilogue.cuh",
+        "elementwise.cu",
+        "gemm.cuh",
+        "gemm.cu",
+        "gemm_simt.cu",
+        "gemm_sm90.cu",
+    ] {
         assert!(
             !template(t).contains("step =="),
             "{t} still chooses per step"

@@ -431,7 +431,6 @@ typedef tg_bf16 OT;  // D, C and bias
 #define TG_B_CPR 4
 #define TG_B_ITERS 4
 #define TG_B_RPP 32
-
 // ---- GEMM helpers: inline PTX, sm_80+ ----
 
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) {
@@ -519,14 +518,6 @@ __device__ __forceinline__ int tg_tid_x() {
     asm volatile("mov.u32 %0, %%tid.x;" : "=r"(r));
     return r;
 }
-
-__device__ __forceinline__ void tg_mma(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %10, %11, %12, %13 };\n"
-                 : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
-                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
 // ---- end of PTX helpers ----
 
 // For 16-bit outputs the epilogue uses tg_gelu_fast (one MUFU op, the hardware tanh) and
@@ -549,18 +540,48 @@ __device__ __forceinline__ float tg_epilogue(float v, float bias_v, float res_v,
     return v;
 }
 
-// ================================ tensor-core path ================================
+// ---- this instance's choices (ops/gemm.rs) ----
+#define TG_A_ROW_MAJOR true
+#define TG_B_ROW_MAJOR false
+// f32 inputs on tensor cores: rounded to tf32 in registers, m16n8k8.
+#define TG_TF32 false
+#define TG_MMA_IN "bf16"
+// The bias row of the tile in shared memory (at this byte offset), loaded before the main loop.
+#define TG_STAGED_BIAS false
+#define TG_BIAS_OFFSET 81920
+#define TG_HAS_RESIDUAL false
+#define TG_HAS_SCALE false
+// Outputs staged through shared memory (rows of TG_EPI_LD elements), then stored in 16-byte chunks.
+#define TG_SMEM_EPILOGUE true
+#define TG_EPI_LD 136
+#define TG_PIPELINE_BYTES 81920
+
+__device__ __forceinline__ void tg_mma(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    if constexpr (TG_TF32) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                     "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %10, %11, %12, %13 };\n"
+                     : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                       "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TG_MMA_IN "." TG_MMA_IN ".f32 "
+                     "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %10, %11, %12, %13 };\n"
+                     : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                       "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    }
+}
 
 constexpr int ES = (int)sizeof(T);  // bytes per input element
 constexpr int VEC = 16 / ES;        // elements per 16-byte chunk
-constexpr int MMA_K = 16;
+constexpr int MMA_K = TG_TF32 ? 8 : 16;
 constexpr int MI = TG_WM / 16;      // m16 tiles per warp
 constexpr int NI = TG_WN / 8;       // n8 tiles per warp
 constexpr int KK = TG_BK / MMA_K;   // mma k steps per k tile (even)
 constexpr int A_STAGE = TG_A_ROWS * TG_A_LD * ES;
 constexpr int B_STAGE = TG_B_ROWS * TG_B_LD * ES;
 constexpr int STAGE = A_STAGE + B_STAGE;
-static_assert(TG_STAGES * STAGE == 81920, "shared memory layout disagrees with the launch");
+static_assert(TG_STAGES * STAGE == TG_PIPELINE_BYTES, "shared memory layout disagrees with the launch");
 static_assert(KK % 2 == 0 && NI % 2 == 0, "k steps and n8 tiles come in pairs");
 
 // Copies one operand's k tile into a stage: chunk i of this thread is row r0 + i*RPP, chunk
@@ -583,7 +604,12 @@ __device__ __forceinline__ void tg_copy_operand(unsigned dst, const T* src, long
     }
 }
 
-extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_bf16_128x128x32_w64x64_s4_nt(const tg_bf16* __restrict__ a, const tg_bf16* __restrict__ b, tg_bf16* __restrict__ d, long long m, long long n, long long k, long long lda, long long ldb, long long ldd) {
+// The whole kernel: one output tile per block. `bias` and `c` (with `ldc`) are null (0) when
+// the epilogue has no such step, `alpha` 1 without `scale`.
+__device__ __forceinline__ void tg_gemm(const T* __restrict__ a, const T* __restrict__ b, const OT* __restrict__ bias,
+                                        const OT* __restrict__ c, OT* __restrict__ d, long long m, long long n,
+                                        long long k, long long lda, long long ldb, long long ldc, long long ldd,
+                                        float alpha) {
     extern __shared__ __align__(128) unsigned char tg_smem[];
     const int tid = (int)threadIdx.x, lane = tid & 31, warp_id = tid >> 5;
     const int warp_m = warp_id / TG_WARPS_N, warp_n = warp_id % TG_WARPS_N;
@@ -598,14 +624,29 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
     const int kdim = (int)k;
     const int ktiles = (int)((k + TG_BK - 1) / TG_BK);  // 64-bit: K may be 2^31 - 1
     const bool mn_full = m_rem == TG_BM && n_rem == TG_BN;
+    // Staged bias: the tile's bias columns as f32, zero past N: loaded now, parked in shared
+    // memory once the prologue's copies are on their way (the pipeline below), read by the
+    // epilogue. A load left for the epilogue stalls every warp at once: nothing else runs on
+    // the SM.
+    constexpr int BIAS_PER_THREAD = (TG_BN + TG_THREADS - 1) / TG_THREADS;
+    float* const bias_s = reinterpret_cast<float*>(tg_smem + TG_BIAS_OFFSET);
+    float bias_pre[BIAS_PER_THREAD];
+    if constexpr (TG_STAGED_BIAS) {
+#pragma unroll
+        for (int i = 0; i < BIAS_PER_THREAD; ++i) {
+            const int c = tid + i * TG_THREADS;
+            bias_pre[i] = c < n_rem ? tg_to_float(bias[n0 + c]) : 0.0f;
+        }
+    }
 
     // ---- global -> shared copies: this thread's first chunk (row r0, chunk column cc) ----
     const int a_r0 = tid / TG_A_CPR, a_cc = tid % TG_A_CPR;
     const int b_r0 = tid / TG_B_CPR, b_cc = tid % TG_B_CPR;
-    const T* a_src = a + (m0 + a_r0) * lda + a_cc * VEC;  // A tile [m][k]
-    const long long a_adv = TG_BK;
-    const T* b_src = b + (n0 + b_r0) * ldb + b_cc * VEC;  // B tile [n][k]
-    const long long b_adv = TG_BK;
+    // A tile [m][k] (row-major) or [k][m]; B tile [k][n] (row-major) or [n][k].
+    const T* a_src = TG_A_ROW_MAJOR ? a + (m0 + a_r0) * lda + a_cc * VEC : a + (long long)a_r0 * lda + m0 + a_cc * VEC;
+    const long long a_adv = TG_A_ROW_MAJOR ? (long long)TG_BK : (long long)TG_BK * lda;
+    const T* b_src = TG_B_ROW_MAJOR ? b + (long long)b_r0 * ldb + n0 + b_cc * VEC : b + (n0 + b_r0) * ldb + b_cc * VEC;
+    const long long b_adv = TG_B_ROW_MAJOR ? (long long)TG_BK * ldb : (long long)TG_BK;
     const long long a_step = (long long)TG_A_RPP * lda, b_step = (long long)TG_B_RPP * ldb;
     const unsigned smem = tg_smem_u32(tg_smem);
 
@@ -630,8 +671,11 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
             return;
         }
         const unsigned sa = smem + stage, sb = sa + A_STAGE;
-        tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, true>(sa, a_src, a_step, a, a_r0, a_cc, m_rem, k_left);
-        tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, true>(sb, b_src, b_step, b, b_r0, b_cc, n_rem, k_left);
+        // Rows and row lengths inside the matrices: (m, k) for A [m][k], (k, m) for A [k][m], ...
+        tg_copy_operand<TG_A_LD, TG_A_ITERS, TG_A_RPP, true>(sa, a_src, a_step, a, a_r0, a_cc, TG_A_ROW_MAJOR ? m_rem : k_left,
+                                                             TG_A_ROW_MAJOR ? k_left : m_rem);
+        tg_copy_operand<TG_B_LD, TG_B_ITERS, TG_B_RPP, true>(sb, b_src, b_step, b, b_r0, b_cc, TG_B_ROW_MAJOR ? k_left : n_rem,
+                                                             TG_B_ROW_MAJOR ? n_rem : k_left);
         a_src += a_adv;
         b_src += b_adv;
     };
@@ -639,11 +683,24 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
     // ---- shared -> register fragments: byte offsets of this lane's first address ----
     const int g = lane >> 2, t4 = lane & 3;  // mma groupID, thread in group
     // A [m][k], ldmatrix.x4 per m16 tile: lanes 0-15 rows 0-15 at k 0, lanes 16-31 at k +16 bytes.
-    const unsigned a_frag = (unsigned)((warp_m * TG_WM + (lane & 15)) * TG_A_LD * ES + (lane >> 4) * 16);
-    constexpr int A_MI = 16 * TG_A_LD * ES, A_KS = MMA_K * ES;
+    // A [k][m] fp32 (tf32): a0 (m g, k t), a1 (m g+8), a2 (k t+4), a3 (both), one 32-bit load each.
+    // A [k][m], ldmatrix.x4.trans per m16 tile: matrix j covers k 8(j/2).., m 8(j%2)..
+    const unsigned a_frag =
+        TG_A_ROW_MAJOR ? (unsigned)((warp_m * TG_WM + (lane & 15)) * TG_A_LD * ES + (lane >> 4) * 16)
+        : TG_TF32      ? (unsigned)((t4 * TG_A_LD + warp_m * TG_WM + g) * ES)
+                       : (unsigned)((((lane >> 4) << 3) + (lane & 7)) * TG_A_LD * ES + (warp_m * TG_WM + ((lane >> 3) & 1) * 8) * ES);
+    constexpr int A_MI = TG_A_ROW_MAJOR ? 16 * TG_A_LD * ES : 16 * ES;
+    constexpr int A_KS = TG_A_ROW_MAJOR ? MMA_K * ES : MMA_K * TG_A_LD * ES;
     // B [n][k], ldmatrix.x4 per pair of n8 tiles: matrix j covers n 8(j/2).., k 8(j%2)..
-    const unsigned b_frag = (unsigned)((warp_n * TG_WN + ((lane >> 4) << 3) + (lane & 7)) * TG_B_LD * ES + ((lane >> 3) & 1) * 16);
-    constexpr int B_NJ = 16 * TG_B_LD * ES, B_KS = MMA_K * ES;
+    // B [k][n] fp32 (tf32): b0 (k t, n g), b1 (k t+4), one 32-bit load each.
+    // B [k][n], ldmatrix.x4.trans per pair of n8 tiles: lanes 0-15 k rows 0-15 at n 0, lanes 16-31 at n 8.
+    const unsigned b_frag =
+        !TG_B_ROW_MAJOR ? (unsigned)((warp_n * TG_WN + ((lane >> 4) << 3) + (lane & 7)) * TG_B_LD * ES + ((lane >> 3) & 1) * 16)
+        : TG_TF32       ? (unsigned)((t4 * TG_B_LD + warp_n * TG_WN + g) * ES)
+                        : (unsigned)((lane & 15) * TG_B_LD * ES + (warp_n * TG_WN + (lane >> 4) * 8) * ES);
+    constexpr int B_NJ = TG_B_ROW_MAJOR ? 16 * ES : 16 * TG_B_LD * ES;  // per pair of n8 tiles
+    constexpr int B_NI = 8 * ES;                                       // per n8 tile (tf32, [k][n])
+    constexpr int B_KS = TG_B_ROW_MAJOR ? MMA_K * TG_B_LD * ES : MMA_K * ES;
 
     // Fragments, double-buffered across k steps: af[buf][mi], bf[buf][ni].
     unsigned af[2][MI][4], bf[2][NI][2];
@@ -652,16 +709,45 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
         const unsigned sb = smem + stage + A_STAGE + b_frag + ks * B_KS;
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
-            tg_ldsm_x4(af[buf][mi], sa + mi * A_MI);
-        }
+            if constexpr (TG_A_ROW_MAJOR) {
+                tg_ldsm_x4(af[buf][mi], sa + mi * A_MI);
+            } else if constexpr (TG_TF32) {
+                af[buf][mi][0] = tg_lds32(sa + mi * A_MI);
+                af[buf][mi][1] = tg_lds32(sa + mi * A_MI + 8 * ES);
+                af[buf][mi][2] = tg_lds32(sa + mi * A_MI + 4 * TG_A_LD * ES);
+                af[buf][mi][3] = tg_lds32(sa + mi * A_MI + 4 * TG_A_LD * ES + 8 * ES);
+            } else {
+                tg_ldsm_x4_trans(af[buf][mi], sa + mi * A_MI);
+            }
+            if constexpr (TG_TF32) {
 #pragma unroll
-        for (int nj = 0; nj < NI / 2; ++nj) {
-            unsigned r[4];
-            tg_ldsm_x4(r, sb + nj * B_NJ);
-            bf[buf][2 * nj][0] = r[0];
-            bf[buf][2 * nj][1] = r[1];
-            bf[buf][2 * nj + 1][0] = r[2];
-            bf[buf][2 * nj + 1][1] = r[3];
+                for (int q = 0; q < 4; ++q) af[buf][mi][q] = tg_tf32(af[buf][mi][q]);
+            }
+        }
+        if constexpr (TG_B_ROW_MAJOR && TG_TF32) {
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                bf[buf][ni][0] = tg_tf32(tg_lds32(sb + ni * B_NI));
+                bf[buf][ni][1] = tg_tf32(tg_lds32(sb + ni * B_NI + 4 * TG_B_LD * ES));
+            }
+        } else {
+#pragma unroll
+            for (int nj = 0; nj < NI / 2; ++nj) {
+                unsigned r[4];
+                if constexpr (TG_B_ROW_MAJOR) tg_ldsm_x4_trans(r, sb + nj * B_NJ);
+                else tg_ldsm_x4(r, sb + nj * B_NJ);
+                if constexpr (TG_TF32) {
+                    bf[buf][2 * nj][0] = tg_tf32(r[0]);
+                    bf[buf][2 * nj][1] = tg_tf32(r[1]);
+                    bf[buf][2 * nj + 1][0] = tg_tf32(r[2]);
+                    bf[buf][2 * nj + 1][1] = tg_tf32(r[3]);
+                } else {
+                    bf[buf][2 * nj][0] = r[0];
+                    bf[buf][2 * nj][1] = r[1];
+                    bf[buf][2 * nj + 1][0] = r[2];
+                    bf[buf][2 * nj + 1][1] = r[3];
+                }
+            }
         }
     };
 
@@ -684,6 +770,13 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
             if (s < ktiles) load(wr, s * TG_BK);
             tg_cp_async_commit();
             wr += STAGE;
+        }
+        if constexpr (TG_STAGED_BIAS) {
+#pragma unroll
+            for (int i = 0; i < BIAS_PER_THREAD; ++i) {
+                const int c = tid + i * TG_THREADS;
+                if (c < TG_BN) bias_s[c] = bias_pre[i];
+            }
         }
         long long k_next = (TG_STAGES - 1) * TG_BK;  // k of the next tile to copy (steps past K at the end)
         unsigned rd = 0;                        // byte offset of the stage the mma steps read
@@ -733,21 +826,29 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
     // 2t4 and 2t4+1 of n8 tile ni ----
     const int row0 = warp_m * TG_WM + g, col0 = warp_n * TG_WN + 2 * t4;
     OT* d_tile = d + m0 * ldd + n0;
+    const OT* c_tile = c + m0 * ldc + n0;  // residual only
     float bias_v[NI][2];
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni) {
         const int col = col0 + ni * 8;
-        bias_v[ni][0] = bias_v[ni][1] = 0.0f;
+        if constexpr (TG_STAGED_BIAS) {
+            bias_v[ni][0] = bias_s[col];  // (0 past N)
+            bias_v[ni][1] = bias_s[col + 1];
+        } else {
+            bias_v[ni][0] = bias_v[ni][1] = 0.0f;
+        }
     }
-    const float alpha_v = 1.0f;
+    const float alpha_v = TG_HAS_SCALE ? alpha : 1.0f;
+    if constexpr (TG_SMEM_EPILOGUE) {
     // Staged output: the epilogue's results go, as output elements, into a
-    // [TG_BM][136] tile of shared memory (the pipeline's stages are free once every warp
+    // [TG_BM][TG_EPI_LD] tile of shared memory (the pipeline's stages are free once every warp
     // is past its last fragment load), then out in 16-byte row chunks.
-    constexpr int EPI_LD = 136;  // elements: tile n + 8, so the pair writes of a (half-)warp hit distinct banks
+    constexpr int EPI_LD = TG_EPI_LD;  // elements: tile n + 8, so the pair writes of a (half-)warp hit distinct banks
     constexpr int OVEC = 16 / (int)sizeof(OT);          // output elements per 16-byte chunk
     constexpr int EPI_CPR = TG_BN / OVEC;              // chunks per tile row
-    static_assert(TG_BM * EPI_LD * (int)sizeof(OT) <= 81920, "staged output tile overlaps the bias or exceeds shared memory");
-    static_assert((TG_BM * EPI_CPR) % TG_THREADS == 0, "output chunks split evenly over the threads");
+    static_assert(!TG_SMEM_EPILOGUE || TG_BM * EPI_LD * (int)sizeof(OT) <= TG_BIAS_OFFSET,
+                  "staged output tile overlaps the bias or exceeds shared memory");
+    static_assert(!TG_SMEM_EPILOGUE || (TG_BM * EPI_CPR) % TG_THREADS == 0, "output chunks split evenly over the threads");
     OT* const epi = reinterpret_cast<OT*>(tg_smem);
     __syncthreads();  // every warp's last fragment loads are done
 #pragma unroll
@@ -785,4 +886,33 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
             }
         }
     }
+    } else {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + mi * 16 + h * 8;
+            if (row >= m_rem) continue;
+            OT* d_row = d_tile + row * ldd;
+            const OT* c_row = c_tile + row * ldc;
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                const int col = col0 + ni * 8;
+                float r0 = 0.0f, r1 = 0.0f;
+                if constexpr (TG_HAS_RESIDUAL) {
+                    if (col + 1 < n_rem) tg_load_pair(c_row + col, r0, r1);
+                    else if (col < n_rem) r0 = tg_to_float(c_row[col]);
+                }
+                const float v0 = tg_epilogue(acc[mi][ni][2 * h], bias_v[ni][0], r0, alpha_v);
+                const float v1 = tg_epilogue(acc[mi][ni][2 * h + 1], bias_v[ni][1], r1, alpha_v);
+                if (col + 1 < n_rem) tg_store_pair(d_row + col, v0, v1);
+                else if (col < n_rem) d_row[col] = tg_from_float<OT>(v0);
+            }
+        }
+    }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_bf16_128x128x32_w64x64_s4_nt(const tg_bf16* __restrict__ a, const tg_bf16* __restrict__ b, tg_bf16* __restrict__ d, long long m, long long n, long long k, long long lda, long long ldb, long long ldd) {
+    tg_gemm(a, b, nullptr, nullptr, d, m, n, k, lda, ldb, 0, ldd, 1.0f);
 }

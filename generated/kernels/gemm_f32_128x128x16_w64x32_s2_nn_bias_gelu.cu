@@ -432,7 +432,6 @@ typedef float OT;  // D, C and bias
 #define TG_B_CPR 32
 #define TG_B_ITERS 2
 #define TG_B_RPP 8
-
 // ---- GEMM helpers: inline PTX, sm_80+ ----
 
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) {
@@ -544,7 +543,13 @@ __device__ __forceinline__ float tg_epilogue(float v, float bias_v, float res_v,
     return v;
 }
 
-// ================================ SIMT path (f32) ================================
+// ---- this instance's choices (ops/gemm.rs) ----
+#define TG_A_ROW_MAJOR true
+#define TG_B_ROW_MAJOR true
+#define TG_HAS_BIAS true
+#define TG_HAS_RESIDUAL false
+#define TG_HAS_SCALE false
+#define TG_SHARED_BYTES 33792
 // Each warp covers TG_WM x TG_WN as (TG_WM/8) x (TG_WN/8) threads; a thread owns rows
 // ty*4 + {0..3} and TG_WM/2 + ty*4 + {0..3}, columns tx*4 + {0..3} and TG_WN/2 + tx*4 + {0..3}
 // of the warp tile, so its shared-memory reads are four 16-byte vectors per k.
@@ -552,7 +557,7 @@ __device__ __forceinline__ float tg_epilogue(float v, float bias_v, float res_v,
 constexpr int VEC = 4;
 constexpr int TC = TG_WN / 8;  // threads across a warp tile's columns
 constexpr int A_BUF = TG_BK * TG_A_LD, B_BUF = TG_BK * TG_B_LD;  // floats per buffer
-static_assert(2 * (A_BUF + B_BUF) * 4 == 33792, "shared memory layout disagrees with the launch");
+static_assert(2 * (A_BUF + B_BUF) * 4 == TG_SHARED_BYTES, "shared memory layout disagrees with the launch");
 static_assert((TG_WM / 8) * TC == 32, "8x8 outputs per thread");
 
 // Reads one operand's k tile (`outer` rows of contiguous `inner` floats) into registers, 16
@@ -580,7 +585,12 @@ __device__ __forceinline__ void tg_read_operand(float4 (&v)[ITERS], const float*
     }
 }
 
-extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_f32_128x128x16_w64x32_s2_nn_bias_gelu(const float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ bias, float* __restrict__ d, long long m, long long n, long long k, long long lda, long long ldb, long long ldd) {
+// The whole kernel: one output tile per block. `bias` and `c` (with `ldc`) are null (0) when
+// the epilogue has no such step, `alpha` 1 without `scale`.
+__device__ __forceinline__ void tg_gemm(const T* __restrict__ a, const T* __restrict__ b, const OT* __restrict__ bias,
+                                        const OT* __restrict__ c, OT* __restrict__ d, long long m, long long n,
+                                        long long k, long long lda, long long ldb, long long ldc, long long ldd,
+                                        float alpha) {
     extern __shared__ __align__(128) unsigned char tg_smem[];
     float* const As = reinterpret_cast<float*>(tg_smem);  // [2][TG_BK][TG_A_LD]: A^T, m contiguous
     float* const Bs = As + 2 * A_BUF;                    // [2][TG_BK][TG_B_LD]: B, n contiguous
@@ -601,10 +611,12 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
 
     const int a_r0 = tid / TG_A_CPR, a_cc = tid % TG_A_CPR;
     const int b_r0 = tid / TG_B_CPR, b_cc = tid % TG_B_CPR;
-    const float* a_src = a + (m0 + a_r0) * lda + a_cc * VEC;  // rows m, k contiguous
-    const long long a_adv = TG_BK;
-    const float* b_src = b + (long long)b_r0 * ldb + n0 + b_cc * VEC;  // rows k, n contiguous
-    const long long b_adv = (long long)TG_BK * ldb;
+    // A: rows m, k contiguous (row-major) or rows k, m contiguous; B: rows k, n contiguous
+    // (row-major) or rows n, k contiguous.
+    const float* a_src = TG_A_ROW_MAJOR ? a + (m0 + a_r0) * lda + a_cc * VEC : a + (long long)a_r0 * lda + m0 + a_cc * VEC;
+    const long long a_adv = TG_A_ROW_MAJOR ? (long long)TG_BK : (long long)TG_BK * lda;
+    const float* b_src = TG_B_ROW_MAJOR ? b + (long long)b_r0 * ldb + n0 + b_cc * VEC : b + (n0 + b_r0) * ldb + b_cc * VEC;
+    const long long b_adv = TG_B_ROW_MAJOR ? (long long)TG_BK * ldb : (long long)TG_BK;
     const long long a_step = (long long)TG_A_RPP * lda, b_step = (long long)TG_B_RPP * ldb;
 
     float4 ra[TG_A_ITERS], rb[TG_B_ITERS];
@@ -614,8 +626,10 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
             tg_read_operand<TG_A_ITERS, false>(ra, a_src, a_step, a_r0, TG_A_RPP, a_cc, 0, 0);
             tg_read_operand<TG_B_ITERS, false>(rb, b_src, b_step, b_r0, TG_B_RPP, b_cc, 0, 0);
         } else {
-            tg_read_operand<TG_A_ITERS, true>(ra, a_src, a_step, a_r0, TG_A_RPP, a_cc, m_rem, k_left);
-            tg_read_operand<TG_B_ITERS, true>(rb, b_src, b_step, b_r0, TG_B_RPP, b_cc, k_left, n_rem);
+            tg_read_operand<TG_A_ITERS, true>(ra, a_src, a_step, a_r0, TG_A_RPP, a_cc, TG_A_ROW_MAJOR ? m_rem : k_left,
+                                              TG_A_ROW_MAJOR ? k_left : m_rem);
+            tg_read_operand<TG_B_ITERS, true>(rb, b_src, b_step, b_r0, TG_B_RPP, b_cc, TG_B_ROW_MAJOR ? k_left : n_rem,
+                                              TG_B_ROW_MAJOR ? n_rem : k_left);
         }
         a_src += a_adv;
         b_src += b_adv;
@@ -627,15 +641,26 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
 #pragma unroll
         for (int i = 0; i < TG_A_ITERS; ++i) {
             const int r = a_r0 + i * TG_A_RPP;
-            as[(a_cc * VEC + 0) * TG_A_LD + r] = ra[i].x;
-            as[(a_cc * VEC + 1) * TG_A_LD + r] = ra[i].y;
-            as[(a_cc * VEC + 2) * TG_A_LD + r] = ra[i].z;
-            as[(a_cc * VEC + 3) * TG_A_LD + r] = ra[i].w;
+            if constexpr (TG_A_ROW_MAJOR) {
+                as[(a_cc * VEC + 0) * TG_A_LD + r] = ra[i].x;
+                as[(a_cc * VEC + 1) * TG_A_LD + r] = ra[i].y;
+                as[(a_cc * VEC + 2) * TG_A_LD + r] = ra[i].z;
+                as[(a_cc * VEC + 3) * TG_A_LD + r] = ra[i].w;
+            } else {
+                *reinterpret_cast<float4*>(as + r * TG_A_LD + a_cc * VEC) = ra[i];
+            }
         }
 #pragma unroll
         for (int i = 0; i < TG_B_ITERS; ++i) {
             const int r = b_r0 + i * TG_B_RPP;
-            *reinterpret_cast<float4*>(bs + r * TG_B_LD + b_cc * VEC) = rb[i];
+            if constexpr (TG_B_ROW_MAJOR) {
+                *reinterpret_cast<float4*>(bs + r * TG_B_LD + b_cc * VEC) = rb[i];
+            } else {
+                bs[(b_cc * VEC + 0) * TG_B_LD + r] = rb[i].x;
+                bs[(b_cc * VEC + 1) * TG_B_LD + r] = rb[i].y;
+                bs[(b_cc * VEC + 2) * TG_B_LD + r] = rb[i].z;
+                bs[(b_cc * VEC + 3) * TG_B_LD + r] = rb[i].w;
+            }
         }
     };
 
@@ -687,25 +712,41 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
         const int m_rem = (int)min(m - m0, (long long)TG_BM);
         const int n_rem = (int)min(n - n0, (long long)TG_BN);
     OT* d_tile = d + m0 * ldd + n0;
+    const OT* c_tile = c + m0 * ldc + n0;  // residual only
     float bias_v[2][4];
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int col = wn0 + jj * (TG_WN / 2) + tx * 4 + e;
-            bias_v[jj][e] = col < n_rem ? bias[n0 + col] : 0.0f;
+            if constexpr (TG_HAS_BIAS) {
+                const int col = wn0 + jj * (TG_WN / 2) + tx * 4 + e;
+                bias_v[jj][e] = col < n_rem ? bias[n0 + col] : 0.0f;
+            } else {
+                bias_v[jj][e] = 0.0f;
+            }
         }
-    const float alpha_v = 1.0f;
+    const float alpha_v = TG_HAS_SCALE ? alpha : 1.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const int row = wm0 + (i >> 2) * (TG_WM / 2) + ty * 4 + (i & 3);
         if (row >= m_rem) continue;
         OT* d_row = d_tile + row * ldd;
+        const OT* c_row = c_tile + row * ldc;
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj) {
             const int col = wn0 + jj * (TG_WN / 2) + tx * 4;
             const bool full = col + 4 <= n_rem;
             float res[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if constexpr (TG_HAS_RESIDUAL) {
+                if (full) {
+                    const float4 cv = *reinterpret_cast<const float4*>(c_row + col);
+                    res[0] = cv.x; res[1] = cv.y; res[2] = cv.z; res[3] = cv.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (col + e < n_rem) res[e] = c_row[col + e];
+                }
+            }
             float v[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) v[e] = tg_epilogue(acc[i][jj * 4 + e], bias_v[jj][e], res[e], alpha_v);
@@ -719,4 +760,8 @@ extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_
         }
     }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(TG_THREADS, TG_MIN_BLOCKS) tg_gemm_f32_128x128x16_w64x32_s2_nn_bias_gelu(const float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ bias, float* __restrict__ d, long long m, long long n, long long k, long long lda, long long ldb, long long ldd) {
+    tg_gemm(a, b, bias, nullptr, d, m, n, k, lda, ldb, 0, ldd, 1.0f);
 }

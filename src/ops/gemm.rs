@@ -146,8 +146,10 @@ pub fn wgmma(p: &Params) -> bool {
 pub fn template(inst: &Instance) -> &'static str {
     if wgmma(&inst.params) {
         "gemm_sm90.cu"
-    } else {
+    } else if Plan::new(inst).tc {
         GEMM.template
+    } else {
+        "gemm_simt.cu"
     }
 }
 
@@ -530,7 +532,7 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
 }
 
 /// What a launcher must check before calling a GEMM instance, in words (the same list heads
-/// `templates/gemm.cu`). Sizes are in elements.
+/// `templates/gemm.cu` and `gemm_simt.cu`). Sizes are in elements.
 ///
 /// - Grid `(ceil(M/tile_m) * ceil(N/tile_n), 1, 1)` (the kernel orders the tiles itself),
 ///   block `(threads, 1, 1)`, `shared_bytes` of dynamic shared memory; above 48 KiB the
@@ -672,6 +674,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("has_residual", inst.has_epilogue(Epilogue::Residual).into()),
         ("has_scale", inst.has_epilogue(Epilogue::Scale).into()),
         ("requirements", runtime_requirements(inst).into()),
+        ("gemm_args", kernel_call_args(inst).into()),
     ];
     for (o, keys) in [
         (
@@ -691,6 +694,30 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         }
     }
     v
+}
+
+/// The kernel's arguments as the mma.sync templates' `tg_gemm` takes them: every operand, null
+/// (0 for `ldc`, 1 for `alpha`) where the epilogue has no step that reads it.
+fn kernel_call_args(inst: &Instance) -> String {
+    let bias = inst.has_epilogue(Epilogue::Bias);
+    let residual = inst.has_epilogue(Epilogue::Residual);
+    let scale = inst.has_epilogue(Epilogue::Scale);
+    [
+        "a",
+        "b",
+        if bias { "bias" } else { "nullptr" },
+        if residual { "c" } else { "nullptr" },
+        "d",
+        "m",
+        "n",
+        "k",
+        "lda",
+        "ldb",
+        if residual { "ldc" } else { "0" },
+        "ldd",
+        if scale { "alpha" } else { "1.0f" },
+    ]
+    .join(", ")
 }
 
 /// The CPU reference (`ops::verification`), and the epilogue that verify also applies to
