@@ -1,5 +1,5 @@
-//! Problem shapes per op: how long each buffer is, what the scalar arguments are, the launch
-//! geometry, which shapes `verify` tries (ragged ones included) and which `bench` times.
+//! Problem shapes per op family: how long each buffer is, what the scalar arguments are, the
+//! launch geometry, which shapes `verify` tries (ragged ones included) and which `bench` times.
 
 use crate::launch::GridRule;
 use crate::launch_rules::{self, LaunchDims};
