@@ -19,7 +19,7 @@ use crate::spec::model::{
 /// What an op family knows about its kernels: what the spec layer, the renderer, the manifest
 /// and the bindings ask for. Each family module fills in one table (`FAMILY`) from its own
 /// functions; [`family`] is the registry. The `no_*` and `op_template` entries fit families
-/// without tensor maps, extra template values, arch limits or a name head of their own.
+/// without tensor maps, arch limits or a name head of their own.
 pub struct OpFamily {
     /// The static description of each op of the family.
     pub info: fn(Op) -> &'static OpInfo,
