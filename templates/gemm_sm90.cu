@@ -30,6 +30,12 @@
 
 typedef {{ T }} T;    // A and B
 typedef {{ OT }} OT;  // D, C and bias
+// The epilogue's operands beside the accumulator (ops/gemm_sm90.rs).
+#define TG_HAS_BIAS {{ has_bias }}
+#define TG_HAS_RESIDUAL {{ has_residual }}
+#define TG_HAS_SCALE {{ has_scale }}
+#define TG_OUT_F32 {{ out_f32 }}
+#define TG_CVT_OUT "cvt.rn.{{ out_dtype }}x2.f32 %0, %1, %2;"
 
 namespace cfg {
 constexpr int BM = {{ tile_m }}, BN = {{ tile_n }}, BK = {{ tile_k }};
@@ -94,29 +100,29 @@ __device__ __forceinline__ void tg_wgmma(float (&d)[cfg::ACC], unsigned long lon
 }
 
 // Two adjacent output-typed values from shared memory (the residual C, staged by TMA).
-__device__ __forceinline__ void tg_ld_shared_pair(unsigned addr, float& x, float& y) {
-{%- if out_dtype == "f32" %}
-    asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(x), "=f"(y) : "r"(addr) : "memory");
-{%- else %}
-    unsigned u;
-    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(u) : "r"(addr) : "memory");
-    OT lo, hi;
-    lo.bits = (unsigned short)(u & 0xffffu);
-    hi.bits = (unsigned short)(u >> 16);
-    x = tg_to_float(lo);
-    y = tg_to_float(hi);
-{%- endif %}
+template <typename O> __device__ __forceinline__ void tg_ld_shared_pair(unsigned addr, float& x, float& y) {
+    if constexpr (TG_OUT_F32) {
+        asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(x), "=f"(y) : "r"(addr) : "memory");
+    } else {
+        unsigned u;
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(u) : "r"(addr) : "memory");
+        O lo, hi;
+        lo.bits = (unsigned short)(u & 0xffffu);
+        hi.bits = (unsigned short)(u >> 16);
+        x = tg_to_float(lo);
+        y = tg_to_float(hi);
+    }
 }
 
 // Two adjacent output values into shared memory (one 4- or 8-byte store).
 __device__ __forceinline__ void tg_st_shared_pair(unsigned addr, float x, float y) {
-{%- if out_dtype == "f32" %}
-    asm volatile("st.shared.v2.f32 [%0], { %1, %2 };" ::"r"(addr), "f"(x), "f"(y) : "memory");
-{%- else %}
-    unsigned u;  // cvt packs its first source into the upper half
-    asm("cvt.rn.{{ out_dtype }}x2.f32 %0, %1, %2;" : "=r"(u) : "f"(y), "f"(x));
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(u) : "memory");
-{%- endif %}
+    if constexpr (TG_OUT_F32) {
+        asm volatile("st.shared.v2.f32 [%0], { %1, %2 };" ::"r"(addr), "f"(x), "f"(y) : "memory");
+    } else {
+        unsigned u;  // cvt packs its first source into the upper half
+        asm(TG_CVT_OUT : "=r"(u) : "f"(y), "f"(x));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(u) : "memory");
+    }
 }
 
 {% include "epilogue.cuh" %}
@@ -143,8 +149,11 @@ __device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int 
     return base + box * cfg::BOX_BYTES + (unsigned)row * 128u + chunk * 16u + within % 16u;
 }
 {% endraw %}
-extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __cluster_dims__({{ split_k }}, 1, 1){% endif %}
-{{ kernel }}({{ params }}) {
+// The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`
+// is null, without `scale` `alpha` is 1.
+__device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgTensorMap& b_map, const TgTensorMap& c_map,
+                                             const TgTensorMap& d_map, const OT* __restrict__ bias, long long m,
+                                             long long n, long long k, float alpha) {
     using namespace cfg;
     // Split-K: the SPLIT_K blocks of a cluster take the same tiles, each a share of the k
     // blocks; rank 0 adds the others' partial tiles (64 x BN f32 per consumer, read from their
@@ -197,9 +206,7 @@ extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __clust
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         tg_prefetch_map(&a_map);
         tg_prefetch_map(&b_map);
-{%- if has_residual %}
-        tg_prefetch_map(&c_map);
-{%- endif %}
+        if constexpr (TG_HAS_RESIDUAL) tg_prefetch_map(&c_map);
         tg_prefetch_map(&d_map);
     }
     // With split-K, the other blocks' barriers must be initialised before anyone arrives on them.
@@ -273,8 +280,7 @@ extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __clust
                 }
             }
         }
-{%- if has_bias %}
-        else if (tid / 32 == 1 && rank == 0) {
+        else if (TG_HAS_BIAS && tid / 32 == 1 && rank == 0) {
             // Warp 1: each tile's bias columns, as f32 (0 past N), into a two-slot ring, up to
             // two tiles ahead, so that the epilogue reads them from shared memory instead of
             // waiting on global loads while the tensor cores idle. (Split-K: only rank 0 runs
@@ -300,14 +306,13 @@ extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __clust
                 }
             }
         }
-{%- endif %}
     } else {
         // ---------------- consumers: 64 rows x BN columns each ----------------
         asm volatile("setmaxnreg.inc.sync.aligned.u32 {{ consumer_regs }};");
         const int cw = wg - 1;
         const int warp = tid / 32, lane = tid % 32;
         const unsigned staging = sC + cw * STAGING_BYTES;
-        const float alpha_v = {% if has_scale %}alpha{% else %}1.0f{% endif %};
+        const float alpha_v = TG_HAS_SCALE ? alpha : 1.0f;
         float acc[ACC];
         int s = 0;
         unsigned phase = 0;
@@ -415,45 +420,41 @@ extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __clust
             // column 8g + 2(lane%4) + e.
             const int row0 = tm * BM + cw * 64;
             const int r_local = warp * 16 + lane / 4;
-{%- if has_bias %}
-            tg_mbar_wait(bias_full(bias_slot), bias_phase);
-            const unsigned bias_s = sBias + bias_slot * BIAS_SLOT_BYTES;
-{%- endif %}
+            if constexpr (TG_HAS_BIAS) tg_mbar_wait(bias_full(bias_slot), bias_phase);
+            [[maybe_unused]] const unsigned bias_s = sBias + bias_slot * BIAS_SLOT_BYTES;
 #pragma unroll
             for (int round = 0; round < EPI_ROUNDS; ++round) {
                 if (idle) break;  // no rows of D here
                 if (tid == 0) tg_bulk_wait_read();  // the last stores have read the staging buffer
                 tg_named_barrier(1 + cw, 128);
-{%- if has_residual %}
-                // C's part of the round arrives by TMA in the layout D leaves in: each thread
-                // reads its pairs where it then writes D's.
-                if (tid == 0) {
-                    tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
+                if constexpr (TG_HAS_RESIDUAL) {
+                    // C's part of the round arrives by TMA in the layout D leaves in: each thread
+                    // reads its pairs where it then writes D's.
+                    if (tid == 0) {
+                        tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
 #pragma unroll
-                    for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
-                        tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + round * EPI_COLS + box * D_BOX_COLS, row0);
+                        for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
+                            tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + round * EPI_COLS + box * D_BOX_COLS, row0);
+                    }
+                    tg_mbar_wait(c_full(cw), c_phase);
+                    c_phase ^= 1u;
                 }
-                tg_mbar_wait(c_full(cw), c_phase);
-                c_phase ^= 1u;
-{%- endif %}
 #pragma unroll
                 for (int j = 0; j < EPI_COLS / 8; ++j) {
                     const int g = round * (EPI_COLS / 8) + j;
                     const int col_s = j * 8 + 2 * (lane % 4);           // column in the staging buffer
                     [[maybe_unused]] const int col = tn * BN + round * EPI_COLS + col_s;  // column of D
                     float b0 = 0.0f, b1 = 0.0f;
-{%- if has_bias %}
-                    asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];"
-                                 : "=f"(b0), "=f"(b1) : "r"(bias_s + 4u * (round * EPI_COLS + col_s)) : "memory");
-{%- endif %}
+                    if constexpr (TG_HAS_BIAS) {
+                        asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];"
+                                     : "=f"(b0), "=f"(b1) : "r"(bias_s + 4u * (round * EPI_COLS + col_s)) : "memory");
+                    }
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int rs = r_local + 8 * h;
                         const unsigned at = tg_staging_addr(staging, rs, col_s);
                         float r0 = 0.0f, r1 = 0.0f;
-{%- if has_residual %}
-                        tg_ld_shared_pair(at, r0, r1);  // zeros past M and N
-{%- endif %}
+                        if constexpr (TG_HAS_RESIDUAL) tg_ld_shared_pair<OT>(at, r0, r1);  // zeros past M and N
                         const float v0 = tg_epilogue(has_k ? acc[4 * g + 2 * h] : 0.0f, b0, r0, alpha_v);
                         const float v1 = tg_epilogue(has_k ? acc[4 * g + 2 * h + 1] : 0.0f, b1, r1, alpha_v);
                         tg_st_shared_pair(at, v0, v1);
@@ -470,18 +471,23 @@ extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __clust
                     tg_bulk_commit();
                 }
             }
-{%- if has_bias %}
-            // Every thread of this warpgroup read its bias before the last named barrier.
-            if (tid == 0) tg_mbar_arrive(bias_empty(bias_slot));
-            if (++bias_slot == 2) {
-                bias_slot = 0;
-                bias_phase ^= 1u;
+            if constexpr (TG_HAS_BIAS) {
+                // Every thread of this warpgroup read its bias before the last named barrier.
+                if (tid == 0) tg_mbar_arrive(bias_empty(bias_slot));
+                if (++bias_slot == 2) {
+                    bias_slot = 0;
+                    bias_phase ^= 1u;
+                }
             }
-{%- endif %}
         }
         if (tid == 0) tg_bulk_wait();
     }
     // Split-K: no block leaves while another may still read its shared memory or arrive on
     // its barriers (rank 0 reads the others' partial tiles; they arrive on its barriers).
     if constexpr (SPLIT_K > 1) tg_cluster_sync();
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __cluster_dims__({{ split_k }}, 1, 1){% endif %}
+{{ kernel }}({{ params }}) {
+    tg_gemm_sm90({{ sm90_args }});
 }
