@@ -14,7 +14,7 @@
 #define TG_VEC {{ vec }}
 typedef {{ T }} T;
 enum tg_elementwise_op { TG_VECTOR_ADD, TG_SILU_MUL, TG_FMA };
-#define TG_OP {{ op_id }}
+#define TG_OP TG_{{ op | upper }}
 // fma: a bias row of `cols` elements broadcast over the rows of the output.
 #define TG_BIAS {{ has_bias }}
 

@@ -14,7 +14,7 @@
 
 // ---- this norm (ops/rows.rs) ----
 enum tg_norm_op { TG_LAYERNORM, TG_RMSNORM, TG_ADD_RMSNORM };
-#define TG_OP {{ norm_op }}
+#define TG_OP TG_{{ op | upper }}
 // How a thread has its weight (and bias) (ops/rows.rs): loaded with its row (preload), held as
 // loaded across a ring's rows (hoist), TG_PREFETCH vectors ahead of their use every row
 // (prefetch), loaded where used every row (reread), or none (no weights).

@@ -7,7 +7,7 @@
 // How a block holds its row: in registers (one pass), staged through a shared-memory ring of
 // TG_STAGES rows (TG_STAGES - 1 in flight while one is computed), or streamed (online).
 enum tg_row_variant { TG_ONEPASS, TG_STAGED, TG_ONLINE };
-#define TG_VARIANT {{ row_variant }}
+#define TG_VARIANT TG_{{ row_variant | upper }}
 #define TG_STAGES {{ stages }}
 // Rows are warmed in L2 about this many bytes ahead of the row a block works on (prelude);
 // 0: not at all.

@@ -11,8 +11,10 @@ use tilegen::__internal::gpu::reference::{self, Inputs};
 use tilegen::call_checks::{self, Buf};
 use tilegen::launch_rules::ArgError;
 use tilegen::ArgKind;
+use tilegen::Manifest;
+
+use common::instance;
 use tilegen::{DType, Op};
-use tilegen::{InstanceEntry, Manifest};
 
 const SPEC: &str = "\
 kernels:
@@ -37,10 +39,6 @@ fn render(dir: &Path) -> (Manifest, String, String) {
     let cu =
         std::fs::read_to_string(out.join("kernels/add_rmsnorm_bf16_staged_s1_b64_i2.cu")).unwrap();
     (m, bindings, cu)
-}
-
-fn instance(m: &Manifest, name: &str) -> InstanceEntry {
-    m.instances.iter().find(|i| i.name == name).unwrap().clone()
 }
 
 #[test]

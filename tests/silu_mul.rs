@@ -10,8 +10,10 @@ use std::path::Path;
 use tilegen::__internal::gpu::problem::{self, Numerics, Problem};
 use tilegen::__internal::gpu::reference::{self, Inputs};
 use tilegen::ArgKind;
+use tilegen::Manifest;
+
+use common::instance;
 use tilegen::Op;
-use tilegen::{InstanceEntry, Manifest};
 
 const SPEC: &str = "\
 kernels:
@@ -29,10 +31,6 @@ fn render(dir: &Path) -> (Manifest, String, String) {
     let bindings = std::fs::read_to_string(out.join("bindings.rs")).unwrap();
     let cu = std::fs::read_to_string(out.join("kernels/silu_mul_bf16_b64_i2.cu")).unwrap();
     (m, bindings, cu)
-}
-
-fn instance(m: &Manifest, name: &str) -> InstanceEntry {
-    m.instances.iter().find(|i| i.name == name).unwrap().clone()
 }
 
 fn inputs(pairs: &[(&str, &[f64])]) -> Inputs {

@@ -147,9 +147,10 @@ pub fn launch(inst: &Instance) -> Launch {
 /// The CPU references (`ops::verification`).
 #[cfg(feature = "gpu")]
 mod reference {
-    use crate::ops::epilogue::{self, Chain, Operands};
+    use crate::ops::epilogue::{self, Chain};
     use crate::ops::verification::{
-        epilogue_with_error, symmetric_range, Call, Expected, Problem, Verification, U32,
+        apply_epilogue, epilogue_with_error, symmetric_range, Call, Expected, Problem,
+        Verification, U32,
     };
     use crate::spec::model::{DType, Epilogue};
 
@@ -185,17 +186,12 @@ mod reference {
             return Err(call.wrong_problem());
         };
         let (gate, up) = (call.input("gate")?, call.input("up")?);
-        let silu = epilogue::step(Epilogue::Silu).reference;
+        // The kernel runs the elementwise chain's f32 SiLU (`tg_silu`).
         let form = epilogue::device_fn(Epilogue::Silu, Chain::Elementwise, DType::F32)
             .map_or(0.0, |f| f.err_per_v);
-        let none = Operands {
-            bias: 0.0,
-            residual: 0.0,
-            alpha: 1.0,
-        };
         let mut ex = Expected::with_len(n as usize);
         for i in 0..n as usize {
-            let s = silu(gate[i], &none);
+            let s = apply_epilogue(&[Epilogue::Silu], gate[i], 0.0, 0.0);
             ex.values[i] = s * up[i];
             let e_s = form * gate[i].abs() + 4.0 * U32 * s.abs();
             ex.err[i] = up[i].abs() * e_s + U32 * ex.values[i].abs();
@@ -237,25 +233,33 @@ mod reference {
     }
 }
 
-/// The template's parameters: which combine the kernel runs, whether a bias row is read, and
-/// the map it calls with the kernel's own arguments.
+/// The template's parameters: whether a bias row is read, and the map the kernel calls with
+/// its own arguments.
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
-    let bias = inst.has_epilogue(Epilogue::Bias);
-    let names: Vec<String> = signature(inst).into_iter().map(|a| a.name).collect();
     let map_call = match inst.op {
-        Op::Fma if bias => "tg_map_fma(x, w, b, bias, out, n, cols)".to_string(),
-        Op::Fma => "tg_map_fma(x, w, b, nullptr, out, n, 1)".to_string(),
+        Op::Fma => format!(
+            "tg_map_fma({})",
+            super::forward_args(
+                inst,
+                &[
+                    ("x", "x"),
+                    ("w", "w"),
+                    ("b", "b"),
+                    ("bias", "nullptr"),
+                    ("out", "out"),
+                    ("n", "n"),
+                    ("cols", "1"),
+                ],
+            )
+        ),
         // The two-input ops: their inputs, `out` and `n`, in signature order.
-        _ => format!("tg_map2({})", names.join(", ")),
-    };
-    let op_id = match inst.op {
-        Op::Fma => "TG_FMA",
-        Op::SiluMul => "TG_SILU_MUL",
-        _ => "TG_VECTOR_ADD",
+        _ => {
+            let names: Vec<String> = signature(inst).into_iter().map(|a| a.name).collect();
+            format!("tg_map2({})", names.join(", "))
+        }
     };
     vec![
-        ("op_id", op_id.into()),
-        ("has_bias", bias.into()),
+        ("has_bias", inst.has_epilogue(Epilogue::Bias).into()),
         ("map_call", map_call.into()),
     ]
 }

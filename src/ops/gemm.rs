@@ -674,7 +674,29 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("has_residual", inst.has_epilogue(Epilogue::Residual).into()),
         ("has_scale", inst.has_epilogue(Epilogue::Scale).into()),
         ("requirements", runtime_requirements(inst).into()),
-        ("gemm_args", kernel_call_args(inst).into()),
+        // tg_gemm's arguments (gemm.cu, gemm_simt.cu).
+        (
+            "gemm_args",
+            super::forward_args(
+                inst,
+                &[
+                    ("a", "a"),
+                    ("b", "b"),
+                    ("bias", "nullptr"),
+                    ("c", "nullptr"),
+                    ("d", "d"),
+                    ("m", "m"),
+                    ("n", "n"),
+                    ("k", "k"),
+                    ("lda", "lda"),
+                    ("ldb", "ldb"),
+                    ("ldc", "0"),
+                    ("ldd", "ldd"),
+                    ("alpha", "1.0f"),
+                ],
+            )
+            .into(),
+        ),
     ];
     for (o, keys) in [
         (
@@ -694,30 +716,6 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         }
     }
     v
-}
-
-/// The kernel's arguments as the mma.sync templates' `tg_gemm` takes them: every operand, null
-/// (0 for `ldc`, 1 for `alpha`) where the epilogue has no step that reads it.
-fn kernel_call_args(inst: &Instance) -> String {
-    let bias = inst.has_epilogue(Epilogue::Bias);
-    let residual = inst.has_epilogue(Epilogue::Residual);
-    let scale = inst.has_epilogue(Epilogue::Scale);
-    [
-        "a",
-        "b",
-        if bias { "bias" } else { "nullptr" },
-        if residual { "c" } else { "nullptr" },
-        "d",
-        "m",
-        "n",
-        "k",
-        "lda",
-        "ldb",
-        if residual { "ldc" } else { "0" },
-        "ldd",
-        if scale { "alpha" } else { "1.0f" },
-    ]
-    .join(", ")
 }
 
 /// The CPU reference (`ops::verification`), and the epilogue that verify also applies to

@@ -417,30 +417,27 @@ fn wgmma_type(t: DType) -> &'static str {
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     let plan = Plan::new(inst);
     let maps: Vec<String> = tensor_maps(inst).iter().map(super::map_summary).collect();
-    let residual = inst.has_epilogue(Epilogue::Residual);
-    // `tg_gemm_sm90`'s arguments from the kernel's (templates/gemm_sm90.cu): d's map stands in
-    // for a C map the kernel lacks (never read without a residual).
-    let args = [
-        "a_map",
-        "b_map",
-        if residual { "c_map" } else { "d_map" },
-        "d_map",
-        if inst.has_epilogue(Epilogue::Bias) {
-            "bias"
-        } else {
-            "nullptr"
-        },
-        "m",
-        "n",
-        "k",
-        if inst.has_epilogue(Epilogue::Scale) {
-            "alpha"
-        } else {
-            "1.0f"
-        },
-    ];
     vec![
-        ("sm90_args", args.join(", ").into()),
+        // tg_gemm_sm90's arguments (gemm_sm90.cu): d's map stands in for a C map the kernel
+        // lacks (never read without a residual).
+        (
+            "sm90_args",
+            super::forward_args(
+                inst,
+                &[
+                    ("a_map", "a_map"),
+                    ("b_map", "b_map"),
+                    ("c_map", "d_map"),
+                    ("d_map", "d_map"),
+                    ("bias", "nullptr"),
+                    ("m", "m"),
+                    ("n", "n"),
+                    ("k", "k"),
+                    ("alpha", "1.0f"),
+                ],
+            )
+            .into(),
+        ),
         ("out_f32", (inst.out_dtype == DType::F32).into()),
         ("tile_m", TILE_M.into()),
         ("tile_n", plan.tile_n.into()),

@@ -348,6 +348,21 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
     (family(inst.op).tensor_maps)(inst)
 }
 
+/// The kernel's own parameters passed on to the device function a template's kernel calls, in
+/// that function's order: each `(name, stand-in)` by name where the kernel has a parameter of
+/// that name (an argument or a tensor map), else its stand-in (null, 0, 1, another map), so a
+/// template names operands its instance lacks without Tera branches.
+pub(crate) fn forward_args(inst: &Instance, order: &[(&str, &str)]) -> String {
+    let (args, maps) = (signature(inst), tensor_maps(inst));
+    let has =
+        |name: &str| args.iter().any(|a| a.name == name) || maps.iter().any(|m| m.name == name);
+    order
+        .iter()
+        .map(|&(name, stand_in)| if has(name) { name } else { stand_in })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One line naming a tensor map for the rendered kernel's header: element type, tensor, dims,
 /// strides and box.
 pub fn map_summary(m: &TensorMap) -> String {

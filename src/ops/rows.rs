@@ -47,10 +47,12 @@ pub static LAYERNORM: OpInfo = OpInfo {
     fields: LAYERNORM_FIELDS,
     epilogues: &[],
     what: |k| {
-        match affine(k) {
-        true => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps) * weight + bias`, with `weight` and `bias` of `cols` elements (f32 arithmetic).".into(),
-        false => "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps)` (f32 arithmetic).".into(),
-    }
+        let text = if affine(k) {
+            "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps) * weight + bias`, with `weight` and `bias` of `cols` elements (f32 arithmetic)."
+        } else {
+            "Layer norm of each row of the row-major `rows`×`cols` tensor `x`: `out = (x - mean) / sqrt(var + eps)` (f32 arithmetic)."
+        };
+        text.into()
     },
     #[cfg(feature = "gpu")]
     verification: Some(reference::LAYERNORM),
@@ -62,10 +64,12 @@ pub static RMSNORM: OpInfo = OpInfo {
     fields: NORM_FIELDS,
     epilogues: &[],
     what: |k| {
-        match affine(k) {
-        true => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps) * weight`, with `weight` of `cols` elements (f32 arithmetic).".into(),
-        false => "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps)` (f32 arithmetic).".into(),
-    }
+        let text = if affine(k) {
+            "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps) * weight`, with `weight` of `cols` elements (f32 arithmetic)."
+        } else {
+            "RMS norm of each row of the row-major `rows`×`cols` tensor `x`: `out = x / sqrt(mean(x²) + eps)` (f32 arithmetic)."
+        };
+        text.into()
     },
     #[cfg(feature = "gpu")]
     verification: Some(reference::RMSNORM),
@@ -485,14 +489,14 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("l2_ahead_bytes", l2_ahead_bytes(inst).into()),
         ("stages", stages(inst).into()),
         ("rows_per_block", rows_per_block(inst).into()),
+        // The variant the kernel runs (a norm's default is not stored: `variant` is empty).
         (
             "row_variant",
-            match resolved(inst).variant {
-                Some(RowVariant::Staged) => "TG_STAGED",
-                Some(RowVariant::Online) => "TG_ONLINE",
-                _ => "TG_ONEPASS",
-            }
-            .into(),
+            resolved(inst)
+                .variant
+                .unwrap_or(DEFAULT_VARIANT)
+                .as_str()
+                .into(),
         ),
         ("residual_ahead", residual_ahead(inst).into()),
         ("lean", (inst.params.lean == Some(true)).into()),
@@ -507,16 +511,22 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
             }
             .into(),
         ),
+        // tg_norm_rows's pointers (norm.cu); add_rmsnorm's output is `y`.
         (
-            "norm_op",
-            match inst.op {
-                Op::LayerNorm => "TG_LAYERNORM",
-                Op::AddRmsNorm => "TG_ADD_RMSNORM",
-                _ => "TG_RMSNORM",
-            }
+            "norm_pointers",
+            super::forward_args(
+                inst,
+                &[
+                    ("x", "x"),
+                    ("r", "nullptr"),
+                    ("weight", "nullptr"),
+                    ("bias", "nullptr"),
+                    ("h", "nullptr"),
+                    ("out", "y"),
+                ],
+            )
             .into(),
         ),
-        ("norm_pointers", norm_pointers(inst).into()),
         (
             "prefetch_vectors",
             match weights {
@@ -526,24 +536,6 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
             .into(),
         ),
     ]
-}
-
-/// A norm kernel's pointers in the order `tg_norm_rows` (norm.cu) takes them: x, r, weight,
-/// bias, h, out; `nullptr` for those the instance's signature lacks (add_rmsnorm's `out` is y).
-fn norm_pointers(inst: &Instance) -> String {
-    let args = signature(inst);
-    let has = |name: &str| args.iter().any(|a| a.name == name);
-    let out = if inst.op == Op::AddRmsNorm {
-        "y"
-    } else {
-        "out"
-    };
-    ["x", "r", "weight", "bias", "h"]
-        .into_iter()
-        .map(|name| if has(name) { name } else { "nullptr" })
-        .chain([out])
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The staged variant copies with cp.async, which sm_80 introduced.

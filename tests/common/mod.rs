@@ -35,6 +35,15 @@ pub fn render_spec(dir: &Path, spec: &str) -> (Manifest, PathBuf) {
     (m, out)
 }
 
+/// The manifest's instance named `name` (the test's own library has it).
+pub fn instance(m: &Manifest, name: &str) -> tilegen::InstanceEntry {
+    m.instances
+        .iter()
+        .find(|i| i.name == name)
+        .unwrap_or_else(|| panic!("no instance `{name}`"))
+        .clone()
+}
+
 /// What loading one spec file's text (written as `dir/bad/b.yaml`) refuses, as one message.
 pub fn spec_error(dir: &Path, spec: &str) -> String {
     let bad = dir.join("bad");
