@@ -294,7 +294,7 @@ fn second_machine_compiles_nothing() {
     assert_eq!(out(&d, "a"), out(&d, "b"));
     // The remote hits were kept locally: a third run on that cache needs no remote.
     let third = run(generate(&d, "b", "redis://127.0.0.1:1/0", &[]), "local");
-    assert_eq!(third.count("local"), COMPILES);
+    assert_eq!(third.count("local"), COMPILES, "{:?}", third.sources());
 }
 
 /// Runs with a tampered store must compile everything, report it, and write the same files.

@@ -149,8 +149,10 @@ pub(super) fn ensure_dir(dir: &Path) -> Result<()> {
     if fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
         return Ok(());
     }
-    if fs::symlink_metadata(dir).is_ok() {
-        fs::remove_file(dir).at(dir)?;
+    // A file or dangling link where the folder belongs goes. Another thread may have made
+    // the folder since the check above: that one stays, and create_dir_all accepts it.
+    if fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        let _ = fs::remove_file(dir);
     }
     fs::create_dir_all(dir).at(dir)
 }
@@ -188,4 +190,51 @@ pub(super) fn is_temp_name(name: &str) -> bool {
 
 pub(super) fn is_lock_name(name: &str) -> bool {
     name.strip_suffix(".lock").is_some_and(is_key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// Threads publishing entries create the same folders at once: none of them may fail
+    /// because another got there first.
+    #[test]
+    fn ensure_dir_races_with_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        const THREADS: usize = 8;
+        for round in 0..300 {
+            let dir = tmp.path().join(format!("{round}/v1"));
+            let start = Arc::new(Barrier::new(THREADS));
+            let results: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    let (dir, start) = (dir.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        ensure_dir(&dir).map_err(|e| e.to_string())
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect();
+            for r in results {
+                r.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            }
+        }
+    }
+
+    /// A file or a dangling link where the folder belongs is replaced by the folder.
+    #[test]
+    fn ensure_dir_replaces_what_is_not_a_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        ensure_dir(&file).unwrap();
+        assert!(file.is_dir());
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), &link).unwrap();
+        ensure_dir(&link).unwrap();
+        assert!(fs::symlink_metadata(&link).unwrap().is_dir());
+    }
 }
