@@ -141,6 +141,7 @@ mod output;
 mod provision;
 mod render;
 mod spec;
+mod tokens;
 mod tuning;
 
 // Build scripts.

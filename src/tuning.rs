@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bindings::{method_name, Family};
+use crate::bindings::method_name;
 use crate::error::{Error, Result};
 use crate::manifest::{InstanceEntry, Manifest};
 
@@ -78,15 +78,8 @@ pub struct TuningEntry {
 }
 
 /// The size arguments that key a method's entries, by family; None for families that
-/// dispatch by other means (attention: by head size alone).
-pub fn shape_args(family: Family) -> Option<&'static [&'static str]> {
-    match family {
-        Family::Elements => Some(&["n"]),
-        Family::Rows => Some(&["rows", "cols"]),
-        Family::Gemm => Some(&["m", "n", "k"]),
-        Family::Attention => None,
-    }
-}
+/// dispatch by other means (attention: by mask and sequence length).
+pub use crate::ops::calls::shape_args;
 
 /// Rounds to two significant digits, so that a table does not carry timer noise and a
 /// re-tune that finds the same winners mostly leaves the file as it was.

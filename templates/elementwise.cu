@@ -8,7 +8,7 @@
 
 {% include "prelude.cuh" %}
 
-// ---- this instance (ops/elementwise.rs) ----
+// ---- this instance (ops/elementwise/mod.rs) ----
 #define TG_THREADS {{ block }}
 #define TG_ITEMS {{ items }}
 #define TG_VEC {{ vec }}

@@ -1,5 +1,5 @@
 {#- The GEMM templates' shared part (gemm.cu: tensor cores; gemm_simt.cu: f32 FFMA): the
-    instance's tile plan as #defines (ops/gemm.rs), the PTX helpers, the block's tile order
+    instance's tile plan as #defines (ops/gemm/mod.rs), the PTX helpers, the block's tile order
     and the epilogue chain. -#}
 {% include "prelude.cuh" %}
 

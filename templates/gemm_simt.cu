@@ -15,7 +15,7 @@
 
 {% include "gemm.cuh" %}
 
-// ---- this instance's choices (ops/gemm.rs) ----
+// ---- this instance's choices (ops/gemm/mod.rs) ----
 #define TG_A_ROW_MAJOR {{ a_row_major }}
 #define TG_B_ROW_MAJOR {{ b_row_major }}
 #define TG_HAS_BIAS {{ has_bias }}

@@ -30,7 +30,7 @@
 
 typedef {{ T }} T;    // A and B
 typedef {{ OT }} OT;  // D, C and bias
-// The epilogue's operands beside the accumulator (ops/gemm_sm90.rs).
+// The epilogue's operands beside the accumulator (ops/gemm/sm90.rs).
 #define TG_HAS_BIAS {{ has_bias }}
 #define TG_HAS_RESIDUAL {{ has_residual }}
 #define TG_HAS_SCALE {{ has_scale }}

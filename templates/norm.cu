@@ -12,10 +12,10 @@
 {% include "prelude.cuh" %}
 {% include "rows.cuh" %}
 
-// ---- this norm (ops/rows.rs) ----
+// ---- this norm (ops/rows/mod.rs) ----
 enum tg_norm_op { TG_LAYERNORM, TG_RMSNORM, TG_ADD_RMSNORM };
 #define TG_OP TG_{{ op | upper }}
-// How a thread has its weight (and bias) (ops/rows.rs): loaded with its row (preload), held as
+// How a thread has its weight (and bias) (ops/rows/mod.rs): loaded with its row (preload), held as
 // loaded across a ring's rows (hoist), TG_PREFETCH vectors ahead of their use every row
 // (prefetch), loaded where used every row (reread), or none (no weights).
 enum tg_weights { TG_W_NONE, TG_W_PRELOAD, TG_W_HOIST, TG_W_PREFETCH, TG_W_REREAD };

@@ -1,7 +1,7 @@
-// ---- row ops (softmax, norms): the launch shape and plan ops/rows.rs chose ----
+// ---- row ops (softmax, norms): the launch shape and plan ops/rows/mod.rs chose ----
 #define TG_THREADS {{ block }}
 #define TG_ITEMS {{ items }}
-// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
+// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows/mod.rs.
 #define TG_MIN_BLOCKS {{ min_blocks }}
 #define TG_VEC {{ vec }}
 // How a block holds its row: in registers (one pass), staged through a shared-memory ring of

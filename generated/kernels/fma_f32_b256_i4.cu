@@ -393,7 +393,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
-// ---- this instance (ops/elementwise.rs) ----
+// ---- this instance (ops/elementwise/mod.rs) ----
 #define TG_THREADS 256
 #define TG_ITEMS 4
 #define TG_VEC 4

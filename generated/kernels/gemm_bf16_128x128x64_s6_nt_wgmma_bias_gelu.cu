@@ -420,7 +420,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 
 typedef tg_bf16 T;    // A and B
 typedef tg_bf16 OT;  // D, C and bias
-// The epilogue's operands beside the accumulator (ops/gemm_sm90.rs).
+// The epilogue's operands beside the accumulator (ops/gemm/sm90.rs).
 #define TG_HAS_BIAS true
 #define TG_HAS_RESIDUAL false
 #define TG_HAS_SCALE false

@@ -540,7 +540,7 @@ __device__ __forceinline__ float tg_epilogue(float v, float bias_v, float res_v,
     return v;
 }
 
-// ---- this instance's choices (ops/gemm.rs) ----
+// ---- this instance's choices (ops/gemm/mod.rs) ----
 #define TG_A_ROW_MAJOR true
 #define TG_B_ROW_MAJOR true
 // f32 inputs on tensor cores: rounded to tf32 in registers, m16n8k8.

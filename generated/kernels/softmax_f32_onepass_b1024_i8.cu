@@ -392,10 +392,10 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
-// ---- row ops (softmax, norms): the launch shape and plan ops/rows.rs chose ----
+// ---- row ops (softmax, norms): the launch shape and plan ops/rows/mod.rs chose ----
 #define TG_THREADS 1024
 #define TG_ITEMS 8
-// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
+// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows/mod.rs.
 #define TG_MIN_BLOCKS 1
 #define TG_VEC 4
 // How a block holds its row: in registers (one pass), staged through a shared-memory ring of

@@ -1,62 +1,22 @@
 //! The generated items, as tokens: the kernel table, the `Kernels` type with one typed method
 //! per group and per instance, and the `plan` module of pure checks those methods run first.
 
-use proc_macro2::{Ident, Literal, Span, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::error::Result;
-use crate::launch::{ArgKind, GridRule};
+use crate::launch::ArgKind;
 use crate::loader::Version;
 use crate::manifest::{InstanceEntry, Manifest};
-use crate::spec::model::{DType, Layout};
+use crate::spec::model::DType;
+use crate::tokens::{self, doc_lines, ident, u32_lit, u64_lit, usize_lit};
 
 use super::docs;
-use super::group::{role, Family, Group, Role};
+use crate::ops::calls::{self, role, Emitter, GenericCalls, Group, Role};
 
-/// A name from the manifest as an identifier. Names are checked before anything is emitted
-/// ([`super::check_names`]); this refuses anything else instead of letting `Ident::new` panic.
-fn ident(name: &str) -> Result<Ident> {
-    match crate::escape::rust_name_problem(name, crate::escape::DERIVED_NAME) {
-        None => Ok(Ident::new(name, Span::call_site())),
-        Some(problem) => Err(crate::error::Error::internal(format!(
-            "bindings: `{}` cannot be a Rust identifier ({problem})",
-            crate::escape::shown(name)
-        ))),
-    }
-}
-
-fn u32_lit(v: u32) -> Literal {
-    Literal::u32_unsuffixed(v)
-}
-
-fn u64_lit(v: u64) -> Literal {
-    Literal::u64_unsuffixed(v)
-}
-
-fn usize_lit(v: usize) -> Literal {
-    Literal::usize_unsuffixed(v)
-}
-
+/// An argument's element type (a type that is not a dtype's name is f32, as scalars are).
 fn elem_type(ty: &str) -> TokenStream {
-    match DType::parse(ty) {
-        Some(DType::F16) => quote!(::half::f16),
-        Some(DType::Bf16) => quote!(::half::bf16),
-        _ => quote!(f32),
-    }
-}
-
-fn doc_lines<S: AsRef<str>>(lines: &[S]) -> TokenStream {
-    let lines = lines.iter().map(|l| {
-        // Doc text names instances and arguments; escaped, none of it can end the comment.
-        let l = crate::escape::comment(l.as_ref());
-        let text = if l.is_empty() {
-            String::new()
-        } else {
-            format!(" {l}")
-        };
-        quote!(#[doc = #text])
-    });
-    quote!(#(#lines)*)
+    DType::parse(ty).map_or(quote!(f32), tokens::elem_type)
 }
 
 /// The table of every kernel and its embedded binaries, in manifest order. `ptx_isa` gives
@@ -310,103 +270,12 @@ fn plan_params(first: &InstanceEntry) -> Result<(Vec<TokenStream>, Vec<Ident>)> 
     Ok((decls, names))
 }
 
-/// The checks of one instance, as a plan function's body.
-fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
+/// The checks of one instance, as a plan function's body: its family's checks, then its
+/// tensor maps'.
+fn instance_plan_body(m: &Manifest, index: usize, generic: &GenericCalls) -> Result<TokenStream> {
     let inst = &m.instances[index];
-    let mut full = Vec::new();
-    let mut per_col = Vec::new();
-    for a in &inst.args {
-        match role(inst, a)? {
-            Role::Full => full.push(ident(&a.name)?),
-            Role::PerCol => per_col.push(ident(&a.name)?),
-            _ => {}
-        }
-    }
-    let threads = u32_lit(inst.launch.threads);
     let kernel = usize_lit(index);
-    let shared = inst.launch.shared_bytes;
-    let dims = match (&inst.launch.grid, inst.op.family()) {
-        (GridRule::Elements { elems_per_block }, Family::Elements) => {
-            let epb = u32_lit(*elems_per_block);
-            let row = per_col
-                .first()
-                .map(|b| quote!(call_checks::broadcast_row(n, cols, &#b)?;));
-            quote! {
-                #row
-                let dims = call_checks::elements(n, &[#(#full),*], #epb, #threads)?;
-            }
-        }
-        (
-            GridRule::Rows {
-                rows_per_block,
-                max_cols,
-            },
-            Family::Rows,
-        ) => {
-            let rpb = u32_lit(*rows_per_block);
-            let max = match max_cols {
-                Some(c) => {
-                    let c = u32_lit(*c);
-                    quote!(Some(#c))
-                }
-                None => quote!(None),
-            };
-            let vec = u32_lit(inst.dtype.per_16_bytes());
-            // Several outputs (add_rmsnorm): none may share memory with another or an input.
-            let (outs, ins): (Vec<_>, Vec<_>) = inst
-                .args
-                .iter()
-                .filter(|a| role(inst, a).ok() == Some(Role::Full))
-                .partition(|a| a.kind == ArgKind::Out);
-            let disjoint = if outs.len() > 1 {
-                let outs = outs
-                    .iter()
-                    .map(|a| ident(&a.name))
-                    .collect::<Result<Vec<_>>>()?;
-                let ins = ins
-                    .iter()
-                    .map(|a| ident(&a.name))
-                    .collect::<Result<Vec<_>>>()?;
-                Some(
-                    quote!(call_checks::rows_disjoint(rows, cols, &[#(#outs),*], &[#(#ins),*], &[#(#per_col),*])?;),
-                )
-            } else {
-                None
-            };
-            quote! {
-                let dims = call_checks::rows(rows, cols, #max, #vec, &[#(#full),*], &[#(#per_col),*], #rpb, #threads)?;
-                #disjoint
-            }
-        }
-        (GridRule::Tiles { tile_m, tile_n }, Family::Gemm) => {
-            gemm_body(inst, *tile_m, *tile_n, None)?
-        }
-        (
-            GridRule::Persistent {
-                tile_m,
-                tile_n,
-                ctas_per_sm,
-                cluster,
-            },
-            Family::Gemm,
-        ) => gemm_body(inst, *tile_m, *tile_n, Some((*ctas_per_sm, *cluster)))?,
-        (rule, _) => {
-            return Err(crate::error::Error::internal(format!(
-                "bindings: `{}` ({}) has launch rule {rule:?}, which its op family does not use",
-                inst.name, inst.op
-            )))
-        }
-    };
-    // Dynamic shared memory rides along the geometry (GEMM's check sets it itself).
-    let with_shared = (shared > 0
-        && !matches!(
-            inst.launch.grid,
-            GridRule::Tiles { .. } | GridRule::Persistent { .. }
-        ))
-    .then(|| {
-        let s = u32_lit(shared);
-        quote!(let dims = dims.map(|d| LaunchDims { shared_bytes: #s, ..d });)
-    });
+    let dims = (generic.plan_checks)(inst)?;
     // Tensor maps: every map the launcher will encode must be one the driver takes (no
     // empty dim, aligned, strides in range), checked here so the call is refused before it
     // launches, and a group's dispatch moves on to an instance that takes it. (The geometry
@@ -425,7 +294,6 @@ fn instance_plan_body(m: &Manifest, index: usize) -> Result<TokenStream> {
     });
     Ok(quote! {
         #dims
-        #with_shared
         #maps
         Ok(Plan { kernel: #kernel, dims })
     })
@@ -447,94 +315,13 @@ fn map_values(inst: &InstanceEntry) -> Vec<TokenStream> {
         .collect()
 }
 
-/// Whether an instance's plan function reads the device (persistent grids size by its SMs).
-fn plan_uses_device(inst: &InstanceEntry) -> bool {
-    matches!(inst.launch.grid, GridRule::Persistent { .. })
-}
-
-/// What a GEMM instance needs of a call, as `ops::gemm::runtime_requirements` states it:
-/// 16-byte aligned matrices; `lda`/`ldb` multiples of 16 bytes of input elements, `ldc`/`ldd`
-/// of output elements; any m, n, k (edges are masked in the kernel).
-/// Returns [align, ld_in_multiple, ld_out_multiple, m_multiple, n_multiple, k_multiple].
-/// A tensor-map (wgmma) instance also needs `n` in whole 16-byte vectors of output: its TMA
-/// stores write whole 16-byte chunks at the right edge (measured on the H200: with `ldd` > `n`
-/// the bytes after column `n - 1` changed), so a ragged `n` goes to an mma.sync instance.
-pub fn gemm_needs(inst: &InstanceEntry) -> [u64; 6] {
-    let in_vec = inst.dtype.per_16_bytes() as u64;
-    let out_vec = inst.out_dtype.per_16_bytes() as u64;
-    let n_multiple = if inst.tensor_maps.is_empty() {
-        1
-    } else {
-        out_vec
-    };
-    [16, in_vec, out_vec, 1, n_multiple, 1]
-}
-
-/// A GEMM instance's checks: the call's operands, then its grid (one block per tile, or a
-/// persistent grid of `ctas_per_sm` blocks per SM of the device in clusters of `cluster`).
-fn gemm_body(
-    inst: &InstanceEntry,
-    tile_m: u32,
-    tile_n: u32,
-    persistent: Option<(u32, u32)>,
-) -> Result<TokenStream> {
-    let layout = inst.params.layout.unwrap_or(Layout::Nn);
-    let (at, bt) = (layout.a_transposed(), layout.b_transposed());
-    let has = |n: &str| {
-        inst.args
-            .iter()
-            .any(|a| a.name == n && a.kind != ArgKind::Scalar)
-    };
-    let c = if has("c") {
-        quote!(Some(Matrix {
-            buf: c,
-            ld: ldc,
-            transposed: false
-        }))
-    } else {
-        quote!(None)
-    };
-    let bias = if has("bias") {
-        quote!(Some(bias))
-    } else {
-        quote!(None)
-    };
-    let [align, ld_in, ld_out, mm, nm, km] = gemm_needs(inst).map(u64_lit);
-    let (tm, tn) = (u32_lit(tile_m), u32_lit(tile_n));
-    let threads = u32_lit(inst.launch.threads);
-    let shared = u32_lit(inst.launch.shared_bytes);
-    let grid = match persistent {
-        None => {
-            quote!(let dims = call_checks::gemm(&call, &needs, (#tm, #tn), #threads, #shared)?;)
-        }
-        Some((ctas, cluster)) => {
-            let (ctas, cluster) = (u32_lit(ctas), u32_lit(cluster));
-            quote!(let dims = call_checks::gemm_persistent(&call, &needs, (#tm, #tn), #ctas, #cluster, device.sm_count, #threads, #shared)?;)
-        }
-    };
-    Ok(quote! {
-        let call = GemmCall {
-            m, n, k,
-            a: Matrix { buf: a, ld: lda, transposed: #at },
-            b: Matrix { buf: b, ld: ldb, transposed: #bt },
-            c: #c,
-            d: Matrix { buf: d, ld: ldd, transposed: false },
-            bias: #bias,
-        };
-        let needs = GemmNeeds {
-            align: #align,
-            ld_in_multiple: #ld_in,
-            ld_out_multiple: #ld_out,
-            m_multiple: #mm,
-            n_multiple: #nm,
-            k_multiple: #km,
-        };
-        #grid
-    })
-}
-
 /// How a group's plan function picks its instance and calls that instance's plan.
-fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStream> {
+fn group_plan_body(
+    m: &Manifest,
+    g: &Group,
+    args: &[Ident],
+    generic: &GenericCalls,
+) -> Result<TokenStream> {
     let call = |i: usize| -> Result<TokenStream> {
         let f = ident(&m.instances[i].name)?;
         Ok(quote!(#f(device, #(#args),*)))
@@ -556,58 +343,7 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStrea
     };
     let calls: Vec<TokenStream> = g.members.iter().map(|&i| call(i)).collect::<Result<_>>()?;
     let tuned = super::tuning::tuned_first(m, g, &calls)?;
-    let rules = match g.family {
-        Family::Attention => super::attention::plan_fns(m, g)?,
-        Family::Elements => {
-            let epb = g
-                .members
-                .iter()
-                .map(|&i| u32_lit(m.instances[i].launch.grid.elems_per_block()));
-            let arms = arms(calls);
-            quote!(match call_checks::pick_elements(n, device.sm_count, &[#(#epb),*]) { #arms })
-        }
-        Family::Rows => {
-            let max = g
-                .members
-                .iter()
-                .map(|&i| match m.instances[i].launch.grid.max_cols() {
-                    Some(c) => {
-                        let c = u32_lit(c);
-                        quote!(Some(#c))
-                    }
-                    None => quote!(None),
-                });
-            let arms = arms(calls);
-            quote!(match call_checks::pick_rows(cols, &[#(#max),*])? { #arms })
-        }
-        Family::Gemm => {
-            let options = g.members.iter().map(|&i| {
-                let inst = &m.instances[i];
-                let (tm, tn) = inst.launch.grid.output_tile();
-                let (tm, tn) = (u32_lit(tm), u32_lit(tn));
-                let maps = !inst.tensor_maps.is_empty();
-                let index = usize_lit(i);
-                quote!(call_checks::GemmOption {
-                    tile: (#tm, #tn),
-                    tensor_maps: #maps,
-                    runs: super::KERNELS[#index].runs_on(device, #maps),
-                })
-            });
-            let arms = arms(calls);
-            quote! {
-                let mut refused = None;
-                for i in call_checks::gemm_order(m, n, device, &[#(#options),*]) {
-                    match match i { #arms } {
-                        Ok(plan) => return Ok(plan),
-                        Err(e) => {
-                            refused.get_or_insert(e);
-                        }
-                    }
-                }
-                Err(refused.unwrap_or(ArgError::NoInstance { op: "gemm", reason: "for this call" }))
-            }
-        }
-    };
+    let rules = (generic.pick)(m, g, arms(calls))?;
     Ok(quote!(#tuned #rules))
 }
 
@@ -615,15 +351,18 @@ fn group_plan_body(m: &Manifest, g: &Group, args: &[Ident]) -> Result<TokenStrea
 pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
     let mut fns = Vec::new();
     for g in groups {
-        if g.family == Family::Attention {
-            fns.push(super::attention::plan_fns(m, g)?);
-            continue;
-        }
+        let generic = match &calls::of(g.first(m)).emitter {
+            Emitter::Own(own) => {
+                fns.push((own.plan_fns)(m, g)?);
+                continue;
+            }
+            Emitter::Generic(generic) => generic,
+        };
         let (decls, names) = plan_params(g.first(m))?;
         let sole = g.members.len() == 1 && m.instances[g.members[0]].name == g.method;
         if !sole {
             let f = ident(&g.method)?;
-            let body = group_plan_body(m, g, &names)?;
+            let body = group_plan_body(m, g, &names, generic)?;
             let doc = format!(
                 " Checks a [`super::Kernels::{}`] call and picks its instance.",
                 g.method
@@ -635,12 +374,12 @@ pub fn plan_module(m: &Manifest, groups: &[Group]) -> Result<TokenStream> {
         }
         for &i in &g.members {
             let f = ident(&m.instances[i].name)?;
-            let body = instance_plan_body(m, i)?;
+            let body = instance_plan_body(m, i, generic)?;
             let doc = format!(
                 " Checks a [`super::Kernels::{}`] call.",
                 m.instances[i].name
             );
-            let device = if plan_uses_device(&m.instances[i]) {
+            let device = if (generic.plan_uses_device)(&m.instances[i]) {
                 quote!(device)
             } else {
                 quote!(_device)
@@ -746,13 +485,6 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
     let mut methods = Vec::new();
     let what = docs::what(first);
 
-    let errors = [
-        "",
-        "# Errors",
-        "[`Error::Arg`] before anything launches when the call breaks a requirement above;",
-        "[`Error::WrongContext`] when a buffer or the stream belongs to another context;",
-        "[`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.",
-    ];
     // A method named `name` documented by `what`, `niche`, the requirements and the errors,
     // checked by the plan function of the same name.
     let method = |name: &str, niche: Vec<String>, req: String| -> Result<TokenStream> {
@@ -761,7 +493,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
         lines.extend(niche);
         lines.push(String::new());
         lines.push(req);
-        lines.extend(errors.iter().map(|s| s.to_string()));
+        lines.extend(calls::ERRORS_DOC.iter().map(|s| s.to_string()));
         let doc = doc_lines(&lines);
         Ok(quote! {
             #doc

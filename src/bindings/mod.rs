@@ -16,7 +16,6 @@
 //! kernel uses f16 or bf16, `half`. They have no inner attributes, so they can be `include!`d
 //! inside a module.
 
-mod attention;
 mod docs;
 mod emit;
 mod group;
@@ -59,9 +58,9 @@ pub fn generate(m: &Manifest, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<
     let kernels = emit::kernels_type(m);
     let methods = groups
         .iter()
-        .map(|g| match g.family {
-            group::Family::Attention => attention::group_methods(m, g),
-            _ => emit::group_methods(m, g),
+        .map(|g| match &crate::ops::calls::of(g.first(m)).emitter {
+            crate::ops::calls::Emitter::Own(own) => (own.methods)(m, g),
+            crate::ops::calls::Emitter::Generic(_) => emit::group_methods(m, g),
         })
         .collect::<Result<Vec<_>>>()?;
     let plan = emit::plan_module(m, &groups)?;

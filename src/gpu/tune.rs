@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::bench::{random_buffer, time_interleaved};
 use super::problem::{self, Problem};
 use super::{call_args, launch, with_tensor_maps, Gpu};
-use crate::bindings::{method_name, Family};
+use crate::bindings::method_name;
 use crate::error::{Error, Result};
 use crate::launch::ArgKind;
 use crate::manifest::InstanceEntry;
@@ -102,20 +102,7 @@ pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
 
 /// The problem of a shape for an op; None when the sizes do not fit the op's family.
 fn problem_of(inst: &InstanceEntry, shape: &[u64]) -> Option<Problem> {
-    match (inst.op.family(), shape) {
-        (Family::Elements, &[n]) => Some(Problem::Elements {
-            n,
-            // A broadcast bias needs whole rows; the bench's row length.
-            cols: if inst.args.iter().any(|a| a.name == "bias") {
-                4096
-            } else {
-                1
-            },
-        }),
-        (Family::Rows, &[rows, cols]) => Some(Problem::Rows { rows, cols }),
-        (Family::Gemm, &[m, n, k]) => Some(Problem::Gemm { m, n, k }),
-        _ => None,
-    }
+    (crate::ops::family(inst.op).cases.problem_of)(inst, shape)
 }
 
 fn shape_of(p: Problem) -> Vec<u64> {
@@ -150,10 +137,8 @@ fn shapes_for(members: &[InstanceEntry], shapes: &Shapes) -> Vec<Problem> {
             }
         }
     }
-    if first.op.family() == Family::Elements {
-        for n in [1 << 20, 1 << 24] {
-            out.extend(problem_of(first, &[n]));
-        }
+    for size in crate::ops::family(first.op).cases.tune_sizes {
+        out.extend(problem_of(first, size));
     }
     out
 }

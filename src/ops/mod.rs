@@ -1,12 +1,14 @@
-//! What each op family accepts, how it is checked, what its kernel's arguments are and how it
-//! is launched. The spec layer asks here which fields an op takes; the renderer, the manifest
-//! and the bindings ask here for the signature and the launch rule.
+//! The op families, one folder each (`elementwise/`, `rows/`, `gemm/`, `attention/`): what a
+//! family accepts, how it is checked, its kernels' arguments and launch, how its calls are
+//! checked and documented in the bindings (`calls`), and which shapes verify and bench run
+//! (`cases`). [`family`] is the registry the spec layer, the renderer, the manifest, the
+//! bindings and `gpu/` ask.
 
 pub mod attention;
+pub mod calls;
 mod elementwise;
 pub mod epilogue;
 pub mod gemm;
-pub mod gemm_sm90;
 mod rows;
 #[cfg(feature = "gpu")]
 pub mod verification;
@@ -44,6 +46,11 @@ pub struct OpFamily {
     pub arch_problem: fn(&Instance, Arch) -> Option<String>,
     /// The field a spec changes to need less shared memory.
     pub shared_memory_field: Field,
+    /// Where `verify` and `bench` take the family's shapes from.
+    #[cfg(feature = "gpu")]
+    pub cases: &'static verification::FamilyCases,
+    /// What the bindings ask about the family's calls: argument roles, checks, docs.
+    pub calls: &'static calls::FamilyCalls,
     /// The part of the instance name before the common sizes, from the resolved parameters
     /// (attention's head size, mask and tiles).
     pub name_head: fn(&Params) -> String,
@@ -51,7 +58,12 @@ pub struct OpFamily {
 
 /// The registry: the table of an op's family.
 pub fn family(op: Op) -> &'static OpFamily {
-    match op.family() {
+    of_family(op.family())
+}
+
+/// The table of a family.
+pub fn of_family(family: Family) -> &'static OpFamily {
+    match family {
         Family::Elements => &elementwise::FAMILY,
         Family::Rows => &rows::FAMILY,
         Family::Gemm => &gemm::FAMILY,

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 
 use super::epilogue;
+use crate::manifest::InstanceEntry;
 use crate::spec::model::{Epilogue, KernelConfig};
 
 /// One problem size, in the shape of call of the op's family.
@@ -46,6 +47,110 @@ impl std::fmt::Display for Problem {
             Problem::Rows { rows, cols } => write!(f, "{rows}x{cols}"),
             Problem::Gemm { m, n, k } => write!(f, "{m}x{n}x{k}"),
         }
+    }
+}
+
+/// What a case's inputs look like. `Typical` is uniform in a well-conditioned range per op;
+/// the rest are the inputs that break kernels which are right on typical data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Numerics {
+    Typical,
+    /// Every row offset by +1000: softmax must subtract the row maximum (exp(1000) overflows
+    /// f32), layernorm must not take its variance as E\[x²\] − E\[x\]² unshifted.
+    Offset,
+    /// One large value per row (softmax: 40 above the rest, so it holds nearly all the
+    /// mass; norms: ±1000; GEMM: 64 in each row of A).
+    Outliers,
+    /// Softmax: a tenth of the entries −inf (they give exactly 0), row 0 all −inf (no
+    /// maximum: NaN, as PyTorch gives), row 1 all −inf but one (that one gives 1).
+    Infinities,
+    /// 16-bit inputs: x among the dtype's subnormals. f16 subnormals are normal f32 values and
+    /// must come out exact to rounding; bf16 subnormals are f32 subnormals, which the kernels'
+    /// `ftz` arithmetic may flush to zero (within the check's absolute slack).
+    Subnormal,
+    /// Elementwise: x in [−30, 30], the tails of GELU and SiLU (exp over- and underflow).
+    Wide,
+}
+
+/// One verify case: a shape, its inputs, and optionally a grid smaller than the launch rule
+/// gives, so that the kernel's grid-stride loop runs several trips at a size the CPU
+/// reference handles (the rule only strides beyond 65536 blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Case {
+    pub problem: Problem,
+    pub numerics: Numerics,
+    /// At most this many blocks (of a clustered grid: clusters) in the grid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid_cap: Option<u32>,
+    /// GEMM: matrices stored with padded rows (`gpu::problem::gemm_ld_padded`: rows rounded up to whole
+    /// vectors plus this many vectors); the padding holds NaN, which must not reach the output,
+    /// and the output's padding must stay unwritten.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ld_pad: Option<u64>,
+    /// Bytes every buffer starts past a 256-byte boundary (16-byte aligned, not 128-byte).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub offset: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+impl Case {
+    pub fn typical(problem: Problem) -> Case {
+        Case {
+            problem,
+            numerics: Numerics::Typical,
+            grid_cap: None,
+            ld_pad: None,
+            offset: 0,
+        }
+    }
+}
+
+impl std::fmt::Display for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.problem)?;
+        if self.numerics != Numerics::Typical {
+            write!(f, " {:?}", self.numerics)?;
+        }
+        if let Some(g) = self.grid_cap {
+            write!(f, " grid<={g}")?;
+        }
+        if let Some(p) = self.ld_pad {
+            write!(f, " ld+{p}v")?;
+        }
+        if self.offset > 0 {
+            write!(f, " @+{}", self.offset)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a family's verify cases and bench shapes come from.
+pub struct FamilyCases {
+    /// The cases `verify` runs on an instance (those it cannot take are dropped after).
+    pub verify: fn(&InstanceEntry) -> Vec<Case>,
+    /// The shapes `bench` times (those it cannot take are dropped after).
+    pub bench: fn(&InstanceEntry) -> Vec<Problem>,
+    /// A shapes file's sizes as a problem of the family; None when they do not fit it.
+    pub problem_of: fn(&InstanceEntry, &[u64]) -> Option<Problem>,
+    /// Sizes `tune` measures beyond the bench's, as a shapes file gives them.
+    pub tune_sizes: &'static [&'static [u64]],
+}
+
+/// Cases of each of `kinds` on problem `p` (subnormal inputs only for 16-bit dtypes).
+pub fn hostile(out: &mut Vec<Case>, inst: &InstanceEntry, p: Problem, kinds: &[Numerics]) {
+    let sixteen_bit = inst.dtype != crate::spec::model::DType::F32;
+    for &numerics in kinds {
+        if numerics == Numerics::Subnormal && !sixteen_bit {
+            continue;
+        }
+        out.push(Case {
+            numerics,
+            ..Case::typical(p)
+        });
     }
 }
 

@@ -396,10 +396,10 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 }
 // ---- end of prelude ----
 
-// ---- row ops (softmax, norms): the launch shape and plan ops/rows.rs chose ----
+// ---- row ops (softmax, norms): the launch shape and plan ops/rows/mod.rs chose ----
 #define TG_THREADS 256
 #define TG_ITEMS 2
-// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows.rs.
+// Blocks per SM to fit (caps registers so enough loads are in flight): see ops/rows/mod.rs.
 #define TG_MIN_BLOCKS 4
 #define TG_VEC 8
 // How a block holds its row: in registers (one pass), staged through a shared-memory ring of
@@ -412,10 +412,10 @@ enum tg_row_variant { TG_ONEPASS, TG_STAGED, TG_ONLINE };
 #define TG_L2_AHEAD_BYTES 2097152u
 typedef tg_f16 T;
 
-// ---- this norm (ops/rows.rs) ----
+// ---- this norm (ops/rows/mod.rs) ----
 enum tg_norm_op { TG_LAYERNORM, TG_RMSNORM, TG_ADD_RMSNORM };
 #define TG_OP TG_LAYERNORM
-// How a thread has its weight (and bias) (ops/rows.rs): loaded with its row (preload), held as
+// How a thread has its weight (and bias) (ops/rows/mod.rs): loaded with its row (preload), held as
 // loaded across a ring's rows (hoist), TG_PREFETCH vectors ahead of their use every row
 // (prefetch), loaded where used every row (reread), or none (no weights).
 enum tg_weights { TG_W_NONE, TG_W_PRELOAD, TG_W_HOIST, TG_W_PREFETCH, TG_W_REREAD };

@@ -7,8 +7,8 @@
 //! Same op, arguments and epilogue chain as the mma.sync path (`gemm.rs`); the kernel also
 //! takes the tensor maps listed here, which the host encodes per call.
 
-use super::Field;
 use crate::launch::{GridRule, Launch, Swizzle, TensorMap, MAX_CLUSTER};
+use crate::ops::Field;
 use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
 
 /// Rows of the block tile: two consumer warpgroups of one m64 wgmma row each.
@@ -402,7 +402,7 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
         ),
         format!("layout {layout}: {a_desc}, {a_ld}; {b_desc}, {b_ld}"),
     ];
-    r.extend(super::gemm::output_requirements(has_bias, has_c));
+    r.extend(super::output_requirements(has_bias, has_c));
     r
 }
 
@@ -416,13 +416,16 @@ fn wgmma_type(t: DType) -> &'static str {
 
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     let plan = Plan::new(inst);
-    let maps: Vec<String> = tensor_maps(inst).iter().map(super::map_summary).collect();
+    let maps: Vec<String> = tensor_maps(inst)
+        .iter()
+        .map(crate::ops::map_summary)
+        .collect();
     vec![
         // tg_gemm_sm90's arguments (gemm_sm90.cu): d's map stands in for a C map the kernel
         // lacks (never read without a residual).
         (
             "sm90_args",
-            super::forward_args(
+            crate::ops::forward_args(
                 inst,
                 &[
                     ("a_map", "a_map"),

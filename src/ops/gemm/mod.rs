@@ -6,9 +6,14 @@
 //! threads split the tile copies) is derived here once, in `Plan`, so that the launch's
 //! dynamic shared memory and the kernel's own layout cannot disagree.
 
-use super::{gemm_sm90, is_pow2_in, Field, OpFamily, OpInfo};
+use super::{is_pow2_in, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch, TensorMap};
 use crate::spec::model::{Arch, DType, Engine, Epilogue, Instance, Layout, Params};
+
+pub mod calls;
+#[cfg(feature = "gpu")]
+mod cases;
+pub mod sm90;
 
 pub static GEMM: OpInfo = OpInfo {
     template: "gemm.cu",
@@ -92,6 +97,9 @@ pub static FAMILY: OpFamily = OpFamily {
     template_values,
     arch_problem,
     shared_memory_field: Field::Stages,
+    #[cfg(feature = "gpu")]
+    cases: &cases::CASES,
+    calls: &calls::CALLS,
     name_head: super::no_name_head,
 };
 
@@ -102,7 +110,7 @@ pub fn defaults(p: &mut Params) {
         p.engine = None;
     }
     if wgmma(p) {
-        gemm_sm90::defaults(p);
+        sm90::defaults(p);
         return;
     }
     p.tile.get_or_insert([128, 128, 32]);
@@ -120,7 +128,7 @@ pub fn resolved(inst: &Instance) -> Params {
     defaults(&mut p);
     if wgmma(&p) {
         p.warp = None;
-        p.stages = Some(gemm_sm90::stages(&p));
+        p.stages = Some(sm90::stages(&p));
         // One block per cluster is no split: never stored, so names and hashes stay.
         p.split_k = p.split_k.filter(|&k| k != 1);
     } else {
@@ -156,7 +164,7 @@ pub fn template(inst: &Instance) -> &'static str {
 /// The instance's tensor-map parameters (wgmma engine only).
 pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
     if wgmma(&inst.params) {
-        gemm_sm90::tensor_maps(inst)
+        sm90::tensor_maps(inst)
     } else {
         Vec::new()
     }
@@ -340,7 +348,7 @@ impl Plan {
 
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     if wgmma(&inst.params) {
-        return gemm_sm90::check(inst);
+        return sm90::check(inst);
     }
     let mut out = Vec::new();
     if let Some(k) = inst.params.split_k.filter(|&k| k != 1) {
@@ -501,7 +509,7 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
 
 pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
     if wgmma(&inst.params) {
-        return gemm_sm90::arch_problem(arch);
+        return sm90::arch_problem(arch);
     }
     (arch.sm() < 80).then(|| {
         format!("gemm uses cp.async and mma.sync m16n8k16, which need sm_80+; {arch} lacks them")
@@ -548,7 +556,7 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
 /// - `d` overlaps no input (`a`, `b`, `bias`, `c`): every pointer is `__restrict__`.
 pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     if wgmma(&inst.params) {
-        return gemm_sm90::runtime_requirements(inst);
+        return sm90::runtime_requirements(inst);
     }
     let plan = Plan::new(inst);
     let [tm, tn, _] = plan.tile;
@@ -625,7 +633,7 @@ pub(super) fn output_requirements(has_bias: bool, has_c: bool) -> Vec<String> {
 
 pub fn launch(inst: &Instance) -> Launch {
     if wgmma(&inst.params) {
-        return gemm_sm90::launch(inst);
+        return sm90::launch(inst);
     }
     let plan = Plan::new(inst);
     Launch {
@@ -640,7 +648,7 @@ pub fn launch(inst: &Instance) -> Launch {
 
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     if wgmma(&inst.params) {
-        return gemm_sm90::template_values(inst);
+        return sm90::template_values(inst);
     }
     let plan = Plan::new(inst);
     let [tm, tn, tk] = plan.tile;

@@ -3,16 +3,33 @@
 //! of one size per argument, and a dispatch by mask, device and sequence length. The checks
 //! themselves live in the runtime (`tilegen_runtime::attention`); this emits the calls.
 
-use proc_macro2::{Ident, Literal, Span, TokenStream};
+use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::error::{Error, Result};
 use crate::launch::{Arg, GridRule};
 use crate::manifest::{InstanceEntry, Manifest};
 use crate::ops;
-use crate::spec::model::DType;
+use crate::ops::calls::{self, Emitter, FamilyCalls, Group, OwnCalls};
+use crate::tokens::{doc_lines, elem_type, ident};
 
-use super::group::Group;
+pub static CALLS: FamilyCalls = FamilyCalls {
+    requirements: |_| requirements(),
+    niche,
+    dispatch_rule: |_, _| DISPATCH_RULE,
+    // Smallest query tile first.
+    dispatch_rank: |inst| match inst.launch.grid {
+        GridRule::QueryTiles { tile_q } => (tile_q as u64, 0),
+        _ => (0, 0),
+    },
+    emitter: Emitter::Own(OwnCalls {
+        check_signature,
+        methods: group_methods,
+        plan_fns,
+    }),
+};
+
+const DISPATCH_RULE: &str = "Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:";
 
 /// The arguments every attention instance takes, in kernel order (`ops::attention::signature`).
 fn expected_args(inst: &InstanceEntry) -> Vec<Arg> {
@@ -73,37 +90,6 @@ const REQUIREMENTS: &[&str] = &[
 /// The requirements, as one paragraph.
 pub fn requirements() -> String {
     REQUIREMENTS.join(" ")
-}
-
-fn elem_type(d: DType) -> TokenStream {
-    match d {
-        DType::F16 => quote!(::half::f16),
-        DType::Bf16 => quote!(::half::bf16),
-        DType::F32 => quote!(f32),
-    }
-}
-
-fn ident(name: &str) -> Result<Ident> {
-    match crate::escape::rust_name_problem(name, crate::escape::DERIVED_NAME) {
-        None => Ok(Ident::new(name, Span::call_site())),
-        Some(p) => Err(Error::internal(format!(
-            "bindings: `{}` cannot be a Rust identifier ({p})",
-            crate::escape::shown(name)
-        ))),
-    }
-}
-
-fn docs(lines: &[String]) -> TokenStream {
-    let lines = lines.iter().map(|l| {
-        let l = crate::escape::comment(l);
-        let text = if l.is_empty() {
-            String::new()
-        } else {
-            format!(" {l}")
-        };
-        quote!(#[doc = #text])
-    });
-    quote!(#(#lines)*)
 }
 
 /// The instance as the runtime's checks see it.
@@ -190,20 +176,13 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
     let d = Literal::u32_unsuffixed(head_dim(first));
     let run = format_ident!("run_{}", g.method);
     let method = ident(&g.method)?;
-    let errors = [
-        "",
-        "# Errors",
-        "[`Error::Arg`] before anything launches when the call breaks a requirement above;",
-        "[`Error::WrongContext`] when a buffer or the stream belongs to another context;",
-        "[`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.",
-    ];
     let doc_of = |niche: Vec<String>| {
-        let mut lines = vec![super::docs::what(first), String::new()];
+        let mut lines = vec![(ops::info(first.op).what)(&first.kernel), String::new()];
         lines.extend(niche);
         lines.push(String::new());
         lines.extend(REQUIREMENTS.iter().map(|s| s.to_string()));
-        lines.extend(errors.iter().map(|s| s.to_string()));
-        docs(&lines)
+        lines.extend(calls::ERRORS_DOC.iter().map(|s| s.to_string()));
+        doc_lines(&lines)
     };
     let params = quote! {
         q: &impl ::cudarc::driver::DevicePtr<#t>,
@@ -229,7 +208,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
         strides,
         scale
     );
-    let mut dispatch = vec![super::docs::dispatch(g, m)[0].clone()];
+    let mut dispatch = vec![DISPATCH_RULE.to_string()];
     for &i in &g.members {
         let inst = &m.instances[i];
         dispatch.push(format!("- [`Self::{}`]: {}", inst.name, niche(inst)));
@@ -354,6 +333,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
 mod tests {
     use super::*;
     use crate::launch::ArgKind;
+    use crate::spec::model::DType;
 
     #[test]
     fn the_launcher_passes_the_signature_in_order() {

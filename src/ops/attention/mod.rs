@@ -23,6 +23,8 @@ use crate::launch::{
 };
 use crate::spec::model::{Arch, DType, Engine, Instance, Params};
 
+pub mod calls;
+
 pub static ATTENTION: OpInfo = OpInfo {
     template: "attention.cu",
     dtypes: &[DType::F16, DType::Bf16],
@@ -77,6 +79,15 @@ pub static FAMILY: OpFamily = OpFamily {
     template_values,
     arch_problem,
     shared_memory_field: Field::TileKv,
+    // Attention's cases and shapes have strides and sequence lists of their own: `gpu::attention`.
+    #[cfg(feature = "gpu")]
+    cases: &super::verification::FamilyCases {
+        verify: |_| Vec::new(),
+        bench: |_| Vec::new(),
+        problem_of: |_, _| None,
+        tune_sizes: &[],
+    },
+    calls: &calls::CALLS,
     name_head: name_suffix,
 };
 

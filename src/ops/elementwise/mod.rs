@@ -7,6 +7,10 @@ use super::{epilogue, pow2_problem, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch};
 use crate::spec::model::{DType, Epilogue, Instance, Op, Params};
 
+pub mod calls;
+#[cfg(feature = "gpu")]
+mod cases;
+
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
 
 pub static VECTOR_ADD: OpInfo = OpInfo {
@@ -74,6 +78,9 @@ pub static FAMILY: OpFamily = OpFamily {
     template_values,
     arch_problem: super::no_arch_problem,
     shared_memory_field: Field::Block,
+    #[cfg(feature = "gpu")]
+    cases: &cases::CASES,
+    calls: &calls::CALLS,
     name_head: super::no_name_head,
 };
 

@@ -7,6 +7,10 @@ use super::{pow2_problem, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch};
 use crate::spec::model::{Arch, DType, Instance, KernelConfig, Op, Params, RowVariant};
 
+pub mod calls;
+#[cfg(feature = "gpu")]
+mod cases;
+
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::Bf16];
 
 pub static SOFTMAX: OpInfo = OpInfo {
@@ -125,6 +129,9 @@ pub static FAMILY: OpFamily = OpFamily {
     template_values,
     arch_problem,
     shared_memory_field: Field::Block,
+    #[cfg(feature = "gpu")]
+    cases: &cases::CASES,
+    calls: &calls::CALLS,
     name_head: super::no_name_head,
 };
 
