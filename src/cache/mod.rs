@@ -78,8 +78,9 @@ struct State {
     warned: AtomicBool,
     #[cfg(feature = "remote-cache")]
     remote: OnceLock<remote::Remote>,
-    /// A note on the remote cache's configuration, reported once: a mode that is not known,
-    /// or a remote asked for that this build cannot use (no `remote-cache` feature).
+    /// A note on the remote cache, reported once: a mode that is not known, a remote asked
+    /// for that this build cannot use (no `remote-cache` feature), or remote entries that
+    /// could not be kept in the local folder.
     remote_note: std::sync::Mutex<Option<String>>,
 }
 
@@ -447,8 +448,17 @@ impl Cache {
             remote::Fetched::Entry(bytes) => match decode(key, &bytes) {
                 Ok(c) => {
                     r.served();
-                    // Best effort: the next run finds it locally.
-                    let _ = self.put_local(key, &bytes);
+                    // Kept so that the next run finds it locally; when it cannot be, the
+                    // run says so once (it still uses the entry).
+                    if let Err(e) = self.put_local(key, &bytes) {
+                        if let Some(m) = self.warn_once(format!(
+                            "cannot keep remote cache entries in the local cache ({e}); the next run fetches them again"
+                        )) {
+                            if let Ok(mut note) = self.state.remote_note.lock() {
+                                note.get_or_insert(m);
+                            }
+                        }
+                    }
                     Lookup::RemoteHit(c)
                 }
                 Err(why) => {
