@@ -1,18 +1,3 @@
-{{ header }}
-//
-// gemm: D = epilogue(A . B) with A M x K and B K x N ({{ dtype }} in, {{ out_dtype }} out, f32 accumulation),
-// layout {{ layout }} (A {% if a_row_major %}row-major{% else %}column-major{% endif %}, B {% if b_row_major %}row-major{% else %}column-major{% endif %}), epilogue = [{{ epilogue | join(sep=", ") }}].
-// Tensor cores: mma.sync.m16n8k{% if tf32 %}8 tf32 (inputs rounded to tf32 in registers){% else %}16 {{ dtype }}{% endif %}, {{ stages }}-stage cp.async pipeline.
-// Block tile {{ tile_m }}x{{ tile_n }}x{{ tile_k }}, {{ warps_m }}x{{ warps_n }} warps of {{ warp_m }}x{{ warp_n }}, {{ threads }} threads,
-// {{ shared_bytes }} bytes of dynamic shared memory; one block per output tile, in groups of {{ group_m }} tile rows.
-//
-// Runtime requirements (the launcher checks them; sizes in elements):
-{%- for r in requirements %}
-//   - {{ r }}
-{%- endfor %}
-// Edges need no padding: rows, columns and k beyond M, N, K are zero-filled on the way into
-// shared memory and masked on the way out.
-
 {% include "gemm.cuh" %}
 
 // ---- this instance's choices (ops/gemm/mod.rs) ----
