@@ -72,6 +72,12 @@ struct Plan {
     has_bias: bool,
     /// Blocks per cluster, each summing a share of K (1: no split).
     split_k: u32,
+    /// Split-K: the partial tiles live where the staging buffers are. Ranks other than 0
+    /// never run the epilogue and rank 0 never writes a partial tile, so one region serves
+    /// both. Used where separate buffers would not fit (wide tiles: 128×192 keeps 3 stages);
+    /// where they fit, the separate layout the split instances were verified with on the
+    /// H200 (2026-12-01) stays.
+    partial_in_staging: bool,
 }
 
 impl Plan {
@@ -103,7 +109,7 @@ impl Plan {
             }
             epi_rounds += 1;
         }
-        Plan {
+        let mut plan = Plan {
             tile_n,
             stages: stages(p),
             a_k_major,
@@ -122,7 +128,11 @@ impl Plan {
             epi_rounds,
             has_bias: inst.has_epilogue(Epilogue::Bias),
             split_k,
-        }
+            partial_in_staging: false,
+        };
+        plan.partial_in_staging =
+            split_k > 1 && plan.shared_bytes() > Arch::Sm90a.max_shared_per_block();
+        plan
     }
 
     fn a_stage_bytes(&self) -> u32 {
@@ -143,8 +153,20 @@ impl Plan {
             0
         }
     }
+    fn staging_offset(&self) -> u32 {
+        self.stages * (self.a_stage_bytes() + self.b_stage_bytes())
+    }
+    /// The staging buffers, or with `partial_in_staging` the region they share with the
+    /// partial tiles.
+    fn staging_region_bytes(&self) -> u32 {
+        if self.partial_in_staging {
+            2 * self.staging_bytes().max(self.partial_bytes())
+        } else {
+            2 * self.staging_bytes()
+        }
+    }
     fn bias_offset(&self) -> u32 {
-        self.stages * (self.a_stage_bytes() + self.b_stage_bytes()) + 2 * self.staging_bytes()
+        self.staging_offset() + self.staging_region_bytes()
     }
     /// Split-K: one consumer's partial tile, 64 rows × tile_n f32 (none without a split).
     fn partial_bytes(&self) -> u32 {
@@ -155,16 +177,26 @@ impl Plan {
         }
     }
     fn partial_offset(&self) -> u32 {
-        self.bias_offset() + 2 * self.bias_slot_bytes()
+        if self.partial_in_staging {
+            self.staging_offset()
+        } else {
+            self.bias_offset() + 2 * self.bias_slot_bytes()
+        }
     }
     fn barrier_offset(&self) -> u32 {
-        self.partial_offset() + 2 * self.partial_bytes()
+        let separate_partials = if self.partial_in_staging {
+            0
+        } else {
+            2 * self.partial_bytes()
+        };
+        self.bias_offset() + 2 * self.bias_slot_bytes() + separate_partials
     }
     fn barriers(&self) -> u32 {
         2 * self.stages + 6 + if self.split_k > 1 { 4 } else { 0 }
     }
     /// Dynamic shared memory: alignment slack, the stages (A then B), two staging buffers,
-    /// two bias slots, two partial tiles (split-K), then mbarriers: a full and an empty one
+    /// two bias slots, two partial tiles (split-K; or in the staging region, see
+    /// `partial_in_staging`), then mbarriers: a full and an empty one
     /// per stage, one per consumer (its staged C), a full and an empty one per bias slot, and
     /// with split-K a full and an empty one per consumer's partial tile.
     fn shared_bytes(&self) -> u32 {
@@ -549,6 +581,38 @@ mod tests {
                 .any(|(f, m)| *f == Field::Stages && m.contains("shared memory")),
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn wide_split_tiles_keep_partials_in_the_staging_region() {
+        // 128x192 split 2, 3 stages: separate 2 x 48 KiB partial tiles beside the ring and
+        // the staging buffers would need 273 KB; in the staging region they fit.
+        let mut w = inst(DType::Bf16, DType::Bf16, 192, Layout::Nn);
+        w.params.stages = Some(3);
+        w.params.split_k = Some(2);
+        w.epilogue = vec![Epilogue::Bias, Epilogue::Gelu];
+        let p = Plan::new(&w);
+        assert!(p.partial_in_staging);
+        assert_eq!(p.partial_offset(), p.staging_offset());
+        assert_eq!(p.staging_region_bytes(), 2 * 64 * 192 * 4);
+        assert!(p.staging_region_bytes() >= 2 * p.staging_bytes());
+        // The bias slots follow the shared region, the barriers the bias slots.
+        assert_eq!(p.bias_offset(), p.staging_offset() + 2 * 64 * 192 * 4);
+        assert_eq!(p.barrier_offset(), p.bias_offset() + 2 * 192 * 4);
+        assert_eq!(
+            launch(&w).shared_bytes,
+            1024 + 3 * (16384 + 24576) + 2 * 49152 + 2 * 768 + 8 * 16
+        );
+        assert_eq!(crate::ops::check(&w), vec![]);
+        // A split whose separate buffers fit keeps them (the verified layout).
+        let mut narrow = inst(DType::Bf16, DType::Bf16, 64, Layout::Nn);
+        narrow.params.stages = Some(7);
+        narrow.params.split_k = Some(2);
+        let pn = Plan::new(&narrow);
+        assert!(!pn.partial_in_staging);
+        assert_eq!(pn.partial_offset(), pn.bias_offset());
+        // No split, no sharing.
+        assert!(!Plan::new(&inst(DType::Bf16, DType::Bf16, 192, Layout::Nn)).partial_in_staging);
     }
 
     #[test]
