@@ -58,26 +58,28 @@ fn verify(inst: &InstanceEntry) -> Vec<Case> {
     out
 }
 
-/// A quarter of a billion elements (bias rows of 4096).
+/// A quarter of a billion elements.
 fn bench(inst: &InstanceEntry) -> Vec<Problem> {
-    let cols = if inst.epilogue.contains(&Epilogue::Bias) {
+    vec![Problem::Elements {
+        n: 1 << 28,
+        cols: bench_cols(inst),
+    }]
+}
+
+/// The row length bench and tune give a broadcast bias (1 without one).
+fn bench_cols(inst: &InstanceEntry) -> u64 {
+    if inst.epilogue.contains(&Epilogue::Bias) {
         4096
     } else {
         1
-    };
-    vec![Problem::Elements { n: 1 << 28, cols }]
+    }
 }
 
 fn problem_of(inst: &InstanceEntry, shape: &[u64]) -> Option<Problem> {
     match shape {
         &[n] => Some(Problem::Elements {
             n,
-            // A broadcast bias needs whole rows; the bench's row length.
-            cols: if inst.args.iter().any(|a| a.name == "bias") {
-                4096
-            } else {
-                1
-            },
+            cols: bench_cols(inst),
         }),
         _ => None,
     }

@@ -12,6 +12,8 @@ use crate::ops::calls::{self, Emitter, FamilyCalls, GenericCalls, Group, Role};
 use crate::spec::model::Layout;
 use crate::tokens::{u32_lit, u64_lit, usize_lit};
 
+use super::CallNeeds;
+
 pub static CALLS: FamilyCalls = FamilyCalls {
     requirements,
     niche: calls::generic_niche,
@@ -41,32 +43,9 @@ fn tensor_role(arg: &Arg) -> Option<Role> {
     }
 }
 
-/// What a GEMM instance needs of a call, as `super::runtime_requirements` states it: the
-/// emitted checks test it and the method's docs say it. Matrices start 16-byte aligned;
-/// `lda`/`ldb` are multiples of 16 bytes of input elements, `ldc`/`ldd` of output elements;
-/// any m, n, k (edges are masked in the kernel). A tensor-map (wgmma) instance also needs `n`
-/// in whole 16-byte vectors of output: its TMA stores write whole 16-byte chunks at the right
-/// edge (measured on the H200: with `ldd` > `n` the bytes after column `n - 1` changed), so a
-/// ragged `n` goes to an mma.sync instance.
-struct Needs {
-    align: u64,
-    ld_in_multiple: u64,
-    ld_out_multiple: u64,
-    n_multiple: u64,
-}
-
-fn needs(inst: &InstanceEntry) -> Needs {
-    let out_vec = inst.out_dtype.per_16_bytes() as u64;
-    Needs {
-        align: 16,
-        ld_in_multiple: inst.dtype.per_16_bytes() as u64,
-        ld_out_multiple: out_vec,
-        n_multiple: if inst.tensor_maps.is_empty() {
-            1
-        } else {
-            out_vec
-        },
-    }
+/// The instance's [`CallNeeds`] (a tensor-map instance is a wgmma one).
+fn needs(inst: &InstanceEntry) -> CallNeeds {
+    super::call_needs(inst.dtype, inst.out_dtype, !inst.tensor_maps.is_empty())
 }
 
 fn requirements(inst: &InstanceEntry) -> String {

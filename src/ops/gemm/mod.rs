@@ -560,8 +560,8 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     }
     let plan = Plan::new(inst);
     let [tm, tn, _] = plan.tile;
-    let in_vec = inst.dtype.per_16_bytes();
-    let out_vec = inst.out_dtype.per_16_bytes();
+    let needs = call_needs(inst.dtype, inst.out_dtype, false);
+    let (in_vec, out_vec) = (needs.ld_in_multiple, needs.ld_out_multiple);
     let layout = inst.params.layout.unwrap_or(Layout::Nn);
     let (a_desc, a_ld) = if plan.a.k_contiguous {
         ("A (M x K) is row-major", "lda >= K")
@@ -589,8 +589,9 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
         ),
         "M >= 1 and N >= 1; K >= 0 (K = 0 writes epilogue(0)); M, N, K <= 2^31 - 1".to_string(),
         format!(
-            "{} 16-byte aligned{}",
+            "{} {}-byte aligned{}",
             if has_c { "a, b, c and d" } else { "a, b and d" },
+            needs.align,
             if has_bias { "; bias aligned to its element size" } else { "" }
         ),
         format!("lda and ldb multiples of {in_vec} (16 bytes of {})", inst.dtype),
@@ -603,6 +604,30 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     ];
     r.extend(output_requirements(has_bias, has_c));
     r
+}
+
+/// What a GEMM instance needs of a call: the numbers its manifest requirements, its method's
+/// docs and the checks emitted into the bindings all state. Matrices start 16-byte aligned;
+/// `lda`/`ldb` are multiples of 16 bytes of input elements, `ldc`/`ldd` of output elements;
+/// any m, n, k (mma.sync masks the edges). A tensor-map (wgmma) instance also needs `n` in
+/// whole 16-byte vectors of output: its TMA stores write whole 16-byte chunks at the right
+/// edge (measured on the H200: with `ldd` > `n` the bytes after column `n - 1` changed), so a
+/// ragged `n` goes to an mma.sync instance.
+pub struct CallNeeds {
+    pub align: u64,
+    pub ld_in_multiple: u64,
+    pub ld_out_multiple: u64,
+    pub n_multiple: u64,
+}
+
+pub fn call_needs(dtype: DType, out_dtype: DType, tensor_maps: bool) -> CallNeeds {
+    let out_vec = out_dtype.per_16_bytes() as u64;
+    CallNeeds {
+        align: 16,
+        ld_in_multiple: dtype.per_16_bytes() as u64,
+        ld_out_multiple: out_vec,
+        n_multiple: if tensor_maps { out_vec } else { 1 },
+    }
 }
 
 /// The requirements on D (and C), the buffers' lengths and aliasing, the same for both GEMM

@@ -367,8 +367,8 @@ pub fn launch(inst: &Instance) -> Launch {
 pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     let plan = Plan::new(inst);
     let layout = inst.params.layout.unwrap_or(Layout::Nn);
-    let in_vec = inst.dtype.per_16_bytes();
-    let out_vec = inst.out_dtype.per_16_bytes();
+    let needs = super::call_needs(inst.dtype, inst.out_dtype, true);
+    let (in_vec, out_vec) = (needs.ld_in_multiple, needs.ld_out_multiple);
     let has_bias = inst.has_epilogue(Epilogue::Bias);
     let has_c = inst.has_epilogue(Epilogue::Residual);
     let (a_desc, a_ld) = if plan.a_k_major {
@@ -414,13 +414,14 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
         ),
         "M, N, K >= 1 (a tensor map has no empty dimension) and <= 2^31 - 1".to_string(),
         format!(
-            "N a multiple of {out_vec} (16 bytes of {}): TMA stores write whole 16-byte chunks at the \
+            "N a multiple of {} (16 bytes of {}): TMA stores write whole 16-byte chunks at the \
              right edge, so a ragged N would change the bytes after column N - 1 when ldd > N",
-            inst.out_dtype
+            needs.n_multiple, inst.out_dtype
         ),
         format!(
-            "{} 16-byte aligned{}",
+            "{} {}-byte aligned{}",
             if has_c { "a, b, c and d" } else { "a, b and d" },
+            needs.align,
             if has_bias { "; bias aligned to its element size" } else { "" }
         ),
         format!(
