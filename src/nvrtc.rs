@@ -426,10 +426,26 @@ pub const SM90A_PTXAS_ERRORS: &[(&str, &str)] = &[
     ("C7508", "wgmma serialized"),
     ("C7511", "wgmma serialized: insufficient register resources"),
     (
+        "C7514",
+        "wgmma serialized: non-wgmma instructions read accumulator registers mid-pipeline",
+    ),
+    (
         "C7515",
         "wgmma serialized: non-wgmma instructions define accumulator registers",
     ),
+    (
+        "C7517",
+        "warpgroup.wait injected to read accumulator registers",
+    ),
+    (
+        "C7518",
+        "wgmma serialized: a wgmma in a path ptxas cannot prove warp-uniform",
+    ),
 ];
+
+/// ptxas words for serialized wgmma, whatever the code: a message not (yet) in the table above
+/// fails the compile too.
+const WGMMA_SERIALIZED: &str = "wgmma.mma_async instructions are serialized";
 
 /// What is wrong, by ptxas' report, with a compiled sm_90a kernel: the messages above, spills,
 /// a stack frame or local memory (the accumulators of a wgmma kernel must stay in registers),
@@ -440,6 +456,13 @@ pub fn sm90a_ptxas_problems(log: &str) -> Vec<String> {
         if let Some(line) = log.lines().find(|l| l.contains(code)) {
             out.push(format!("{code} ({what}): {}", line.trim()));
         }
+    }
+    let listed = |l: &str| SM90A_PTXAS_ERRORS.iter().any(|(code, _)| l.contains(code));
+    if let Some(line) = log
+        .lines()
+        .find(|l| l.contains(WGMMA_SERIALIZED) && !listed(l))
+    {
+        out.push(format!("wgmma serialized: {}", line.trim()));
     }
     if !log
         .lines()
@@ -692,6 +715,27 @@ mod tests {
              due to non wgmma instructions defining accumulator registers of a wgmma\n{clean}"
         );
         assert!(sm90a_ptxas_problems(&serial)[0].starts_with("C7515"));
+        // What the Hopper attention kernel got from a wgmma under a branch on threadIdx.
+        let divergent = format!(
+            "ptxas info    : (C7518) Potential Performance Loss: wgmma.mma_async instructions are serialized \
+             due to program dependence on compiler-inserted WG.DP in divergent path in the function 'k'\n{clean}"
+        );
+        assert!(sm90a_ptxas_problems(&divergent)[0].starts_with("C7518"));
+        let injected = format!(
+            "ptxas info    : (C7517) warpgroup.wait is injected in around line 4449 by compiler to allow use \
+             of registers defined by GMMA in function 'k'\n{clean}"
+        );
+        assert!(sm90a_ptxas_problems(&injected)[0].starts_with("C7517"));
+        let unknown = format!(
+            "ptxas info    : (C7599) Potential Performance Loss: wgmma.mma_async instructions are serialized \
+             for a reason not seen yet\n{clean}"
+        );
+        let p = sm90a_ptxas_problems(&unknown);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("wgmma serialized: ") && p[0].contains("C7599"),
+            "{p:?}"
+        );
         let ignored = format!("ptxas warning : (C7504) 'setmaxnreg' ignored\n{clean}");
         assert!(sm90a_ptxas_problems(&ignored)[0].starts_with("C7504"));
         let lmem = clean.replace("16 barriers", "16 barriers, 64 bytes lmem");
