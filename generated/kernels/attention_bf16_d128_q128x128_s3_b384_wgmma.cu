@@ -845,6 +845,10 @@ __device__ __forceinline__ bool tg_attn_block_of(const void* cu_seqlens_q, const
 __device__ __forceinline__ void tg_cp_async_arrive(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
+// `count` arrivals on `bar` at once (a consumer releasing a stage for those that skip the tile).
+__device__ __forceinline__ void tg_mbar_arrive_count(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
 __device__ __forceinline__ void tg_bar_arrive(unsigned id, unsigned threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -972,13 +976,54 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
 
     // ---------------- consumers: 64 query rows each ----------------
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TG_CONSUMER_REGS));
-    const int cw = wg - 1;
+    // Causal with more query rows than keys per tile: on a diagonal block a consumer's rows
+    // may see fewer key tiles than the block's last rows, and it skips the rest (below).
+    // Elsewhere the bookkeeping only costs time (3 % at head_dim 128 without a mask,
+    // bench/flash-attn/NOTES.md). Local: a namespace-scope constant becomes a symbol in the PTX.
+    constexpr bool SKIP = CAUSAL && BM > BN;
+    // SKIP: broadcast from lane 0, so that the compiler knows the index is the same
+    // across the warp and the tile counts derived from it keep the wgmma out of what it would
+    // take for divergent paths (ptxas serializes those, C7518).
+    const int cw = SKIP ? __shfl_sync(0xffffffffu, wg - 1, 0) : wg - 1;
     const int warp = tid / 32, lane = tid % 32;
     const int t4 = lane & 3;
     // Accumulator layout of m64nN: element 4i + 2hh + e is row warp*16 + lane/4 + 8hh, column
     // 8i + 2(lane%4) + e.
     const int row_in_block = cw * 64 + warp * 16 + (lane >> 2);  // hh = 0; hh = 1 is 8 more
     const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
+
+    // The key tiles a consumer's 64 rows see. With SKIP, the consumers of a diagonal block's
+    // first rows see fewer than the block (whole key tiles are masked for all their rows), and
+    // one past the tile's last row sees none. A consumer skips the wgmma of the tiles it does
+    // not see but keeps taking its turns.
+    auto tiles_of = [&](int c) {
+        if constexpr (!SKIP) return n_tiles;
+        const int first = c * 64;
+        if (first >= q_rows) return 0;
+        const int kv_end = min(skv, m0 + min(q_rows, first + 64) + off);
+        return kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+    };
+    const int my_tiles = tiles_of(cw);
+    const int my_full = SKIP ? min(skv / BN, max(0, m0 + cw * 64 + off + 1) / BN) : n_full;  // unmasked
+    // The consumer with the tile's last row sees every tile the block loads; it releases each
+    // stage for itself and for the consumers that skip that tile, so every phase of an empty
+    // barrier still counts CONSUMERS arrivals.
+    const int anchor = (q_rows - 1) / 64;
+    auto release = [&](unsigned bar, int j) {
+        if (tid != 0) return;
+        if constexpr (SKIP) {
+            unsigned n = 1;
+            if (cw == anchor) {
+#pragma unroll
+                for (int c = 0; c < CONSUMERS; ++c) n += (c != anchor && tiles_of(c) <= j) ? 1u : 0u;
+            }
+            tg_mbar_arrive_count(bar, n);
+        } else {
+            tg_mbar_arrive(bar);
+        }
+    };
+    auto release_k = [&](int j) { release(k_empty(j % STAGES), j); };
+    auto release_v = [&](int j) { release(v_empty(j % STAGES), j); };
 
     float o_acc[O_REGS];
 #pragma unroll
@@ -1027,7 +1072,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     // Masks, then turns the scores of tile j into probabilities (in s_acc) against the running
     // max; returns each row half's rescale factor for O and the sum so far in row_sum.
     auto softmax = [&](int j, float (&alpha)[2]) {
-        if (j >= n_full) {
+        if (j >= my_full) {
             const int n0 = j * BN;
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
@@ -1085,8 +1130,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     };
 
     // Turns: consumer cw waits on barrier 1 + cw before issuing and then lets the next one go;
-    // every consumer issues n_tiles + 1 times, the first starts, and the last one's final
-    // hand-over is left out so that every barrier ends complete.
+    // every consumer takes n_tiles + 1 turns (issuing nothing in those for tiles it skips), the
+    // first starts, and the last one's final hand-over is left out so that every barrier ends
+    // complete.
     const unsigned my_turn = 1u + (unsigned)cw, next_turn = 1u + (unsigned)((cw + 1) % CONSUMERS);
     auto turn_begin = [&]() {
         if constexpr (PINGPONG) tg_named_barrier(my_turn, 256);
@@ -1106,41 +1152,50 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
         for (int kk = 0; kk < D / 16; ++kk) tg_ldsm_x4(q_frag[kk], q_s + tg_chunk<BM>(r, 2 * kk + (lane >> 4)));
     }
     if (n_tiles > 0) {
-        float alpha[2];
         if (PINGPONG && cw == CONSUMERS - 1) tg_bar_arrive(1u, 256);  // the first consumer starts
-        turn_begin();
-        issue_qk(0);
-        turn_end(false);
-        tg_wgmma_wait<0>();
-        tg_reg_fence(s_acc);
-        if (tid == 0) tg_mbar_arrive(k_empty(0));
-        softmax(0, alpha);
-        pack_p();
-        // Tile j's S = Q K^T and tile j-1's O += P V are in flight together; the softmax of
-        // tile j runs while the tensor cores finish P V.
-#pragma unroll 1
-        for (int j = 1; j < n_tiles; ++j) {
+        if (my_tiles > 0) {
+            float alpha[2];
             turn_begin();
-            issue_qk(j);
-            issue_pv(j - 1);
+            issue_qk(0);
             turn_end(false);
-            tg_wgmma_wait<1>();  // S of tile j
+            tg_wgmma_wait<0>();
             tg_reg_fence(s_acc);
-            if (tid == 0) tg_mbar_arrive(k_empty(j % STAGES));
-            softmax(j, alpha);
-            tg_wgmma_wait<0>();  // P V of tile j-1
-            tg_reg_fence(o_acc);
-            tg_reg_fence(p_frag);
-            if (tid == 0) tg_mbar_arrive(v_empty((j - 1) % STAGES));
-            rescale_o(alpha);
+            release_k(0);
+            softmax(0, alpha);
             pack_p();
+            // Tile j's S = Q K^T and tile j-1's O += P V are in flight together; the softmax of
+            // tile j runs while the tensor cores finish P V.
+#pragma unroll 1
+            for (int j = 1; j < my_tiles; ++j) {
+                turn_begin();
+                issue_qk(j);
+                issue_pv(j - 1);
+                turn_end(false);
+                tg_wgmma_wait<1>();  // S of tile j
+                tg_reg_fence(s_acc);
+                release_k(j);
+                softmax(j, alpha);
+                tg_wgmma_wait<0>();  // P V of tile j-1
+                tg_reg_fence(o_acc);
+                tg_reg_fence(p_frag);
+                release_v(j - 1);
+                rescale_o(alpha);
+                pack_p();
+            }
+            turn_begin();
+            issue_pv(my_tiles - 1);
+            turn_end(my_tiles == n_tiles);
+            tg_wgmma_wait<0>();
+            tg_reg_fence(o_acc);
+            release_v(my_tiles - 1);
         }
-        turn_begin();
-        issue_pv(n_tiles - 1);
-        turn_end(true);
-        tg_wgmma_wait<0>();
-        tg_reg_fence(o_acc);
-        if (tid == 0) tg_mbar_arrive(v_empty((n_tiles - 1) % STAGES));
+        // Turns for the tiles this consumer skips (no wgmma on these paths: ptxas would
+        // serialize every wgmma of the kernel for one in a branch it cannot prove uniform).
+#pragma unroll 1
+        for (int t = my_tiles > 0 ? my_tiles + 1 : 0; t <= n_tiles; ++t) {
+            turn_begin();
+            turn_end(t == n_tiles);
+        }
     }
 
     // ---- epilogue: O / l, LSE = ln(sum exp(scale * s)); rows that saw no key give 0 and -inf ----
