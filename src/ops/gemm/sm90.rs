@@ -176,20 +176,22 @@ impl Plan {
             0
         }
     }
+    fn bias_end(&self) -> u32 {
+        self.bias_offset() + 2 * self.bias_slot_bytes()
+    }
     fn partial_offset(&self) -> u32 {
         if self.partial_in_staging {
             self.staging_offset()
         } else {
-            self.bias_offset() + 2 * self.bias_slot_bytes()
+            self.bias_end()
         }
     }
     fn barrier_offset(&self) -> u32 {
-        let separate_partials = if self.partial_in_staging {
-            0
+        if self.partial_in_staging {
+            self.bias_end()
         } else {
-            2 * self.partial_bytes()
-        };
-        self.bias_offset() + 2 * self.bias_slot_bytes() + separate_partials
+            self.bias_end() + 2 * self.partial_bytes()
+        }
     }
     fn barriers(&self) -> u32 {
         2 * self.stages + 6 + if self.split_k > 1 { 4 } else { 0 }
