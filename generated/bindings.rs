@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 91bce46944fb4f84
+// content sha256 834093fcfd11b160
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -652,7 +652,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_bf16_d128_causal_q128x128_s3_b384_wgmma",
         entry_point: "tg_attention_bf16_d128_causal_q128x128_s3_b384_wgmma",
-        shared_bytes: 230504,
+        shared_bytes: 231216,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -714,7 +714,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_bf16_d128_q128x128_s3_b384_wgmma",
         entry_point: "tg_attention_bf16_d128_q128x128_s3_b384_wgmma",
-        shared_bytes: 230504,
+        shared_bytes: 231216,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -776,7 +776,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_bf16_d256_causal_q128x64_s2_b384_wgmma",
         entry_point: "tg_attention_bf16_d256_causal_q128x64_s2_b384_wgmma",
-        shared_bytes: 197704,
+        shared_bytes: 198416,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -799,7 +799,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_bf16_d256_q128x64_s2_b384_wgmma",
         entry_point: "tg_attention_bf16_d256_q128x64_s2_b384_wgmma",
-        shared_bytes: 197704,
+        shared_bytes: 198416,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -861,7 +861,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_bf16_d64_causal_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_bf16_d64_causal_q192x128_s3_b512_wgmma",
-        shared_bytes: 124008,
+        shared_bytes: 149312,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -923,7 +923,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_bf16_d64_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_bf16_d64_q192x128_s3_b512_wgmma",
-        shared_bytes: 124008,
+        shared_bytes: 149312,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -946,7 +946,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_f16_d128_causal_q128x128_s3_b384_wgmma",
         entry_point: "tg_attention_f16_d128_causal_q128x128_s3_b384_wgmma",
-        shared_bytes: 230504,
+        shared_bytes: 231216,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1008,7 +1008,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_f16_d128_q128x128_s3_b384_wgmma",
         entry_point: "tg_attention_f16_d128_q128x128_s3_b384_wgmma",
-        shared_bytes: 230504,
+        shared_bytes: 231216,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1070,7 +1070,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_f16_d256_causal_q128x64_s2_b384_wgmma",
         entry_point: "tg_attention_f16_d256_causal_q128x64_s2_b384_wgmma",
-        shared_bytes: 197704,
+        shared_bytes: 198416,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1093,7 +1093,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_f16_d256_q128x64_s2_b384_wgmma",
         entry_point: "tg_attention_f16_d256_q128x64_s2_b384_wgmma",
-        shared_bytes: 197704,
+        shared_bytes: 198416,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1155,7 +1155,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_f16_d64_causal_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_f16_d64_causal_q192x128_s3_b512_wgmma",
-        shared_bytes: 124008,
+        shared_bytes: 149312,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1217,7 +1217,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_f16_d64_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_f16_d64_q192x128_s3_b512_wgmma",
-        shared_bytes: 124008,
+        shared_bytes: 149312,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -6396,26 +6396,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(128),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -6435,26 +6438,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(128),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -6479,26 +6485,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(128),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -6518,26 +6527,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(128),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -6562,26 +6574,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(256),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -6601,26 +6616,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(256),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -6645,26 +6663,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(256),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -6684,26 +6705,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(256),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -6728,26 +6752,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(64),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -6767,26 +6794,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(64),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -6811,26 +6841,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(64),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -6850,26 +6883,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(64),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -6894,26 +6930,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(128),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -6933,26 +6972,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(128),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -6977,26 +7019,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(128),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -7016,26 +7061,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(128),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -7060,26 +7108,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(256),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -7099,26 +7150,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(256),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -7143,26 +7197,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(256),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -7182,26 +7239,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(256),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -7226,26 +7286,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(64),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -7265,26 +7328,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(64),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -7309,26 +7375,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(64),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 15,
+                        arg: 16,
                         name: "k_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 16,
+                        arg: 17,
                         name: "k_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 14,
+                        arg: 15,
                         name: "k_bs",
                     },
                 ],
@@ -7348,26 +7417,29 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 dims: &[
                     tensor_map::MapDim::Const(64),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 10,
+                        arg: 11,
                         name: "seq_kv",
                     }),
                     tensor_map::MapDim::Arg(tensor_map::SizeArg {
-                        arg: 8,
+                        arg: 9,
                         name: "heads_kv",
                     }),
-                    tensor_map::MapDim::Batch,
+                    tensor_map::MapDim::Arg(tensor_map::SizeArg {
+                        arg: 7,
+                        name: "batch",
+                    }),
                 ],
                 strides: &[
                     tensor_map::SizeArg {
-                        arg: 18,
+                        arg: 19,
                         name: "v_ss",
                     },
                     tensor_map::SizeArg {
-                        arg: 19,
+                        arg: 20,
                         name: "v_hs",
                     },
                     tensor_map::SizeArg {
-                        arg: 17,
+                        arg: 18,
                         name: "v_bs",
                     },
                 ],
@@ -13747,7 +13819,7 @@ impl Kernels {
             &shape,
             strides,
         );
-        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let ints: [i64; 19] = ::core::array::from_fn(|i| values[7 + i] as i64);
         let mut args = vec![
             loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
             loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
@@ -14152,7 +14224,7 @@ impl Kernels {
             &shape,
             strides,
         );
-        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let ints: [i64; 19] = ::core::array::from_fn(|i| values[7 + i] as i64);
         let mut args = vec![
             loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
             loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
@@ -14441,7 +14513,7 @@ impl Kernels {
             &shape,
             strides,
         );
-        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let ints: [i64; 19] = ::core::array::from_fn(|i| values[7 + i] as i64);
         let mut args = vec![
             loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
             loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
@@ -14730,7 +14802,7 @@ impl Kernels {
             &shape,
             strides,
         );
-        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let ints: [i64; 19] = ::core::array::from_fn(|i| values[7 + i] as i64);
         let mut args = vec![
             loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
             loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
@@ -15135,7 +15207,7 @@ impl Kernels {
             &shape,
             strides,
         );
-        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let ints: [i64; 19] = ::core::array::from_fn(|i| values[7 + i] as i64);
         let mut args = vec![
             loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
             loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
@@ -15540,7 +15612,7 @@ impl Kernels {
             &shape,
             strides,
         );
-        let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+        let ints: [i64; 19] = ::core::array::from_fn(|i| values[7 + i] as i64);
         let mut args = vec![
             loader::Arg::of(& q_ptr), loader::Arg::of(& k_ptr), loader::Arg::of(& v_ptr),
             loader::Arg::of(& o_ptr), loader::Arg::of(& lse_ptr), loader::Arg::of(&
@@ -27554,7 +27626,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d128_causal_q64x64_s2_b128`] call.
     pub fn attention_bf16_d128_causal_q64x64_s2_b128(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -27566,6 +27638,7 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             17,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 128,
@@ -27573,6 +27646,7 @@ pub mod plan {
                 tile_q: 64,
                 threads: 128,
                 shared_bytes: 81920,
+                grid: ::tilegen_runtime::attention::AttnGrid::QueryTiles,
             },
             &[],
             shape,
@@ -27588,7 +27662,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d128_causal_q128x128_s3_b384_wgmma`] call.
     pub fn attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -27600,13 +27674,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             16,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 128,
                 causal: true,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 230504,
+                shared_bytes: 231216,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: true,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 16),
             shape,
@@ -27622,7 +27701,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d128_q128x128_s3_b384_wgmma`] call.
     pub fn attention_bf16_d128_q128x128_s3_b384_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -27634,13 +27713,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             18,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 128,
                 causal: false,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 230504,
+                shared_bytes: 231216,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: false,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 18),
             shape,
@@ -27656,7 +27740,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d128_q128x32_s2_b128`] call.
     pub fn attention_bf16_d128_q128x32_s2_b128(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -27668,6 +27752,7 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             19,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 128,
@@ -27675,6 +27760,7 @@ pub mod plan {
                 tile_q: 128,
                 threads: 128,
                 shared_bytes: 65536,
+                grid: ::tilegen_runtime::attention::AttnGrid::QueryTiles,
             },
             &[],
             shape,
@@ -27800,7 +27886,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d128_causal_q64x64_s2_b128`] call.
     pub fn attention_f16_d128_causal_q64x64_s2_b128(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -27812,6 +27898,7 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             27,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 128,
@@ -27819,6 +27906,7 @@ pub mod plan {
                 tile_q: 64,
                 threads: 128,
                 shared_bytes: 81920,
+                grid: ::tilegen_runtime::attention::AttnGrid::QueryTiles,
             },
             &[],
             shape,
@@ -27834,7 +27922,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d128_causal_q128x128_s3_b384_wgmma`] call.
     pub fn attention_f16_d128_causal_q128x128_s3_b384_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -27846,13 +27934,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             26,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 128,
                 causal: true,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 230504,
+                shared_bytes: 231216,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: true,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 26),
             shape,
@@ -27868,7 +27961,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d128_q128x128_s3_b384_wgmma`] call.
     pub fn attention_f16_d128_q128x128_s3_b384_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -27880,13 +27973,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             28,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 128,
                 causal: false,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 230504,
+                shared_bytes: 231216,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: false,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 28),
             shape,
@@ -27902,7 +28000,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d128_q128x32_s2_b128`] call.
     pub fn attention_f16_d128_q128x32_s2_b128(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -27914,6 +28012,7 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             29,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 128,
@@ -27921,6 +28020,7 @@ pub mod plan {
                 tile_q: 128,
                 threads: 128,
                 shared_bytes: 65536,
+                grid: ::tilegen_runtime::attention::AttnGrid::QueryTiles,
             },
             &[],
             shape,
@@ -28006,7 +28106,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d256_causal_q128x64_s2_b384_wgmma`] call.
     pub fn attention_bf16_d256_causal_q128x64_s2_b384_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28018,13 +28118,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             20,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 256,
                 causal: true,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 197704,
+                shared_bytes: 198416,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: true,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 20),
             shape,
@@ -28040,7 +28145,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d256_q128x64_s2_b384_wgmma`] call.
     pub fn attention_bf16_d256_q128x64_s2_b384_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28052,13 +28157,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             21,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 256,
                 causal: false,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 197704,
+                shared_bytes: 198416,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: false,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 21),
             shape,
@@ -28144,7 +28254,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d256_causal_q128x64_s2_b384_wgmma`] call.
     pub fn attention_f16_d256_causal_q128x64_s2_b384_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28156,13 +28266,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             30,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 256,
                 causal: true,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 197704,
+                shared_bytes: 198416,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: true,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 30),
             shape,
@@ -28178,7 +28293,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d256_q128x64_s2_b384_wgmma`] call.
     pub fn attention_f16_d256_q128x64_s2_b384_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28190,13 +28305,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             31,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 256,
                 causal: false,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 197704,
+                shared_bytes: 198416,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: false,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 31),
             shape,
@@ -28322,7 +28442,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d64_causal_q128x64_s2_b128`] call.
     pub fn attention_bf16_d64_causal_q128x64_s2_b128(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28334,6 +28454,7 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             22,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 64,
@@ -28341,6 +28462,7 @@ pub mod plan {
                 tile_q: 128,
                 threads: 128,
                 shared_bytes: 49152,
+                grid: ::tilegen_runtime::attention::AttnGrid::QueryTiles,
             },
             &[],
             shape,
@@ -28356,7 +28478,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d64_q128x64_s2_b128`] call.
     pub fn attention_bf16_d64_q128x64_s2_b128(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28368,6 +28490,7 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             24,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 64,
@@ -28375,6 +28498,7 @@ pub mod plan {
                 tile_q: 128,
                 threads: 128,
                 shared_bytes: 49152,
+                grid: ::tilegen_runtime::attention::AttnGrid::QueryTiles,
             },
             &[],
             shape,
@@ -28390,7 +28514,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d64_causal_q192x128_s3_b512_wgmma`] call.
     pub fn attention_bf16_d64_causal_q192x128_s3_b512_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28402,13 +28526,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             23,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 64,
                 causal: true,
                 tile_q: 192,
                 threads: 512,
-                shared_bytes: 124008,
+                shared_bytes: 149312,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: true,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 23),
             shape,
@@ -28424,7 +28553,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_bf16_d64_q192x128_s3_b512_wgmma`] call.
     pub fn attention_bf16_d64_q192x128_s3_b512_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28436,13 +28565,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             25,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 64,
                 causal: false,
                 tile_q: 192,
                 threads: 512,
-                shared_bytes: 124008,
+                shared_bytes: 149312,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: false,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 25),
             shape,
@@ -28568,7 +28702,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d64_causal_q128x64_s2_b128`] call.
     pub fn attention_f16_d64_causal_q128x64_s2_b128(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28580,6 +28714,7 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             32,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 64,
@@ -28587,6 +28722,7 @@ pub mod plan {
                 tile_q: 128,
                 threads: 128,
                 shared_bytes: 49152,
+                grid: ::tilegen_runtime::attention::AttnGrid::QueryTiles,
             },
             &[],
             shape,
@@ -28602,7 +28738,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d64_q128x64_s2_b128`] call.
     pub fn attention_f16_d64_q128x64_s2_b128(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28614,6 +28750,7 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             34,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 64,
@@ -28621,6 +28758,7 @@ pub mod plan {
                 tile_q: 128,
                 threads: 128,
                 shared_bytes: 49152,
+                grid: ::tilegen_runtime::attention::AttnGrid::QueryTiles,
             },
             &[],
             shape,
@@ -28636,7 +28774,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d64_causal_q192x128_s3_b512_wgmma`] call.
     pub fn attention_f16_d64_causal_q192x128_s3_b512_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28648,13 +28786,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             33,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 64,
                 causal: true,
                 tile_q: 192,
                 threads: 512,
-                shared_bytes: 124008,
+                shared_bytes: 149312,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: true,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 33),
             shape,
@@ -28670,7 +28813,7 @@ pub mod plan {
     }
     /// Checks a [`super::Kernels::attention_f16_d64_q192x128_s3_b512_wgmma`] call.
     pub fn attention_f16_d64_q192x128_s3_b512_wgmma(
-        _device: &Device,
+        device: &Device,
         q: Buf,
         k: Buf,
         v: Buf,
@@ -28682,13 +28825,18 @@ pub mod plan {
         scale: f32,
     ) -> Result<Plan, ArgError> {
         ::tilegen_runtime::attention::plan(
+            device,
             35,
             &::tilegen_runtime::attention::AttnKernel {
                 head_dim: 64,
                 causal: false,
                 tile_q: 192,
                 threads: 512,
-                shared_bytes: 124008,
+                shared_bytes: 149312,
+                grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
+                    pairs: false,
+                    ctas_per_sm: 1,
+                },
             },
             ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 35),
             shape,
@@ -29857,7 +30005,7 @@ pub mod plan {
             384,
             222400,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 79),
                 &[
@@ -29871,7 +30019,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 79, dims })
@@ -29929,7 +30076,7 @@ pub mod plan {
             384,
             214192,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 85),
                 &[
@@ -29943,7 +30090,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 85, dims })
@@ -30093,7 +30239,7 @@ pub mod plan {
             384,
             164976,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 59),
                 &[
@@ -30107,7 +30253,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 59, dims })
@@ -30165,7 +30310,7 @@ pub mod plan {
             384,
             230544,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 61),
                 &[
@@ -30179,7 +30324,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 61, dims })
@@ -30283,7 +30427,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 69),
                 &[
@@ -30297,7 +30441,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 69, dims })
@@ -30738,7 +30881,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 95),
                 &[
@@ -30752,7 +30895,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 95, dims })
@@ -31155,7 +31297,7 @@ pub mod plan {
             384,
             222912,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 80),
                 &[
@@ -31170,7 +31312,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 80, dims })
@@ -31229,7 +31370,7 @@ pub mod plan {
             384,
             214704,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 86),
                 &[
@@ -31244,7 +31385,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 86, dims })
@@ -31350,7 +31490,7 @@ pub mod plan {
             384,
             231568,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 62),
                 &[
@@ -31365,7 +31505,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 62, dims })
@@ -31471,7 +31610,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 70),
                 &[
@@ -31486,7 +31625,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 70, dims })
@@ -31889,7 +32027,7 @@ pub mod plan {
             384,
             222912,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 118),
                 &[
@@ -31904,7 +32042,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 118, dims })
@@ -31963,7 +32100,7 @@ pub mod plan {
             384,
             214704,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 124),
                 &[
@@ -31978,7 +32115,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 124, dims })
@@ -32084,7 +32220,7 @@ pub mod plan {
             384,
             231568,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 103),
                 &[
@@ -32099,7 +32235,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 103, dims })
@@ -32205,7 +32340,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 111),
                 &[
@@ -32220,7 +32355,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 111, dims })
@@ -32663,7 +32797,7 @@ pub mod plan {
             384,
             222912,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 81),
                 &[
@@ -32678,7 +32812,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 81, dims })
@@ -32737,7 +32870,7 @@ pub mod plan {
             384,
             214704,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 87),
                 &[
@@ -32752,7 +32885,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 87, dims })
@@ -32858,7 +32990,7 @@ pub mod plan {
             384,
             231568,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 63),
                 &[
@@ -32873,7 +33005,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 63, dims })
@@ -32932,7 +33063,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 71),
                 &[
@@ -32947,7 +33078,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 71, dims })
@@ -33315,7 +33445,7 @@ pub mod plan {
             384,
             222912,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 119),
                 &[
@@ -33330,7 +33460,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 119, dims })
@@ -33389,7 +33518,7 @@ pub mod plan {
             384,
             214704,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 125),
                 &[
@@ -33404,7 +33533,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 125, dims })
@@ -33510,7 +33638,7 @@ pub mod plan {
             384,
             231568,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 104),
                 &[
@@ -33525,7 +33653,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 104, dims })
@@ -33584,7 +33711,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 112),
                 &[
@@ -33599,7 +33726,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 112, dims })
@@ -34100,7 +34226,7 @@ pub mod plan {
             384,
             222400,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 117),
                 &[
@@ -34114,7 +34240,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 117, dims })
@@ -34172,7 +34297,7 @@ pub mod plan {
             384,
             214192,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 123),
                 &[
@@ -34186,7 +34311,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 123, dims })
@@ -34290,7 +34414,7 @@ pub mod plan {
             384,
             230544,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 102),
                 &[
@@ -34304,7 +34428,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 102, dims })
@@ -34408,7 +34531,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 110),
                 &[
@@ -34422,7 +34545,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 110, dims })
@@ -34861,7 +34983,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 136),
                 &[
@@ -34879,7 +35001,6 @@ pub mod plan {
                     ldd as u64,
                     0u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 136, dims })
@@ -35329,7 +35450,7 @@ pub mod plan {
             384,
             222400,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 82),
                 &[
@@ -35343,7 +35464,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 82, dims })
@@ -35401,7 +35521,7 @@ pub mod plan {
             384,
             214192,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 88),
                 &[
@@ -35415,7 +35535,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 88, dims })
@@ -35519,7 +35638,7 @@ pub mod plan {
             384,
             164976,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 60),
                 &[
@@ -35533,7 +35652,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 60, dims })
@@ -35591,7 +35709,7 @@ pub mod plan {
             384,
             230544,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 64),
                 &[
@@ -35605,7 +35723,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 64, dims })
@@ -35663,7 +35780,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 72),
                 &[
@@ -35677,7 +35794,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 72, dims })
@@ -36045,7 +36161,7 @@ pub mod plan {
             384,
             222912,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 83),
                 &[
@@ -36060,7 +36176,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 83, dims })
@@ -36119,7 +36234,7 @@ pub mod plan {
             384,
             214704,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 89),
                 &[
@@ -36134,7 +36249,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 89, dims })
@@ -36240,7 +36354,7 @@ pub mod plan {
             384,
             231568,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 65),
                 &[
@@ -36255,7 +36369,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 65, dims })
@@ -36314,7 +36427,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 73),
                 &[
@@ -36329,7 +36442,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 73, dims })
@@ -36697,7 +36809,7 @@ pub mod plan {
             384,
             222912,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 121),
                 &[
@@ -36712,7 +36824,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 121, dims })
@@ -36771,7 +36882,7 @@ pub mod plan {
             384,
             214704,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 127),
                 &[
@@ -36786,7 +36897,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 127, dims })
@@ -36892,7 +37002,7 @@ pub mod plan {
             384,
             231568,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 106),
                 &[
@@ -36907,7 +37017,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 106, dims })
@@ -36966,7 +37075,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 114),
                 &[
@@ -36981,7 +37090,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 114, dims })
@@ -37349,7 +37457,7 @@ pub mod plan {
             384,
             222912,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 84),
                 &[
@@ -37364,7 +37472,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 84, dims })
@@ -37423,7 +37530,7 @@ pub mod plan {
             384,
             214704,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 90),
                 &[
@@ -37438,7 +37545,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 90, dims })
@@ -37544,7 +37650,7 @@ pub mod plan {
             384,
             231568,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 66),
                 &[
@@ -37559,7 +37665,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 66, dims })
@@ -37618,7 +37723,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 74),
                 &[
@@ -37633,7 +37738,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 74, dims })
@@ -38001,7 +38105,7 @@ pub mod plan {
             384,
             222912,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 122),
                 &[
@@ -38016,7 +38120,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 122, dims })
@@ -38075,7 +38178,7 @@ pub mod plan {
             384,
             214704,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 128),
                 &[
@@ -38090,7 +38193,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 128, dims })
@@ -38196,7 +38298,7 @@ pub mod plan {
             384,
             231568,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 107),
                 &[
@@ -38211,7 +38313,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 107, dims })
@@ -38270,7 +38371,7 @@ pub mod plan {
             384,
             216160,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 115),
                 &[
@@ -38285,7 +38386,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 115, dims })
@@ -38641,7 +38741,7 @@ pub mod plan {
             384,
             222400,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 120),
                 &[
@@ -38655,7 +38755,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 120, dims })
@@ -38713,7 +38812,7 @@ pub mod plan {
             384,
             214192,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 126),
                 &[
@@ -38727,7 +38826,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 126, dims })
@@ -38831,7 +38929,7 @@ pub mod plan {
             384,
             230544,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 105),
                 &[
@@ -38845,7 +38943,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 105, dims })
@@ -38903,7 +39000,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 113),
                 &[
@@ -38917,7 +39014,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 113, dims })
@@ -39342,7 +39438,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 75),
                 &[
@@ -39356,7 +39452,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 75, dims })
@@ -39659,7 +39754,7 @@ pub mod plan {
             384,
             214112,
         )?;
-        if let Some(dims) = dims {
+        if dims.is_some() {
             ::tilegen_runtime::tensor_map::resolve_all(
                 ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, 76),
                 &[
@@ -39673,7 +39768,6 @@ pub mod plan {
                     ldb as u64,
                     ldd as u64,
                 ],
-                u64::from(dims.grid.2),
             )?;
         }
         Ok(Plan { kernel: 76, dims })

@@ -4,6 +4,7 @@
 # (`cargo build --release --features cli`).
 # Logs land in $OUT/sanitize-TOOL-OP.txt; the last line per run says whether it was clean.
 # Usage: scripts/gpu-sanitize.sh [MAX_ELEMENTS] [TOOL...]   (default 5000; all three tools)
+#        TILEGEN_OPS="attention" scripts/gpu-sanitize.sh ...  (some ops only)
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/tilegen-out}
@@ -15,7 +16,8 @@ shift || true
 tools=("$@")
 [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck synccheck)
 san=/usr/local/cuda/bin/compute-sanitizer
-ops=$(python3 -c "import json,sys; print(' '.join(sorted({i['op'] for i in json.load(open(sys.argv[1]))['instances']})))" "$lib/manifest.json")
+# Every op of the library, or those TILEGEN_OPS names (space-separated).
+ops=${TILEGEN_OPS:-$(python3 -c "import json,sys; print(' '.join(sorted({i['op'] for i in json.load(open(sys.argv[1]))['instances']})))" "$lib/manifest.json")}
 # The tools run side by side (each is CPU-bound instrumentation); the ops of one tool in turn.
 run_tool() {
   local tool=$1 status=0

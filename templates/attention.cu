@@ -171,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
     extern __shared__ __align__(128) unsigned char tg_smem[];
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     tg_attn_block blk;
-    if (!tg_attn_block_of<BM, BN, CAUSAL>(cu_seqlens_q, cu_seqlens_kv, heads_q, heads_kv, seq_q, seq_kv, blk)) return;
+    if (!tg_attn_block_of<BM, BN, CAUSAL>(cu_seqlens_q, cu_seqlens_kv, batch, heads_q, heads_kv, seq_q, seq_kv, blk)) return;
     const int b = blk.b, h = blk.h, hk = blk.hk, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
     const int off = blk.off, n_tiles = blk.n_tiles, n_full = blk.n_full;
     const long long q_start = blk.q_start, kv_start = blk.kv_start;

@@ -158,6 +158,7 @@ const KERNEL: rt::AttnKernel = rt::AttnKernel {
     tile_q: 128,
     threads: 128,
     shared_bytes: 65_536,
+    grid: rt::AttnGrid::QueryTiles,
 };
 
 fn shape(b: usize, hq: usize, hkv: usize, sq: usize, skv: usize) -> AttnShape {
@@ -180,6 +181,7 @@ fn call(
     let nkv = s.batch * s.seq_kv * s.heads_kv * 128;
     rt::check(
         &KERNEL,
+        132,
         s,
         st,
         bf16s("q", nq, 0),
@@ -230,6 +232,7 @@ fn plan_checks_refuse_bad_strides_heads_and_overlap() {
     let nq = 2 * 300 * 8 * 128;
     let r = rt::check(
         &KERNEL,
+        132,
         &s,
         &dense,
         bf16s("q", nq, 0),
@@ -250,6 +253,7 @@ fn plan_checks_refuse_bad_strides_heads_and_overlap() {
     // Misaligned view, non-finite scale, grid limits.
     let r = rt::check(
         &KERNEL,
+        132,
         &s,
         &dense,
         bf16s("q", nq, 8),
@@ -280,6 +284,7 @@ fn cu_seqlens_are_checked_when_the_host_has_them() {
     let run = |host: Option<(&[i32], &[i32])>, st: &AttnStrides, q_rows: usize| {
         rt::check(
             &KERNEL,
+            132,
             &s,
             st,
             bf16s("q", q_rows * 4 * 128, 0),
@@ -325,6 +330,7 @@ fn cu_seqlens_are_checked_when_the_host_has_them() {
     let st_all = AttnStrides::packed(4, 2, rows, 128);
     let device_only = rt::check(
         &KERNEL,
+        132,
         &s,
         &st_all,
         bf16s("q", rows * 4 * 128, 0),
@@ -396,11 +402,38 @@ fn bindings_dispatch_by_mask_and_device() {
             ..
         })
     ));
-    // The grid follows the chosen instance's query tile.
-    let GridRule::QueryTiles { tile_q } = tilegen_grid(name(&plain)) else {
+    // The Hopper instances are persistent: one block per SM while there are more work units
+    // (query tiles x heads x batch; causal: pairs of tiles) than SMs; the causal count is
+    // coprime to the units per head.
+    let GridRule::PersistentQueryTiles { tile_q, .. } = tilegen_grid(name(&plain)) else {
+        panic!("not a persistent query-tile instance");
+    };
+    assert!(1000u32.div_ceil(tile_q) * 16 * 2 >= 132);
+    assert_eq!(plain.dims.unwrap().grid, (132, 1, 1));
+    let GridRule::PersistentQueryTiles { tile_q, pairs, .. } = tilegen_grid(name(&masked)) else {
+        panic!("not a persistent query-tile instance");
+    };
+    assert!(pairs);
+    let per_head = 1000u32.div_ceil(tile_q).div_ceil(2);
+    let limit = (per_head * 16 * 2).min(132);
+    let x = masked.dims.unwrap().grid.0;
+    assert!(
+        x <= limit && (x + 1..=limit).all(|y| gcd(y, per_head) > 1) && gcd(x, per_head) == 1,
+        "{x} blocks for {per_head} units per head"
+    );
+    // The portable instances keep one block per query tile, head and batch entry.
+    let GridRule::QueryTiles { tile_q } = tilegen_grid(name(&a100)) else {
         panic!("not a query-tile instance");
     };
-    assert_eq!(plain.dims.unwrap().grid, (1000u32.div_ceil(tile_q), 16, 2));
+    assert_eq!(a100.dims.unwrap().grid, (1000u32.div_ceil(tile_q), 16, 2));
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// The launch rule of a shipped instance, read from the checked-in manifest.

@@ -144,9 +144,9 @@ fn maps_name_the_instances_pointer_and_size_arguments() {
             "`tensor_maps[0]` dims names `a`, which is not a size argument",
         ),
         (
-            "dim-batch-without-query-tiles",
+            "dim-batch-not-an-argument",
             map(0, "dims", json!(["k", "batch"])),
-            "`tensor_maps[0]` dims names `batch`, the launch grid's z",
+            "`tensor_maps[0]` dims names `batch`, which is not a size argument",
         ),
         (
             "dim-signed",

@@ -25,19 +25,53 @@ ARCH = os.environ.get("FA_ARCH", "sm_90")
 CUBIN_DIR = os.environ.get("FA_CUBINS", "/tmp/fa_cubins")
 
 
+def smem_bytes(d):
+    rowb = d["TG_HEAD_DIM"] * 2
+    if d.get("SM90"):
+        bm, st, qb, items = 64 * d["TG_CONSUMERS"], d["TG_STAGES"], d["TG_Q_BUFS"], 4
+        return 1024 + qb * bm * rowb + 2 * st * d["TG_BN"] * rowb + 8 * (2 * qb + 4 * st + 2 * items) + 128 * (items + 1)
+    return d["TG_BM"] * rowb + d["TG_STAGES"] * 2 * d["TG_BN"] * rowb
+
+
 def V(d, bm, bn, warps, stages=2, minb=1, **more):
     return dict(TG_HEAD_DIM=d, TG_BM=bm, TG_BN=bn, TG_WARPS=warps, TG_STAGES=stages, TG_MIN_BLOCKS=minb, **more)
 
 
-def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, tma=1):
+def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, tma=1, qbufs=None, pairs=1,
+      coprime=1, gridall=0):
     """A Hopper (sm_90a, wgmma) variant of templates/attention_sm90.cu (Q in registers with two
-    consumers; three have too few registers for it; K/V by TMA unless tma=0)."""
+    consumers; three have too few registers for it; K/V by TMA unless tma=0). Persistent blocks
+    loop over work units (causal: pairs of query tiles unless pairs=0); grid min(units, SMs), or
+    every unit (gridall=1); causal grids coprime to the units per head unless coprime=0. Q tiles
+    in flight: 2 where Q stays in shared memory and two fit (as tilegen's plan), unless qbufs."""
     qregs = int(consumers == 2) if qregs is None else qregs
-    return dict(TG_HEAD_DIM=d, TG_BN=bn, TG_CONSUMERS=consumers, TG_STAGES=stages, TG_PRODUCER_REGS=preg,
-                TG_CONSUMER_REGS=creg, TG_PINGPONG=pingpong, TG_Q_REGS=qregs, TG_TMA=tma, SM90=1)
+    d_ = dict(TG_HEAD_DIM=d, TG_BN=bn, TG_CONSUMERS=consumers, TG_STAGES=stages, TG_PRODUCER_REGS=preg,
+              TG_CONSUMER_REGS=creg, TG_PINGPONG=pingpong, TG_Q_REGS=qregs, TG_TMA=tma, TG_PAIRS=pairs,
+              SM90=1, COPRIME=coprime, GRIDALL=gridall)
+    if qbufs is None:
+        qbufs = 2 if not qregs and smem_bytes(dict(d_, TG_Q_BUFS=2)) <= 232448 else 1
+    d_["TG_Q_BUFS"] = qbufs
+    return d_
+
+
+P = H  # round 12's persistent variants (the template is persistent since)
 
 
 VARIANTS = {
+    # round 12: persistent blocks (p_*) against the default tiles of the time; causal grids
+    # coprime to the units per head unless _nc
+    "p_d128_c2_n128_s3": P(128, 128, 2, 3),
+    "p_d128_c2_n128_s3_nc": P(128, 128, 2, 3, coprime=0),
+    "p_d128_c2_n128_s3_stride": P(128, 128, 2, 3, pairs=0),
+    "p_d128_c2_n128_s3_all": P(128, 128, 2, 3, gridall=1),
+    "p_d64_c3_n128_s3": P(64, 128, 3, 3, 32, 160),
+    "p_d64_c3_n128_s3_q2": P(64, 128, 3, 3, 32, 160, qbufs=2),
+    "p_d64_c3_n128_s3_q2_nc": P(64, 128, 3, 3, 32, 160, qbufs=2, coprime=0),
+    "p_d64_c3_n128_s3_q2_stride": P(64, 128, 3, 3, 32, 160, qbufs=2, pairs=0),
+    "p_d64_c3_n128_s3_q2_all": P(64, 128, 3, 3, 32, 160, qbufs=2, gridall=1),
+    "p_d256_c2_n64_s2": P(256, 64, 2, 2, qregs=0),
+    "p_d256_c2_n64_s2_nc": P(256, 64, 2, 2, qregs=0, coprime=0),
+    "p_d256_c2_n64_s2_all": P(256, 64, 2, 2, qregs=0, gridall=1),
     # round 7: K/V by TMA (the default from here) against the cp.async producer (_cp)
     "t_d128_c2_n128_s2": H(128, 128, 2, 2),
     "t_d128_c2_n128_s3": H(128, 128, 2, 3),
@@ -105,11 +139,15 @@ DEFAULT_VARIANTS = ["d128_m64w4_n64_s2", "d128_m128w4_n32_s2", "d128_m64w4_n32_s
 BAD_PTXAS = ("C7504", "C7508", "C7511", "C7515")
 
 
+HOST_KEYS = ("SM90", "COPRIME", "GRIDALL", "TG_SRC")  # launch facts, not -D defines
+
+
 def nvrtc_compile(defs):
     from cuda.bindings import nvrtc
     sm90 = defs.get("SM90")
-    defs = {k: v for k, v in defs.items() if k != "SM90"}
-    src, pre = open(SRC_SM90 if sm90 else SRC, "rb").read(), open(PRELUDE, "rb").read()
+    path = defs.get("TG_SRC") or (SRC_SM90 if sm90 else SRC)
+    defs = {k: v for k, v in defs.items() if k not in HOST_KEYS}
+    src, pre = open(path, "rb").read(), open(PRELUDE, "rb").read()
     heads, names = [pre], [b"prelude.cuh"]
     for h in ("attention.cuh", "sm90.cuh", "wgmma.cuh"):
         heads.append(open(os.path.join(ROOT, "templates", h), "rb").read())
@@ -135,14 +173,6 @@ def nvrtc_compile(defs):
     info = dict(regs=int(regs.group(1)) if regs else -1, spill=sum(int(s[0]) for s in spill),
                 stack=int(stack.group(1)) if stack else -1, bad=[w for w in BAD_PTXAS if w in log])
     return cubin, log, info
-
-
-def smem_bytes(d):
-    rowb = d["TG_HEAD_DIM"] * 2
-    if d.get("SM90"):
-        bm, st = 64 * d["TG_CONSUMERS"], d["TG_STAGES"]
-        return 1024 + bm * rowb + 2 * st * d["TG_BN"] * rowb + 8 * (1 + 4 * st)
-    return d["TG_BM"] * rowb + d["TG_STAGES"] * 2 * d["TG_BN"] * rowb
 
 
 def cu_check(r):
@@ -202,12 +232,23 @@ class Kernel:
         if self.defs.get("SM90") and self.defs.get("TG_TMA", 1):
             maps = [self.encode_map(p, "k", 3), self.encode_map(p, "v", 6)]
         vals = [ctypes.c_uint64(p[x]) for x in ("q", "k", "v", "o", "lse", "cu_q", "cu_kv")]
-        vals += [ctypes.c_int32(p[x]) for x in ("hq", "hkv", "sq", "skv")]
+        vals += [ctypes.c_int32(p[x]) for x in ("batch", "hq", "hkv", "sq", "skv")]
         vals += [ctypes.c_int64(s) for s in p["strides"]]
         vals += [ctypes.c_float(p["scale"])]
         addrs = [m.getPtr() for m in maps] + [ctypes.addressof(x) for x in vals]
         arr = (ctypes.c_void_p * len(addrs))(*addrs)
         grid = (max(1, -(-p["sq"] // self.bm)), p["hq"], p["batch"])
+        if self.defs.get("SM90"):
+            n_qt = -(-p["sq"] // self.bm)
+            causal = self.defs["TG_CAUSAL"]
+            pairs = causal and self.defs["TG_PAIRS"]
+            per_head = -(-n_qt // 2) if pairs else n_qt
+            units = per_head * p["hq"] * p["batch"]
+            blocks = max(1, units if self.defs.get("GRIDALL") else min(units, Kernel.SMS))
+            if causal and self.defs.get("COPRIME"):
+                while blocks > 1 and math.gcd(blocks, per_head) > 1:  # every block sees every unit
+                    blocks -= 1
+            grid = (blocks, 1, 1)
         cu, fn, thr, smem = self.cu, self.fn, self.threads, self.smem
         keep = (vals, arr, maps)
 
@@ -218,6 +259,7 @@ class Kernel:
 
 
     MAP_LOG = []
+    SMS = 132
 
     def encode_map(self, p, t, first):
         """The K or V map as the manifest gives it: dims [head_dim, seq_kv, heads_kv, batch],
@@ -547,8 +589,11 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--dtypes", default="bf16,f16")
     ap.add_argument("--quick", action="store_true", help="check bf16 non-fused cases only")
+    ap.add_argument("--allow-spills", action="store_true", help="time variants that spill (experiments)")
     ap.add_argument("--time-unchecked", default="", help="variants timed even when their checks fail (experiments)")
     a = ap.parse_args()
+    if os.environ.get("FA_SMS"):  # fewer blocks than SMs: persistent blocks then take several items
+        Kernel.SMS = int(os.environ["FA_SMS"])
     if a.sanitize:
         sanitize(a.sanitize)
         return
@@ -571,10 +616,11 @@ def main():
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "SMs",
           torch.cuda.get_device_properties(0).multi_processor_count, flush=True)
     stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+    Kernel.SMS = int(os.environ.get("FA_SMS") or torch.cuda.get_device_properties(0).multi_processor_count)
     import faulthandler
     kerns = {}
     for key, b in built.items():
-        if b["info"]["spill"] or b["info"]["stack"] > 0 or b["info"]["bad"]:
+        if (b["info"]["spill"] or b["info"]["stack"] > 0) and not a.allow_spills or b["info"]["bad"]:
             print(f"skip {key}: spills/stack", flush=True)
             continue
         kerns[key] = Kernel(key, b)

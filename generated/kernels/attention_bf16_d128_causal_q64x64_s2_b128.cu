@@ -451,7 +451,7 @@ template <int THREADS> __device__ __forceinline__ void tg_block_sum2(float& a, f
 #define TG_BF16 1
 #define TG_MIN_BLOCKS 1
 #define TG_KERNEL tg_attention_bf16_d128_causal_q64x64_s2_b128
-#define TG_PARAMS const tg_bf16* __restrict__ q, const tg_bf16* __restrict__ k, const tg_bf16* __restrict__ v, tg_bf16* __restrict__ o, float* __restrict__ lse, const void* __restrict__ cu_seqlens_q, const void* __restrict__ cu_seqlens_kv, long long heads_q, long long heads_kv, long long seq_q, long long seq_kv, long long q_bs, long long q_ss, long long q_hs, long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs, long long o_bs, long long o_ss, long long o_hs, long long lse_bs, long long lse_hs, float scale
+#define TG_PARAMS const tg_bf16* __restrict__ q, const tg_bf16* __restrict__ k, const tg_bf16* __restrict__ v, tg_bf16* __restrict__ o, float* __restrict__ lse, const void* __restrict__ cu_seqlens_q, const void* __restrict__ cu_seqlens_kv, long long batch, long long heads_q, long long heads_kv, long long seq_q, long long seq_kv, long long q_bs, long long q_ss, long long q_hs, long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs, long long o_bs, long long o_ss, long long o_hs, long long lse_bs, long long lse_hs, float scale
 #define TG_SHARED_BYTES 81920
 #endif
 #if 0
@@ -519,7 +519,7 @@ __device__ __forceinline__ unsigned tg_smem_u32(const void* p) {
 #define TG_PARAMS                                                                                      \
     TG_MAP_PARAMS const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,       \
         float* __restrict__ lse, const int* __restrict__ cu_seqlens_q, const int* __restrict__ cu_seqlens_kv, \
-        int heads_q, int heads_kv, int seq_q, int seq_kv, long long q_bs, long long q_ss, long long q_hs,  \
+        int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, long long q_bs, long long q_ss, long long q_hs,  \
         long long k_bs, long long k_ss, long long k_hs, long long v_bs, long long v_ss, long long v_hs,    \
         long long o_bs, long long o_ss, long long o_hs, long long lse_bs, long long lse_hs, float scale
 #endif
@@ -546,14 +546,17 @@ __device__ __forceinline__ float tg_exp2(float x) {  // ex2.approx.ftz: -inf giv
 }
 
 // Rows [start, start + len) of sequence b of a packed batch whose offsets are `cu`, clamped
-// into [0, batch * seq) with len <= seq.
-__device__ __forceinline__ void tg_clamp_sequence(const int* cu, int b, long long batch, long long seq,
-                                                  long long& start, int& len) {
-    const long long cap = batch * seq;
+// into [0, cap) with len <= seq (cap: the batch * seq rows the launcher checked).
+__device__ __forceinline__ void tg_clamp_rows(const int* cu, int b, long long cap, long long seq, long long& start,
+                                              int& len) {
     const long long s0 = min(max((long long)cu[b], 0LL), cap);
     const long long s1 = min(max((long long)cu[b + 1], s0), min(cap, s0 + seq));
     start = s0;
     len = (int)(s1 - s0);
+}
+__device__ __forceinline__ void tg_clamp_sequence(const int* cu, int b, long long batch, long long seq,
+                                                  long long& start, int& len) {
+    tg_clamp_rows(cu, b, batch * seq, seq, start, len);
 }
 
 // What one block owns: its (batch, query head) and K/V head, its sequence's rows (varlen offsets
@@ -573,8 +576,9 @@ struct tg_attn_block {
 // most seq rows inside the batch * seq rows the launcher checked the tensors hold, so bad
 // offsets give wrong rows, never accesses outside the buffers (valid ones are unchanged).
 template <int BM_, int BN_, bool CAUSAL_>
-__device__ __forceinline__ bool tg_attn_block_of(const void* cu_seqlens_q, const void* cu_seqlens_kv, long long heads_q,
-                                                 long long heads_kv, long long seq_q, long long seq_kv, tg_attn_block& k) {
+__device__ __forceinline__ bool tg_attn_block_of(const void* cu_seqlens_q, const void* cu_seqlens_kv, long long batch,
+                                                 long long heads_q, long long heads_kv, long long seq_q, long long seq_kv,
+                                                 tg_attn_block& k) {
     k.b = (int)blockIdx.z;
     k.h = (int)blockIdx.y;
     k.hk = k.h / ((int)heads_q / (int)heads_kv);
@@ -584,8 +588,8 @@ __device__ __forceinline__ bool tg_attn_block_of(const void* cu_seqlens_q, const
     k.kv_start = 0;
     k.sq = (int)seq_q;
     k.skv = (int)seq_kv;
-    if (cu_q != nullptr) tg_clamp_sequence(cu_q, k.b, (long long)gridDim.z, seq_q, k.q_start, k.sq);
-    if (cu_kv != nullptr) tg_clamp_sequence(cu_kv, k.b, (long long)gridDim.z, seq_kv, k.kv_start, k.skv);
+    if (cu_q != nullptr) tg_clamp_sequence(cu_q, k.b, batch, seq_q, k.q_start, k.sq);
+    if (cu_kv != nullptr) tg_clamp_sequence(cu_kv, k.b, batch, seq_kv, k.kv_start, k.skv);
     const int mt = CAUSAL_ ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     k.m0 = mt * BM_;
     if (k.m0 >= k.sq) return false;
@@ -657,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
     extern __shared__ __align__(128) unsigned char tg_smem[];
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     tg_attn_block blk;
-    if (!tg_attn_block_of<BM, BN, CAUSAL>(cu_seqlens_q, cu_seqlens_kv, heads_q, heads_kv, seq_q, seq_kv, blk)) return;
+    if (!tg_attn_block_of<BM, BN, CAUSAL>(cu_seqlens_q, cu_seqlens_kv, batch, heads_q, heads_kv, seq_q, seq_kv, blk)) return;
     const int b = blk.b, h = blk.h, hk = blk.hk, skv = blk.skv, m0 = blk.m0, q_rows = blk.q_rows;
     const int off = blk.off, n_tiles = blk.n_tiles, n_full = blk.n_full;
     const long long q_start = blk.q_start, kv_start = blk.kv_start;

@@ -92,11 +92,10 @@ fn map_arg(inst: &InstanceEntry, map: &str, name: &str, pointer: bool) -> Result
 }
 
 /// One dim of a tensor map's rule ([`crate::launch::tma::instance_dim`]): a size argument
-/// ([`map_arg`]), a constant extent, or the grid's z. Refuses anything else, as [`map_arg`]
-/// does.
+/// ([`map_arg`]) or a constant extent. Refuses anything else, as [`map_arg`] does.
 fn map_dim(inst: &InstanceEntry, map: &str, dim: &str) -> Result<TokenStream> {
     use crate::launch::tma::{instance_dim, DimSource};
-    let source = instance_dim(dim, &inst.launch.grid).map_err(|why| {
+    let source = instance_dim(dim).map_err(|why| {
         crate::error::Error::internal(format!(
             "bindings: tensor map `{}` of `{}`: dims {why}",
             crate::escape::shown(map),
@@ -112,7 +111,6 @@ fn map_dim(inst: &InstanceEntry, map: &str, dim: &str) -> Result<TokenStream> {
             let v = u64_lit(v);
             quote!(tensor_map::MapDim::Const(#v))
         }
-        DimSource::Batch => quote!(tensor_map::MapDim::Batch),
     })
 }
 
@@ -283,11 +281,10 @@ fn instance_plan_body(m: &Manifest, index: usize, generic: &GenericCalls) -> Res
     let maps = (!inst.tensor_maps.is_empty()).then(|| {
         let values = map_values(inst);
         quote! {
-            if let Some(dims) = dims {
+            if dims.is_some() {
                 ::tilegen_runtime::tensor_map::resolve_all(
                     ::tilegen_runtime::tensor_map::maps_of(super::TENSOR_MAPS, #kernel),
                     &[#(#values),*],
-                    u64::from(dims.grid.2),
                 )?;
             }
         }

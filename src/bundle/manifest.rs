@@ -273,12 +273,13 @@ const MAX_SHARED_BYTES: u32 = 227 * 1024;
 /// What is wrong with the tensor maps and persistent grids of a manifest this process did not
 /// write, each naming the instance and field: map names are identifiers, unique and no
 /// argument's; `tensor` is a pointer argument of the instance and `dtype` its element type;
-/// `dims` (1 to 5) are i64 size arguments, canonical literals in 1..=2^32 or (with a
-/// query_tiles grid) `batch`, and `strides` (one per dim after the first) i64 size arguments;
+/// `dims` (1 to 5) are i64 size arguments or canonical literals in 1..=2^32, and `strides`
+/// (one per dim after the first) i64 size arguments;
 /// `box` has one extent per dim, each 1..=256, its inner row a multiple of 16 bytes and within
 /// the swizzle's span; interleave needs 3 or more dims; only GEMMs and attention have maps; a
-/// GEMM has a persistent grid exactly when it has maps (attention's grid is query_tiles with
-/// or without), with sane tiles, blocks per SM, threads and shared memory.
+/// GEMM has a persistent grid exactly when it has maps, and attention a persistent_query_tiles
+/// grid exactly when it has maps (else query_tiles), with sane tiles, blocks per SM, threads
+/// and shared memory.
 pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
     use crate::escape::{rust_name_problem, shown_prefix, DERIVED_NAME};
     use crate::launch::tma::{instance_dim, DimSource};
@@ -288,7 +289,9 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
         let at = format!("instance {i} `{}`", shown_prefix(&inst.name, 80));
         let mut bad = |field: &str, msg: String| out.push(format!("{at}: `{field}` {msg}"));
         let persistent = matches!(inst.launch.grid, GridRule::Persistent { .. });
-        let query_tiles = matches!(inst.launch.grid, GridRule::QueryTiles { .. });
+        let persistent_attention =
+            matches!(inst.launch.grid, GridRule::PersistentQueryTiles { .. });
+        let attention_grid = inst.launch.grid.query_tile().is_some();
         let gemm = inst.op == crate::spec::model::Op::Gemm;
         let mapped = !inst.tensor_maps.is_empty();
         if mapped && !gemm && inst.op != crate::spec::model::Op::Attention {
@@ -344,17 +347,29 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
                 );
             }
         }
-        // Attention launches by query tiles, and nothing else does.
-        if query_tiles != (inst.op == crate::spec::model::Op::Attention) {
+        // Attention launches by query tiles, and nothing else does; its persistent grid goes
+        // with its tensor maps (the Hopper instances), the other with none.
+        let attention = inst.op == crate::spec::model::Op::Attention;
+        if attention_grid != attention {
             bad(
                 "launch",
                 format!(
-                    "op `{}` with grid rule {:?} (query_tiles is attention's, and only its)",
+                    "op `{}` with grid rule {:?} (query_tiles and persistent_query_tiles are attention's, and only its)",
                     inst.op, inst.launch.grid
                 ),
             );
         }
-        if let GridRule::QueryTiles { tile_q } = inst.launch.grid {
+        if attention && attention_grid && persistent_attention != mapped {
+            bad(
+                "launch",
+                format!(
+                    "attention with grid rule {:?} and {} tensor maps (persistent_query_tiles goes with tensor maps, query_tiles without)",
+                    inst.launch.grid,
+                    inst.tensor_maps.len()
+                ),
+            );
+        }
+        if let Some(tile_q) = inst.launch.grid.query_tile() {
             if !(16..=256).contains(&tile_q) || !tile_q.is_multiple_of(16) {
                 bad(
                     "launch",
@@ -362,10 +377,22 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
                 );
             }
         }
+        if let GridRule::PersistentQueryTiles { ctas_per_sm, .. } = inst.launch.grid {
+            if !(1..=MAX_CTAS_PER_SM).contains(&ctas_per_sm) {
+                bad(
+                    "launch",
+                    format!(
+                        "persistent_query_tiles ctas_per_sm {ctas_per_sm} is outside 1..={MAX_CTAS_PER_SM}"
+                    ),
+                );
+            }
+        }
         // Blocks of the persistent and query-tile rules: whole warps, shared memory a block can have.
         if matches!(
             inst.launch.grid,
-            GridRule::Persistent { .. } | GridRule::QueryTiles { .. }
+            GridRule::Persistent { .. }
+                | GridRule::QueryTiles { .. }
+                | GridRule::PersistentQueryTiles { .. }
         ) {
             let threads = inst.launch.threads;
             if !(32..=1024).contains(&threads) || !threads.is_multiple_of(32) {
@@ -427,7 +454,7 @@ pub(crate) fn tensor_map_problems(m: &Manifest) -> Vec<String> {
                 )
             };
             for d in &t.dims {
-                match instance_dim(d, &inst.launch.grid) {
+                match instance_dim(d) {
                     Ok(DimSource::Arg(name)) if !size(name) => bad(not_size("dims", name)),
                     Ok(_) => {}
                     Err(why) => bad(format!("dims {why}")),
@@ -617,7 +644,7 @@ mod tests {
         e
     }
 
-    /// K over [head_dim, seq_kv, heads_kv, batch]: a constant, two sizes and the grid's z.
+    /// K over [head_dim, seq_kv, heads_kv, batch]: a constant and three sizes.
     fn k_map() -> crate::launch::TensorMap {
         use crate::launch::{Interleave, L2Promotion, OobFill, Swizzle, TensorMap};
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
@@ -636,7 +663,7 @@ mod tests {
     }
 
     #[test]
-    fn map_dims_are_sizes_constants_or_the_batch() {
+    fn map_dims_are_sizes_or_constants() {
         let gemm = wgmma_gemm();
         assert_eq!(problems(&gemm), Vec::<String>::new());
         let with_dim = |dim: &str, stride: &str| {
@@ -670,7 +697,11 @@ mod tests {
                 &format!("dims `{bad}` is not a plain decimal extent"),
             );
         }
-        one("batch", &stride, "dims names `batch`, the launch grid's z");
+        one(
+            "batch",
+            &stride,
+            "dims names `batch`, which is not a size argument",
+        );
         one("d", &stride, "dims names `d`, which is not a size argument");
         // Strides are size arguments only.
         for bad in ["64", "batch"] {
@@ -693,9 +724,18 @@ mod tests {
         };
         crate::ops::attention::defaults(&mut p);
         let mut attention = entry(Op::Attention, p);
-        // Attention's grid is query_tiles with maps or without.
+        // A Hopper attention instance's persistent grid goes with its maps, both ways.
+        let maps = attention.tensor_maps.clone();
         attention.tensor_maps = vec![];
-        assert_eq!(problems(&attention), Vec::<String>::new());
+        assert!(problems(&attention)
+            .iter()
+            .any(|p| p.contains("persistent_query_tiles goes with tensor maps")));
+        let mut by_tiles = attention.clone();
+        by_tiles.tensor_maps = maps;
+        by_tiles.launch.grid = GridRule::QueryTiles { tile_q: 128 };
+        assert!(problems(&by_tiles).iter().any(
+            |p| p.contains("persistent_query_tiles goes with tensor maps, query_tiles without")
+        ));
         let v_map = crate::launch::TensorMap {
             name: "v_map".into(),
             tensor: "v".into(),

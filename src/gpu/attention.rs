@@ -453,12 +453,10 @@ fn kernel_of(inst: &InstanceEntry) -> rt::AttnKernel {
     rt::AttnKernel {
         head_dim: d as u32,
         causal,
-        tile_q: match inst.launch.grid {
-            crate::launch::GridRule::QueryTiles { tile_q } => tile_q,
-            _ => tile_q as u32,
-        },
+        tile_q: inst.launch.grid.query_tile().unwrap_or(tile_q as u32),
         threads: inst.launch.threads,
         shared_bytes: inst.launch.shared_bytes,
+        grid: crate::ops::attention::runtime_grid(&inst.launch.grid),
     }
 }
 
@@ -527,7 +525,7 @@ fn size_args<'a>(shape: &AttnShape, strides: &AttnStrides) -> impl Iterator<Item
     rt::arg_values([0; 7], shape, strides)
         .into_iter()
         .skip(7)
-        .take(18)
+        .take(19)
         .map(|x| ArgValue::I64(x as i64))
 }
 
@@ -601,6 +599,7 @@ fn try_case(
     };
     let dims = rt::check(
         &kernel_of(inst),
+        gpu.sm_count,
         &shape,
         &strides,
         buf("q", &gq, 0, lay.q_len, es),
@@ -644,7 +643,7 @@ fn try_case(
     args.push(ArgValue::F32(scale));
     if let Some(dims) = dims {
         // A Hopper instance's K/V maps, encoded from these arguments as the manifest says.
-        let args = super::with_tensor_maps(gpu, inst, args, u64::from(dims.grid.2)).map_err(err)?;
+        let args = super::with_tensor_maps(gpu, inst, args).map_err(err)?;
         launch(gpu, &f, dims, &args).map_err(err)?;
     }
     gpu.sync().map_err(err)?;
@@ -925,6 +924,7 @@ pub fn bench_case(
     let scale = rt::default_scale(d as u32);
     let dims = rt::check(
         &kernel_of(inst),
+        gpu.sm_count,
         &shape,
         &strides,
         Buf {
@@ -974,7 +974,7 @@ pub fn bench_case(
     ];
     args.extend(size_args(&shape, &s));
     args.push(ArgValue::F32(scale));
-    let args = super::with_tensor_maps(gpu, inst, args, u64::from(dims.grid.2))?;
+    let args = super::with_tensor_maps(gpu, inst, args)?;
     let gpu = &*gpu;
     let (median_ms, min_ms) = super::bench::time_ms(gpu, |_| launch(gpu, &f, dims, &args))?;
     let flops =

@@ -217,19 +217,17 @@ pub fn bench_case(
     // per launch; that is host time, which the GPU spans timed here do not hold).
     let mut kernel_args = Vec::with_capacity(sets);
     let mut plain_args = Vec::with_capacity(sets);
-    let grid_z = u64::from(dims.grid.2);
     for set in &buffers {
         let call = call_args(inst, p, set);
-        kernel_args.push(with_tensor_maps(gpu, inst, call, grid_z)?);
-        if let Some((o, _, plain_dims)) = &plain {
+        kernel_args.push(with_tensor_maps(gpu, inst, call)?);
+        if let Some((o, _, _)) = &plain {
             let args = call_args_from(o, p, inst, set).ok_or_else(|| {
                 crate::Error::Gpu(format!("{}: arguments do not match {}", o.name, inst.name))
             })?;
-            let plain_z = u64::from(plain_dims.grid.2);
-            plain_args.push(with_tensor_maps(gpu, o, args, plain_z)?);
+            plain_args.push(with_tensor_maps(gpu, o, args)?);
         }
     }
-    let encode_us_per_map = encode_cost(gpu, inst, &buffers[0], p, grid_z)?;
+    let encode_us_per_map = encode_cost(gpu, inst, &buffers[0], p)?;
     let gpu = &*gpu;
     let mut run_kernel = |run: usize| launch(gpu, &f, dims, &kernel_args[run % sets]);
     let mut plain_ms = None;
@@ -329,13 +327,12 @@ pub fn bench_case(
 
 /// Host microseconds to check and encode one tensor map (`cuTensorMapEncodeTiled`), what the
 /// bindings' launcher adds to every launch: the median over 21 rounds of 100 encodings of all
-/// the instance's maps for this problem (on a grid `grid_z` deep); None without maps.
+/// the instance's maps for this problem; None without maps.
 fn encode_cost(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
     set: &[Option<CudaSlice<u8>>],
     p: Problem,
-    grid_z: u64,
 ) -> Result<Option<f64>> {
     if inst.tensor_maps.is_empty() {
         return Ok(None);
@@ -346,7 +343,7 @@ fn encode_cost(
     for _ in 0..21 {
         let start = std::time::Instant::now();
         for _ in 0..100 {
-            std::hint::black_box(super::encode_maps(inst, rules, &values, grid_z)?);
+            std::hint::black_box(super::encode_maps(inst, rules, &values)?);
         }
         samples.push(start.elapsed().as_secs_f64() * 1e6 / (100 * inst.tensor_maps.len()) as f64);
     }

@@ -306,12 +306,11 @@ pub fn tensor_map_rules(
     };
     let dim = |map: &str, dim: &str| -> Result<tm::MapDim> {
         use crate::launch::tma::{instance_dim, DimSource};
-        let source = instance_dim(dim, &inst.launch.grid)
+        let source = instance_dim(dim)
             .map_err(|why| Error::Gpu(format!("{}: tensor map `{map}`: dims {why}", inst.name)))?;
         Ok(match source {
             DimSource::Arg(name) => tm::MapDim::Arg(arg(map, name, false)?),
             DimSource::Const(v) => tm::MapDim::Const(v),
-            DimSource::Batch => tm::MapDim::Batch,
         })
     };
     let mut rules = Vec::new();
@@ -366,14 +365,12 @@ pub fn tensor_map_rules(
 }
 
 /// `args` (an instance's arguments in manifest order) with its tensor maps, encoded from
-/// those arguments' values and the launch grid's z extent (`grid_z`) as the manifest
-/// describes, in front: the kernel's whole parameter list. Unchanged for an instance without
-/// maps.
+/// those arguments' values as the manifest describes, in front: the kernel's whole parameter
+/// list. Unchanged for an instance without maps.
 pub fn with_tensor_maps<'a>(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
     args: Vec<ArgValue<'a>>,
-    grid_z: u64,
 ) -> Result<Vec<ArgValue<'a>>> {
     if inst.tensor_maps.is_empty() {
         return Ok(args);
@@ -388,7 +385,7 @@ pub fn with_tensor_maps<'a>(
     }
     let rules = gpu.map_rules(inst)?;
     let values = map_values(gpu, &args);
-    let mut out: Vec<ArgValue<'a>> = encode_maps(inst, rules, &values, grid_z)?
+    let mut out: Vec<ArgValue<'a>> = encode_maps(inst, rules, &values)?
         .into_iter()
         .map(|m| ArgValue::Map(Box::new(m)))
         .collect();
@@ -401,19 +398,18 @@ pub fn map_values(gpu: &Gpu, args: &[ArgValue]) -> Vec<u64> {
     args.iter().map(|a| a.map_value(gpu)).collect()
 }
 
-/// Checks and encodes `rules` for a call whose argument values are `values` and whose grid
-/// is `grid_z` deep: what the bindings' launcher does on every launch.
+/// Checks and encodes `rules` for a call whose argument values are `values`: what the
+/// bindings' launcher does on every launch.
 pub fn encode_maps(
     inst: &InstanceEntry,
     rules: &[crate::tensor_map::TensorMapRule],
     values: &[u64],
-    grid_z: u64,
 ) -> Result<Vec<crate::loader::TensorMap>> {
     rules
         .iter()
         .map(|r| {
             let tiled = r
-                .resolve(values, grid_z)
+                .resolve(values)
                 .map_err(|e| Error::Gpu(format!("{}: tensor map `{}`: {e}", inst.name, r.name)))?;
             crate::loader::encode_tensor_map(&tiled).map_err(|e| {
                 gpu_err(

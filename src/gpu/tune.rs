@@ -281,10 +281,9 @@ fn time_members(gpu: &mut Gpu, members: &[&InstanceEntry], p: Problem) -> Result
         let f = gpu.function(inst)?;
         let dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| Error::Gpu(e.to_string()))?;
         let mut args = Vec::with_capacity(sets);
-        let grid_z = u64::from(dims.grid.2);
         for set in &buffers {
             let call = call_args(inst, p, set);
-            args.push(with_tensor_maps(gpu, inst, call, grid_z)?);
+            args.push(with_tensor_maps(gpu, inst, call)?);
         }
         kernels.push((f, dims, args));
     }

@@ -352,8 +352,7 @@ fn try_case(
         }
     }
     let mut dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| e.to_string())?;
-    let args = super::with_tensor_maps(gpu, inst, args, u64::from(dims.grid.2))
-        .map_err(|e| e.to_string())?;
+    let args = super::with_tensor_maps(gpu, inst, args).map_err(|e| e.to_string())?;
     if let Some(cap) = case.grid_cap {
         // In whole clusters: a grid that is no multiple of the compiled cluster cannot launch.
         let cluster = inst.launch.grid.cluster();

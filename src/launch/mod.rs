@@ -100,6 +100,21 @@ pub enum GridRule {
     /// Attention: grid `(ceil(seq_q / tile_q), heads_q, batch)`, `seq_q` the longest query
     /// sequence (varlen: blocks past their sequence's end return at once).
     QueryTiles { tile_q: u32 },
+    /// Persistent attention: `(x, 1, 1)` blocks, each looping over work units (query tiles
+    /// of a (batch, head), `seq_q` the longest query sequence; with `pairs`, two of them: the
+    /// i-th longest with the i-th shortest). `x = min(units, sm_count * ctas_per_sm)`, with
+    /// `pairs` lowered to the largest count coprime to the units per (batch, head); any
+    /// `x >= 1` computes the same result (`tilegen_runtime::attention::persistent_query_tiles_dims`).
+    PersistentQueryTiles {
+        tile_q: u32,
+        #[serde(default, skip_serializing_if = "is_false")]
+        pairs: bool,
+        ctas_per_sm: u32,
+    },
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 /// Most blocks per cluster a portable cluster launch has (a grid rule's `cluster`).
@@ -137,6 +152,16 @@ impl GridRule {
         match self {
             GridRule::Persistent { cluster, .. } => *cluster,
             _ => 1,
+        }
+    }
+
+    /// An attention kernel's query tile (rows per block or work unit); None for other rules.
+    pub fn query_tile(&self) -> Option<u32> {
+        match self {
+            GridRule::QueryTiles { tile_q } | GridRule::PersistentQueryTiles { tile_q, .. } => {
+                Some(*tile_q)
+            }
+            _ => None,
         }
     }
 

@@ -58,9 +58,8 @@ pub struct TensorMap {
     /// The pointer argument (in `args`) whose memory the map covers.
     pub tensor: String,
     pub dtype: DType,
-    /// Each dim is one of ([`dim_source`]): the name of an i64 size argument; a decimal
-    /// literal in 1..=2^32, a constant extent (`"128"`); or `batch`, the launch grid's z
-    /// extent (only for a `query_tiles` grid, where z is the batch).
+    /// Each dim is one of ([`dim_source`]): the name of an i64 size argument, or a decimal
+    /// literal in 1..=2^32, a constant extent (`"128"`).
     pub dims: Vec<String>,
     /// Each a name of an i64 size argument.
     pub strides: Vec<String>,
@@ -73,9 +72,6 @@ pub struct TensorMap {
     pub oob_fill: OobFill,
 }
 
-/// The `dims` entry that stands for the launch grid's z extent.
-pub const BATCH_DIM: &str = "batch";
-
 /// What one entry of [`TensorMap::dims`] stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DimSource<'a> {
@@ -83,18 +79,13 @@ pub enum DimSource<'a> {
     Arg(&'a str),
     /// A constant extent, 1..=2^32.
     Const(u64),
-    /// The launch grid's z extent.
-    Batch,
 }
 
-/// Reads one `dims` entry: [`BATCH_DIM`], a literal (an entry that starts with a digit or a
-/// sign: digits only, no leading zero, 1..=2^32, else an error saying why), or else the name
-/// of a size argument (whether the instance has one is the caller's to check). A literal has
-/// one spelling so that a manifest's maps compare equal exactly when they mean the same.
+/// Reads one `dims` entry: a literal (an entry that starts with a digit or a sign: digits
+/// only, no leading zero, 1..=2^32, else an error saying why), or else the name of a size
+/// argument (whether the instance has one is the caller's to check). A literal has one
+/// spelling so that a manifest's maps compare equal exactly when they mean the same.
 pub fn dim_source(dim: &str) -> Result<DimSource<'_>, String> {
-    if dim == BATCH_DIM {
-        return Ok(DimSource::Batch);
-    }
     if !dim.starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-') {
         return Ok(DimSource::Arg(dim));
     }
@@ -108,18 +99,10 @@ pub fn dim_source(dim: &str) -> Result<DimSource<'_>, String> {
     }
 }
 
-/// A `dims` entry of an instance launched by `grid`: [`dim_source`], with `batch` only where
-/// the grid's z is the batch (`query_tiles`). The error is a phrase that follows "dims" in a
-/// message (`` `0` is outside 1..=… `` or `` names `batch`, … ``).
-pub fn instance_dim<'a>(dim: &'a str, grid: &super::GridRule) -> Result<DimSource<'a>, String> {
-    let shown = || crate::escape::shown_prefix(dim, 80);
-    match dim_source(dim) {
-        Ok(DimSource::Batch) if !matches!(grid, super::GridRule::QueryTiles { .. }) => Err(format!(
-            "names `{BATCH_DIM}`, the launch grid's z, which only grid rule query_tiles makes the batch"
-        )),
-        Ok(source) => Ok(source),
-        Err(why) => Err(format!("`{}` {why}", shown())),
-    }
+/// A `dims` entry of an instance: [`dim_source`], its error a phrase that follows "dims" in a
+/// message (`` `0` is outside 1..=… ``).
+pub fn instance_dim(dim: &str) -> Result<DimSource<'_>, String> {
+    dim_source(dim).map_err(|why| format!("`{}` {why}", crate::escape::shown_prefix(dim, 80)))
 }
 
 impl TensorMap {
@@ -187,9 +170,9 @@ mod tests {
     }
 
     #[test]
-    fn dims_are_arguments_constants_or_the_batch() {
+    fn dims_are_arguments_or_constants() {
         assert_eq!(dim_source("seq_kv"), Ok(DimSource::Arg("seq_kv")));
-        assert_eq!(dim_source("batch"), Ok(DimSource::Batch));
+        assert_eq!(dim_source("batch"), Ok(DimSource::Arg("batch")));
         assert_eq!(dim_source("128"), Ok(DimSource::Const(128)));
         assert_eq!(dim_source("1"), Ok(DimSource::Const(1)));
         assert_eq!(dim_source("4294967296"), Ok(DimSource::Const(1 << 32)));

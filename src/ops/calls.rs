@@ -204,6 +204,17 @@ pub fn generic_niche(inst: &InstanceEntry) -> String {
         }
         GridRule::Tiles { .. } => {}
         GridRule::QueryTiles { tile_q } => how.push(format!("{tile_q} query rows per block")),
+        GridRule::PersistentQueryTiles {
+            tile_q,
+            pairs,
+            ctas_per_sm,
+        } => {
+            how.push(format!(
+            "{tile_q} query rows per work unit{}, persistent grid of {ctas_per_sm} block{} per SM",
+            if *pairs { " (causal: two per unit)" } else { "" },
+            if *ctas_per_sm == 1 { "" } else { "s" }
+        ))
+        }
         GridRule::Persistent {
             ctas_per_sm,
             cluster,

@@ -111,6 +111,73 @@ pub struct AttnKernel {
     pub tile_q: u32,
     pub threads: u32,
     pub shared_bytes: u32,
+    pub grid: AttnGrid,
+}
+
+/// How an attention instance's grid is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnGrid {
+    /// One block per query tile, head and batch entry ([`query_tiles_dims`]).
+    QueryTiles,
+    /// Blocks that loop over the work units ([`persistent_query_tiles_dims`]).
+    Persistent { pairs: bool, ctas_per_sm: u32 },
+}
+
+/// The kernel's unit index is an `int`.
+pub const MAX_UNITS: u64 = i32::MAX as u64;
+
+/// Persistent attention: the work units are query tiles, or with `pairs` (causal) pairs of
+/// one (batch, head)'s query tiles (the i-th longest with the i-th shortest, the middle one of
+/// an odd count alone): `per_head = pairs ? ceil(tiles / 2) : tiles` per (batch, head), with
+/// `tiles = ceil(seq_q / tile_q)`. Grid `(x, 1, 1)`: `x = min(units, sm_count * ctas_per_sm)`,
+/// with `pairs` lowered to the largest such count coprime to `per_head`, so that every block
+/// strides over every kind of unit (their lengths differ by a partial last tile and the odd
+/// middle one). Any `x >= 1` computes the same result; this is the one that balances the work.
+/// None for an empty problem.
+#[allow(clippy::too_many_arguments)]
+pub fn persistent_query_tiles_dims(
+    seq_q: u64,
+    heads_q: u64,
+    batch: u64,
+    tile_q: u32,
+    pairs: bool,
+    ctas_per_sm: u32,
+    sm_count: u32,
+    threads: u32,
+    shared_bytes: u32,
+) -> Result<Option<LaunchDims>, ArgError> {
+    launch_rules::check_range("seq_q", seq_q, 0, MAX_SEQ)?;
+    if seq_q == 0 || batch == 0 {
+        return Ok(None);
+    }
+    let tiles = seq_q.div_ceil(tile_q.max(1) as u64);
+    let per_head = if pairs { tiles.div_ceil(2) } else { tiles };
+    let units = per_head.saturating_mul(heads_q).saturating_mul(batch);
+    launch_rules::check_range(
+        "work units (query tiles x heads_q x batch)",
+        units,
+        1,
+        MAX_UNITS,
+    )?;
+    let resident = u64::from(sm_count.max(1)).saturating_mul(u64::from(ctas_per_sm.max(1)));
+    let mut x = units.min(resident).min(launch_rules::MAX_GRID_X);
+    if pairs {
+        while x > 1 && gcd(x, per_head) > 1 {
+            x -= 1;
+        }
+    }
+    Ok(Some(LaunchDims {
+        grid: (x as u32, 1, 1),
+        block: (threads, 1, 1),
+        shared_bytes,
+    }))
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// Grid `(ceil(seq_q / tile_q), heads_q, batch)`; None for an empty problem.
@@ -236,11 +303,13 @@ fn check_offsets(
 }
 
 /// Checks one attention call against instance `kernel` and returns its launch geometry (None:
-/// nothing to compute). `q`, `k`, `v`, `o` are 16-bit tensors of `kernel.head_dim` columns;
-/// `lse` an optional f32 output; `scale` the softmax scale (> 0, finite).
+/// nothing to compute) on a device of `sm_count` SMs. `q`, `k`, `v`, `o` are 16-bit tensors of
+/// `kernel.head_dim` columns; `lse` an optional f32 output; `scale` the softmax scale (> 0,
+/// finite).
 #[allow(clippy::too_many_arguments)]
 pub fn check(
     kernel: &AttnKernel,
+    sm_count: u32,
     shape: &AttnShape,
     strides: &AttnStrides,
     q: Buf,
@@ -394,14 +463,27 @@ pub fn check(
             }
         }
     }
-    query_tiles_dims(
-        s.seq_q as u64,
-        s.heads_q as u64,
-        s.batch as u64,
-        kernel.tile_q,
-        kernel.threads,
-        kernel.shared_bytes,
-    )
+    match kernel.grid {
+        AttnGrid::QueryTiles => query_tiles_dims(
+            s.seq_q as u64,
+            s.heads_q as u64,
+            s.batch as u64,
+            kernel.tile_q,
+            kernel.threads,
+            kernel.shared_bytes,
+        ),
+        AttnGrid::Persistent { pairs, ctas_per_sm } => persistent_query_tiles_dims(
+            s.seq_q as u64,
+            s.heads_q as u64,
+            s.batch as u64,
+            kernel.tile_q,
+            pairs,
+            ctas_per_sm,
+            sm_count,
+            kernel.threads,
+            kernel.shared_bytes,
+        ),
+    }
 }
 
 /// One instance of a family, for [`pick`].
@@ -456,11 +538,18 @@ pub fn pick(
 
 /// Every kernel argument as the `u64` a tensor-map rule reads, in the signature's order: the
 /// seven addresses (`q`, `k`, `v`, `o`, `lse`, `cu_seqlens_q`, `cu_seqlens_kv`; 0 for a null
-/// one), the four sizes, the 14 strides, and 0 for `scale`.
-pub fn arg_values(addresses: [u64; 7], shape: &AttnShape, strides: &AttnStrides) -> [u64; 26] {
+/// one), the five sizes (`batch`, `heads_q`, `heads_kv`, `seq_q`, `seq_kv`), the 14 strides,
+/// and 0 for `scale`.
+pub fn arg_values(addresses: [u64; 7], shape: &AttnShape, strides: &AttnStrides) -> [u64; 27] {
     let s = strides;
-    let mut out = [0u64; 26];
-    let sizes = [shape.heads_q, shape.heads_kv, shape.seq_q, shape.seq_kv];
+    let mut out = [0u64; 27];
+    let sizes = [
+        shape.batch,
+        shape.heads_q,
+        shape.heads_kv,
+        shape.seq_q,
+        shape.seq_kv,
+    ];
     let st = [
         s.q.batch,
         s.q.seq,
@@ -478,17 +567,18 @@ pub fn arg_values(addresses: [u64; 7], shape: &AttnShape, strides: &AttnStrides)
         s.lse_head,
     ];
     out[..7].copy_from_slice(&addresses);
-    for (o, x) in out[7..25].iter_mut().zip(sizes.iter().chain(st.iter())) {
+    for (o, x) in out[7..26].iter_mut().zip(sizes.iter().chain(st.iter())) {
         *o = *x as u64;
     }
     out
 }
 
-/// A whole checked call: [`check`] for `kernel` at index `index` of the library's table, and,
-/// for a kernel with tensor maps (`maps`, its rules), every map resolved as the launcher will
-/// encode it, so that a call the driver would refuse is refused here.
+/// A whole checked call: [`check`] for `kernel` at index `index` of the library's table on
+/// `device`, and, for a kernel with tensor maps (`maps`, its rules), every map resolved as the
+/// launcher will encode it, so that a call the driver would refuse is refused here.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
+    device: &Device,
     index: usize,
     kernel: &AttnKernel,
     maps: &[TensorMapRule],
@@ -502,8 +592,20 @@ pub fn plan(
     varlen: Option<Varlen<'_>>,
     scale: f32,
 ) -> Result<Plan, ArgError> {
-    let dims = check(kernel, shape, strides, q, k, v, o, lse, varlen, scale)?;
-    if let (Some(d), false) = (dims, maps.is_empty()) {
+    let dims = check(
+        kernel,
+        device.sm_count,
+        shape,
+        strides,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        varlen,
+        scale,
+    )?;
+    if let (Some(_), false) = (dims, maps.is_empty()) {
         let addresses = [
             q.address,
             k.address,
@@ -513,11 +615,7 @@ pub fn plan(
             varlen.map_or(0, |vl| vl.cu_q.address),
             varlen.map_or(0, |vl| vl.cu_kv.address),
         ];
-        resolve_all(
-            maps,
-            &arg_values(addresses, shape, strides),
-            u64::from(d.grid.2),
-        )?;
+        resolve_all(maps, &arg_values(addresses, shape, strides))?;
     }
     Ok(Plan {
         kernel: index,
@@ -545,6 +643,7 @@ mod tests {
         tile_q: 128,
         threads: 128,
         shared_bytes: 49_152,
+        grid: AttnGrid::QueryTiles,
     };
 
     fn buf(arg: &'static str, len: usize, address: u64, elem: u64) -> Buf {
@@ -572,6 +671,7 @@ mod tests {
         let nkv = s.batch * s.seq_kv * s.heads_kv * 64;
         check(
             &K,
+            132,
             s,
             &st,
             buf("q", nq, 0x10_0000, 2),
@@ -592,6 +692,37 @@ mod tests {
         assert_eq!(dense_call(&shape(2, 8, 2, 0, 7)).unwrap(), None);
         assert_eq!(dense_call(&shape(0, 8, 2, 5, 7)).unwrap(), None);
         assert!(dense_call(&shape(1, 8, 2, 5, 0)).unwrap().is_some());
+    }
+
+    #[test]
+    fn persistent_grids_cover_the_sms_and_balance_causal_units() {
+        let p = |seq_q, heads, batch, pairs, sms| {
+            persistent_query_tiles_dims(seq_q, heads, batch, 128, pairs, 1, sms, 384, 1 << 17)
+                .unwrap()
+                .map(|d| d.grid)
+        };
+        // 32 tiles x 128 (batch, head) pairs: one block per SM.
+        assert_eq!(p(4096, 16, 8, false, 132), Some((132, 1, 1)));
+        // Fewer units than SMs: one block each.
+        assert_eq!(p(300, 2, 1, false, 132), Some((6, 1, 1)));
+        // Causal pairs: 16 units per head; 132 shares a factor with 16, 131 does not.
+        assert_eq!(p(4096, 16, 8, true, 132), Some((131, 1, 1)));
+        // 2048 rows of 192-row tiles are 11 tiles, 6 units per head: 131 again.
+        assert_eq!(
+            persistent_query_tiles_dims(2048, 16, 16, 192, true, 1, 132, 512, 1 << 17)
+                .unwrap()
+                .map(|d| d.grid.0),
+            Some(131)
+        );
+        // One unit per head: any count is coprime to 1.
+        assert_eq!(p(100, 16, 8, true, 132), Some((128, 1, 1)));
+        assert_eq!(p(0, 16, 8, true, 132), None);
+        assert_eq!(p(4096, 16, 0, true, 132), None);
+        // The unit index is an int in the kernel.
+        assert!(
+            persistent_query_tiles_dims(1 << 30, 65_535, 65_535, 64, false, 1, 132, 384, 0)
+                .is_err()
+        );
     }
 
     #[test]
@@ -618,11 +749,11 @@ mod tests {
         let st = AttnStrides::dense(&s, 64);
         let v = arg_values([1, 2, 3, 4, 5, 6, 7], &s, &st);
         assert_eq!(&v[..7], &[1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(&v[7..11], &[8, 2, 100, 200]);
+        assert_eq!(&v[7..12], &[3, 8, 2, 100, 200]);
         // q, k, v, o as (batch, seq, head), then lse's batch and head strides; scale last, 0.
         let (q, kv) = (100 * 8 * 64, 200 * 2 * 64);
         assert_eq!(
-            &v[11..],
+            &v[12..],
             &[
                 q,
                 8 * 64,

@@ -428,8 +428,7 @@ impl Loader {
 impl Loader {
     /// [`Loader::launch`] for a kernel that may take tensor maps: encodes each of its maps
     /// from the call's argument values (`values`: every argument of `args` as a `u64`, device
-    /// addresses and sizes; others 0) and the grid's z extent (a batch dim), and passes them
-    /// before `args`. A kernel without maps is launched as by [`Loader::launch`]. Maps are
+    /// addresses and sizes; others 0), and passes them before `args`. A kernel without maps is launched as by [`Loader::launch`]. Maps are
     /// encoded anew for every launch: about a microsecond each on the host, and nothing to
     /// keep in step with the buffers.
     ///
@@ -455,7 +454,7 @@ impl Loader {
                 sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
             )));
         }
-        let maps = tensor_map::resolve_all(rules, values, u64::from(dims.grid.2))?
+        let maps = tensor_map::resolve_all(rules, values)?
             .iter()
             .map(encode_tensor_map)
             .collect::<Result<Vec<TensorMap>, Error>>()?;

@@ -98,9 +98,6 @@ pub enum MapDim {
     /// A constant extent, the same for every call: a size the kernel was compiled for
     /// (attention's head_dim).
     Const(u64),
-    /// The launch grid's z extent: attention's batch, which no argument carries (its grid has
-    /// one z block per batch entry).
-    Batch,
 }
 
 impl MapDim {
@@ -109,7 +106,6 @@ impl MapDim {
         match self {
             MapDim::Arg(a) => a.name,
             MapDim::Const(_) => "constant tensor-map dim",
-            MapDim::Batch => "batch",
         }
     }
 }
@@ -205,16 +201,15 @@ impl TensorMapRule {
     }
 
     /// The map for a call whose argument values (device addresses and sizes, in the kernel's
-    /// `args` order; anything else may be 0) are `values` and whose launch grid is `grid_z`
-    /// deep, or why the driver would refuse it: the tensor's address 16-byte aligned (32 with
-    /// 32-byte interleave), every dim 1..=2^32 (a [`MapDim::Batch`] dim is `grid_z`), every
+    /// `args` order; anything else may be 0) are `values`, or why the driver would refuse it:
+    /// the tensor's address 16-byte aligned (32 with 32-byte interleave), every dim 1..=2^32, every
     /// stride a multiple of 16 bytes (32 with 32-byte interleave) and below 2^40 bytes.
     /// Strides need not grow with the dim: a `[batch, seq, heads, d]` tensor mapped as
     /// `[d, seq, heads, batch]` has a head stride below the seq extent, and a packed batch a
     /// batch stride of 0; the H200's driver encodes both (`bench/flash-attn/NOTES.md`). That
     /// the map stays inside the buffer is the call's checks' job, as for the kernel's own
     /// pointer arithmetic.
-    pub fn resolve(&self, values: &[u64], grid_z: u64) -> Result<TiledMap, ArgError> {
+    pub fn resolve(&self, values: &[u64]) -> Result<TiledMap, ArgError> {
         if !self.is_sound() {
             return Err(bad_rule());
         }
@@ -243,7 +238,6 @@ impl TensorMapRule {
             let v = match d {
                 MapDim::Arg(a) => value(a)?,
                 MapDim::Const(v) => *v,
-                MapDim::Batch => grid_z,
             };
             if !(1..=MAX_DIM).contains(&v) {
                 return Err(out_of_range(d.name(), v, 1, MAX_DIM));
@@ -266,12 +260,8 @@ impl TensorMapRule {
 }
 
 /// Resolves every map of a kernel for a call ([`TensorMapRule::resolve`]), in order.
-pub fn resolve_all(
-    rules: &[TensorMapRule],
-    values: &[u64],
-    grid_z: u64,
-) -> Result<Vec<TiledMap>, ArgError> {
-    rules.iter().map(|r| r.resolve(values, grid_z)).collect()
+pub fn resolve_all(rules: &[TensorMapRule], values: &[u64]) -> Result<Vec<TiledMap>, ArgError> {
+    rules.iter().map(|r| r.resolve(values)).collect()
 }
 
 /// Whether a device's driver can encode tensor maps (`cuTensorMapEncodeTiled` came with CUDA
@@ -316,22 +306,22 @@ mod tests {
 
     #[test]
     fn resolves_a_call() {
-        let t = A.resolve(&values(0x1_0010, 129, 72, 80), 1).unwrap();
+        let t = A.resolve(&values(0x1_0010, 129, 72, 80)).unwrap();
         assert_eq!(t.address, 0x1_0010);
         assert_eq!(t.rank, 2);
         assert_eq!(&t.dims[..2], &[72, 129]);
         assert_eq!(t.strides[0], 160);
         assert_eq!(&t.box_dims[..2], &[64, 128]);
         // Dims of 1 and the largest are fine; a 16-byte but not 128-byte aligned base too.
-        assert!(A.resolve(&values(0x1_0010, 1, 8, 8), 1).is_ok());
-        assert!(A.resolve(&values(0x1_0000, 1 << 32, 8, 8), 1).is_ok());
+        assert!(A.resolve(&values(0x1_0010, 1, 8, 8)).is_ok());
+        assert!(A.resolve(&values(0x1_0000, 1 << 32, 8, 8)).is_ok());
     }
 
     #[test]
     fn refuses_what_the_driver_would() {
         // Misaligned base.
         assert_eq!(
-            A.resolve(&values(0x1_0008, 16, 16, 16), 1),
+            A.resolve(&values(0x1_0008, 16, 16, 16)),
             Err(ArgError::Misaligned {
                 arg: "a",
                 address: 0x1_0008,
@@ -340,7 +330,7 @@ mod tests {
         );
         // A zero dim (k = 0): TMA has no empty tensors.
         assert!(matches!(
-            A.resolve(&values(0x1_0000, 16, 0, 16), 1),
+            A.resolve(&values(0x1_0000, 16, 0, 16)),
             Err(ArgError::OutOfRange {
                 what: "k",
                 value: 0,
@@ -348,12 +338,12 @@ mod tests {
             })
         ));
         assert!(matches!(
-            A.resolve(&values(0x1_0000, (1 << 32) + 1, 16, 16), 1),
+            A.resolve(&values(0x1_0000, (1 << 32) + 1, 16, 16)),
             Err(ArgError::OutOfRange { what: "m", .. })
         ));
         // Stride not a multiple of 16 bytes (8 bf16), too large.
         assert!(matches!(
-            A.resolve(&values(0x1_0000, 16, 16, 20), 1),
+            A.resolve(&values(0x1_0000, 16, 16, 20)),
             Err(ArgError::NotMultiple {
                 what: "lda",
                 value: 20,
@@ -362,18 +352,18 @@ mod tests {
         ));
         // A stride below the row's extent is the driver's to take (the GEMM's own checks
         // refuse lda < k before a map is made).
-        assert!(A.resolve(&values(0x1_0000, 16, 24, 16), 1).is_ok());
+        assert!(A.resolve(&values(0x1_0000, 16, 24, 16)).is_ok());
         assert!(matches!(
-            A.resolve(&values(0x1_0000, 2, 16, 1 << 39), 1),
+            A.resolve(&values(0x1_0000, 2, 16, 1 << 39)),
             Err(ArgError::OutOfRange { what: "lda", .. })
         ));
         // Too few values for the rule's indices: the table's fault, refused, no panic.
-        assert!(A.resolve(&[0x1_0000], 1).is_err());
+        assert!(A.resolve(&[0x1_0000]).is_err());
     }
 
     // An attention kernel's K (bf16, head_dim 128, laid out batch × heads × seq × head_dim):
-    // args q, k, v, o, seq_q, seq_kv, heads_q, heads_kv, k_ss, k_hs, k_bs; head_dim is the
-    // kernel's constant and batch the grid's z.
+    // args q, k, v, o, seq_q, seq_kv, heads_q, heads_kv, k_ss, k_hs, k_bs, batch; head_dim is
+    // the kernel's constant.
     const K: TensorMapRule = TensorMapRule {
         name: "k_map",
         tensor: arg(1, "k"),
@@ -382,7 +372,7 @@ mod tests {
             MapDim::Const(128),
             MapDim::Arg(arg(5, "seq_kv")),
             MapDim::Arg(arg(7, "heads_kv")),
-            MapDim::Batch,
+            MapDim::Arg(arg(11, "batch")),
         ],
         strides: &[arg(8, "k_ss"), arg(9, "k_hs"), arg(10, "k_bs")],
         box_dims: &[64, 64, 1, 1],
@@ -392,27 +382,26 @@ mod tests {
         oob_fill: OobFill::Zero,
     };
 
-    /// K's argument values for `seq_kv` keys over `heads` heads, packed.
-    fn k_values(seq_kv: u64, heads: u64) -> [u64; 11] {
+    /// K's argument values for `seq_kv` keys over `heads` heads and `batch` entries, packed.
+    fn k_values(seq_kv: u64, heads: u64, batch: u64) -> [u64; 12] {
         let (q, k, v, o) = (0x1000, 0x2000, 0x3000, 0x4000);
         let (ss, hs, bs) = (128, 128 * seq_kv, 128 * seq_kv * heads);
-        [q, k, v, o, 64, seq_kv, heads, heads, ss, hs, bs]
+        [q, k, v, o, 64, seq_kv, heads, heads, ss, hs, bs, batch]
     }
 
     #[test]
-    fn constant_and_batch_dims() {
+    fn constant_and_argument_dims() {
         assert!(K.is_sound());
-        let t = K.resolve(&k_values(300, 8), 3).unwrap();
+        let t = K.resolve(&k_values(300, 8, 3)).unwrap();
         assert_eq!(t.address, 0x2000);
         assert_eq!(t.rank, 4);
         assert_eq!(&t.dims[..4], &[128, 300, 8, 3]);
         assert_eq!(&t.strides[..3], &[256, 256 * 300, 256 * 300 * 8]);
         assert_eq!(&t.box_dims[..4], &[64, 64, 1, 1]);
-        // The batch is the grid's z, whatever the arguments say; an empty grid is refused
-        // like any empty dim.
-        assert_eq!(K.resolve(&k_values(300, 8), 1).unwrap().dims[3], 1);
+        // An empty batch is refused like any empty dim.
+        assert_eq!(K.resolve(&k_values(300, 8, 1)).unwrap().dims[3], 1);
         assert_eq!(
-            K.resolve(&k_values(300, 8), 0),
+            K.resolve(&k_values(300, 8, 0)),
             Err(ArgError::OutOfRange {
                 what: "batch",
                 value: 0,
@@ -420,16 +409,16 @@ mod tests {
                 max: MAX_DIM
             })
         );
-        assert!(K.resolve(&k_values(300, 8), MAX_DIM).is_ok());
+        assert!(K.resolve(&k_values(300, 8, MAX_DIM)).is_ok());
         assert!(matches!(
-            K.resolve(&k_values(300, 8), MAX_DIM + 1),
+            K.resolve(&k_values(300, 8, MAX_DIM + 1)),
             Err(ArgError::OutOfRange { what: "batch", .. })
         ));
         // The usual [batch, seq, heads, d] layout: the head stride is below the seq extent;
         // and a packed varlen batch has a batch stride of 0. Both encode as given.
-        let mut bshd = k_values(300, 8);
+        let mut bshd = k_values(300, 8, 2);
         (bshd[8], bshd[9], bshd[10]) = (128 * 8, 128, 0);
-        assert_eq!(&K.resolve(&bshd, 2).unwrap().strides[..3], &[2048, 256, 0]);
+        assert_eq!(&K.resolve(&bshd).unwrap().strides[..3], &[2048, 256, 0]);
         // A constant outside 1..=2^32 makes the rule unsound: refused for every call.
         const ONE_STRIDE: &[SizeArg] = &[arg(8, "k_ss")];
         let two_dims = |dims| TensorMapRule {
@@ -438,17 +427,18 @@ mod tests {
             box_dims: &[64, 1],
             ..K
         };
+        const BATCH: MapDim = MapDim::Arg(arg(11, "batch"));
         for dims in [
-            &[MapDim::Const(0), MapDim::Batch],
-            &[MapDim::Const(MAX_DIM + 1), MapDim::Batch],
+            &[MapDim::Const(0), BATCH],
+            &[MapDim::Const(MAX_DIM + 1), BATCH],
         ] {
             assert!(!two_dims(dims).is_sound());
-            assert!(two_dims(dims).resolve(&k_values(300, 8), 1).is_err());
+            assert!(two_dims(dims).resolve(&k_values(300, 8, 1)).is_err());
         }
         let largest = two_dims(&[MapDim::Const(64), MapDim::Const(MAX_DIM)]);
         assert!(largest.is_sound());
         assert_eq!(
-            resolve_all(&[K, largest], &k_values(300, 8), 2)
+            resolve_all(&[K, largest], &k_values(300, 8, 2))
                 .unwrap()
                 .iter()
                 .map(|m| m.dims[1])
@@ -492,7 +482,7 @@ mod tests {
             ..A
         }
         .is_sound()); // rank 2
-        assert!(wide.resolve(&values(0x1_0000, 16, 16, 16), 1).is_err());
+        assert!(wide.resolve(&values(0x1_0000, 16, 16, 16)).is_err());
     }
 
     #[test]

@@ -18,10 +18,7 @@ pub static CALLS: FamilyCalls = FamilyCalls {
     niche,
     dispatch_rule: |_, _| DISPATCH_RULE,
     // Smallest query tile first.
-    dispatch_rank: |inst| match inst.launch.grid {
-        GridRule::QueryTiles { tile_q } => (tile_q as u64, 0),
-        _ => (0, 0),
-    },
+    dispatch_rank: |inst| (inst.launch.grid.query_tile().unwrap_or(0) as u64, 0),
     emitter: Emitter::Own(OwnCalls {
         check_signature,
         methods: group_methods,
@@ -42,13 +39,19 @@ fn expected_args(inst: &InstanceEntry) -> Vec<Arg> {
 pub fn check_signature(inst: &InstanceEntry) -> Result<()> {
     if inst.args != expected_args(inst) {
         return Err(Error::internal(format!(
-            "bindings: `{}` does not take attention's arguments (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_kv, sizes, strides, scale)",
+            "bindings: `{}` does not take attention's arguments (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_kv, batch and the other sizes, strides, scale)",
             inst.name
         )));
     }
-    if !matches!(inst.launch.grid, GridRule::QueryTiles { .. }) {
+    // Hopper instances (with tensor maps) are persistent, the portable ones are not.
+    let fits = match inst.launch.grid {
+        GridRule::QueryTiles { .. } => inst.tensor_maps.is_empty(),
+        GridRule::PersistentQueryTiles { .. } => !inst.tensor_maps.is_empty(),
+        _ => false,
+    };
+    if !fits {
         return Err(Error::internal(format!(
-            "bindings: `{}` (attention) has launch rule {:?}, not query_tiles",
+            "bindings: `{}` (attention) has launch rule {:?}, not query_tiles (or persistent_query_tiles with tensor maps)",
             inst.name, inst.launch.grid
         )));
     }
@@ -96,14 +99,19 @@ pub fn requirements() -> String {
 fn kernel_lit(inst: &InstanceEntry) -> TokenStream {
     let d = Literal::u32_unsuffixed(head_dim(inst));
     let causal = inst.params.causal == Some(true);
-    let tile_q = match inst.launch.grid {
-        GridRule::QueryTiles { tile_q } => tile_q,
-        _ => 1,
-    };
-    let tq = Literal::u32_unsuffixed(tile_q);
+    let tq = Literal::u32_unsuffixed(inst.launch.grid.query_tile().unwrap_or(1));
     let threads = Literal::u32_unsuffixed(inst.launch.threads);
     let shared = Literal::u32_unsuffixed(inst.launch.shared_bytes);
-    quote!(::tilegen_runtime::attention::AttnKernel { head_dim: #d, causal: #causal, tile_q: #tq, threads: #threads, shared_bytes: #shared })
+    let grid = match inst.launch.grid {
+        GridRule::PersistentQueryTiles {
+            pairs, ctas_per_sm, ..
+        } => {
+            let per_sm = Literal::u32_unsuffixed(ctas_per_sm);
+            quote!(::tilegen_runtime::attention::AttnGrid::Persistent { pairs: #pairs, ctas_per_sm: #per_sm })
+        }
+        _ => quote!(::tilegen_runtime::attention::AttnGrid::QueryTiles),
+    };
+    quote!(::tilegen_runtime::attention::AttnKernel { head_dim: #d, causal: #causal, tile_q: #tq, threads: #threads, shared_bytes: #shared, grid: #grid })
 }
 
 /// The plan functions of a group: the dispatching one (by mask, device and `seq_q`) and one
@@ -130,15 +138,12 @@ pub fn plan_fns(m: &Manifest, g: &Group) -> Result<TokenStream> {
         };
         fns.push(quote! {
             #[doc = #doc]
-            pub fn #f(_device: &Device, #params) -> Result<Plan, ArgError> {
-                ::tilegen_runtime::attention::plan(#index, &#kernel, #maps, shape, strides, q, k, v, o, lse, varlen, scale)
+            pub fn #f(device: &Device, #params) -> Result<Plan, ArgError> {
+                ::tilegen_runtime::attention::plan(device, #index, &#kernel, #maps, shape, strides, q, k, v, o, lse, varlen, scale)
             }
         });
         let causal = inst.params.causal == Some(true);
-        let tq = match inst.launch.grid {
-            GridRule::QueryTiles { tile_q } => Literal::u32_unsuffixed(tile_q),
-            _ => Literal::u32_unsuffixed(1),
-        };
+        let tq = Literal::u32_unsuffixed(inst.launch.grid.query_tile().unwrap_or(1));
         let hopper = ops::attention::wgmma(&inst.params);
         let maps = !inst.tensor_maps.is_empty();
         options.push(quote!(::tilegen_runtime::attention::AttnOption {
@@ -312,7 +317,7 @@ pub fn group_methods(m: &Manifest, g: &Group) -> Result<TokenStream> {
                     &shape,
                     strides,
                 );
-                let ints: [i64; 18] = ::core::array::from_fn(|i| values[7 + i] as i64);
+                let ints: [i64; 19] = ::core::array::from_fn(|i| values[7 + i] as i64);
                 let mut args = vec![
                     loader::Arg::of(&q_ptr), loader::Arg::of(&k_ptr), loader::Arg::of(&v_ptr),
                     loader::Arg::of(&o_ptr), loader::Arg::of(&lse_ptr),
@@ -362,7 +367,7 @@ mod tests {
             .map(|a| a.name)
             .collect();
         let mut want = vec!["q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_kv"];
-        want.extend(["heads_q", "heads_kv", "seq_q", "seq_kv"]);
+        want.extend(["batch", "heads_q", "heads_kv", "seq_q", "seq_kv"]);
         want.extend(ops::attention::STRIDES);
         want.push("scale");
         assert_eq!(names, want);

@@ -65,6 +65,10 @@ const MAX_SHARED_SM90: u32 = 232_448;
 /// Fragment registers per consumer thread that build without spills on the Hopper path, with
 /// two and with three consumers (measured: 192 and 128 do, 208 and 144 spill).
 const WGMMA_FRAGMENT_REGS: [u32; 2] = [192, 128];
+/// Hopper path: work items its scheduler publishes ahead in shared memory, and the bytes of
+/// one (the template's ITEMS and ITEM_BYTES; one slot more holds launch constants).
+const SCHED_ITEMS: u32 = 4;
+const SCHED_ITEM_BYTES: u32 = 128;
 
 /// The family's table (`ops::family`).
 pub static FAMILY: OpFamily = OpFamily {
@@ -227,15 +231,35 @@ impl Plan {
     fn row_bytes(&self) -> u32 {
         self.head_dim * 2
     }
-    /// Q tile plus `stages` K and V tiles; the Hopper path adds 1024 bytes to align the tiles
-    /// for the 128-byte swizzle and its mbarriers (Q full, and K/V full and empty per stage).
+    /// Q tile plus `stages` K and V tiles; the Hopper path holds `q_bufs` Q tiles and adds
+    /// 1024 bytes to align the tiles for the 128-byte swizzle, its mbarriers (Q full and empty
+    /// per Q tile, K/V full and empty per stage, item full and empty per scheduler slot) and
+    /// the scheduler's slots.
     pub fn shared_bytes(&self) -> u32 {
-        let tiles = (self.tile_q + self.stages * 2 * self.tile_kv) * self.row_bytes();
         if self.wgmma {
-            1024 + tiles + 8 * (1 + 4 * self.stages)
-        } else {
-            tiles
+            return self.wgmma_shared_bytes(self.q_bufs());
         }
+        (self.tile_q + self.stages * 2 * self.tile_kv) * self.row_bytes()
+    }
+    fn wgmma_shared_bytes(&self, q_bufs: u32) -> u32 {
+        let tiles = (q_bufs * self.tile_q + self.stages * 2 * self.tile_kv) * self.row_bytes();
+        let barriers = 2 * q_bufs + 4 * self.stages + 2 * SCHED_ITEMS;
+        1024 + tiles + 8 * barriers + (SCHED_ITEMS + 1) * SCHED_ITEM_BYTES
+    }
+    /// Hopper path: Q tiles in shared memory. A block's next work item's Q lands while its
+    /// current one runs; with Q in shared memory through the whole item (not kept in
+    /// registers) that takes a second tile, where it fits.
+    pub fn q_bufs(&self) -> u32 {
+        if self.wgmma && !self.q_in_registers() && self.wgmma_shared_bytes(2) <= MAX_SHARED_SM90 {
+            2
+        } else {
+            1
+        }
+    }
+    /// Hopper path, causal: work units of two query tiles whose key counts add up to about
+    /// the same (see the grid rule).
+    pub fn pairs(&self) -> bool {
+        self.wgmma && self.causal
     }
     /// O accumulators + S scores + Q fragments (kept in registers with one slice per warp);
     /// on the Hopper path per consumer thread: O, S, P as 16-bit pairs, and Q when kept.
@@ -472,7 +496,7 @@ pub fn signature(inst: &Instance) -> Vec<Arg> {
         int32_in("cu_seqlens_q"),
         int32_in("cu_seqlens_kv"),
     ];
-    for s in ["heads_q", "heads_kv", "seq_q", "seq_kv"] {
+    for s in ["batch", "heads_q", "heads_kv", "seq_q", "seq_kv"] {
         args.push(Arg::scalar(s, "i64"));
     }
     for s in STRIDES {
@@ -495,18 +519,34 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
             maps.join(", ")
         )
     });
-    let mut lines = vec![
+    let raise = if smem > 48 * 1024 {
+        " (over 48 KiB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)"
+    } else {
+        ""
+    };
+    let grid = if plan.wgmma {
         format!(
-            "launch: grid = (ceil(seq_q / {}), heads_q, batch) with seq_q the longest query sequence, \
-             block = ({}, 1, 1), {smem} bytes of dynamic shared memory{}",
-            plan.tile_q,
-            plan.threads,
-            if smem > 48 * 1024 {
-                " (over 48 KiB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)"
+            "launch: persistent, grid = (x, 1, 1) with x = min(units, SMs){}, block = ({}, 1, 1), \
+             {smem} bytes of dynamic shared memory{raise}; units = {} x heads_q x batch < 2^31 with \
+             tiles = ceil(seq_q / {}), seq_q the longest query sequence; any x >= 1 gives the same result",
+            if plan.pairs() {
+                " lowered to the largest count coprime to ceil(tiles / 2)"
             } else {
                 ""
-            }
-        ),
+            },
+            plan.threads,
+            if plan.pairs() { "ceil(tiles / 2)" } else { "tiles" },
+            plan.tile_q,
+        )
+    } else {
+        format!(
+            "launch: grid = (ceil(seq_q / {}), heads_q, batch) with seq_q the longest query sequence, \
+             block = ({}, 1, 1), {smem} bytes of dynamic shared memory{raise}",
+            plan.tile_q, plan.threads,
+        )
+    };
+    let mut lines = vec![
+        grid,
         format!(
             "head_dim = {} (the last dimension of q, k, v, o, contiguous)",
             plan.head_dim
@@ -563,12 +603,33 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
 
 pub fn launch(inst: &Instance) -> Launch {
     let plan = Plan::new(&inst.params);
+    let grid = if plan.wgmma {
+        // One block per SM (its shared memory), each looping over the work units.
+        GridRule::PersistentQueryTiles {
+            tile_q: plan.tile_q,
+            pairs: plan.pairs(),
+            ctas_per_sm: 1,
+        }
+    } else {
+        GridRule::QueryTiles {
+            tile_q: plan.tile_q,
+        }
+    };
     Launch {
         threads: plan.threads,
-        grid: GridRule::QueryTiles {
-            tile_q: plan.tile_q,
-        },
+        grid,
         shared_bytes: plan.shared_bytes(),
+    }
+}
+
+/// The runtime's grid of an attention instance's launch rule (query tiles for any other).
+pub fn runtime_grid(grid: &GridRule) -> tilegen_runtime::attention::AttnGrid {
+    use tilegen_runtime::attention::AttnGrid;
+    match *grid {
+        GridRule::PersistentQueryTiles {
+            pairs, ctas_per_sm, ..
+        } => AttnGrid::Persistent { pairs, ctas_per_sm },
+        _ => AttnGrid::QueryTiles,
     }
 }
 
@@ -586,6 +647,8 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
             ("producer_regs", producer.into()),
             ("consumer_regs", consumer.into()),
             ("q_regs", u32::from(plan.q_in_registers()).into()),
+            ("q_bufs", plan.q_bufs().into()),
+            ("pairs", plan.pairs().into()),
             ("shared_bytes", plan.shared_bytes().into()),
             ("requirements", runtime_requirements(inst).into()),
             (
@@ -698,18 +761,19 @@ mod tests {
 
     #[test]
     fn hopper_plans_match_the_harness() {
-        // (d, tile_q, tile_kv, stages) -> threads, shared bytes as run.py's smem_bytes (sm90)
-        for (d, tq, tkv, st, threads, smem) in [
-            (128, 128, 128, 2, 384, 164_936),
-            (128, 128, 128, 3, 384, 230_504),
-            (64, 192, 128, 3, 512, 124_008),
-            (128, 192, 64, 3, 512, 148_584),
-            (256, 128, 64, 2, 384, 197_704),
+        // (d, tile_q, tile_kv, stages) -> threads, Q tiles, shared bytes as run.py's
+        // smem_bytes (sm90)
+        for (d, tq, tkv, st, threads, q_bufs, smem) in [
+            (128, 128, 128, 2, 384, 1, 165_648),
+            (128, 128, 128, 3, 384, 1, 231_216),
+            (64, 192, 128, 3, 512, 2, 149_312),
+            (128, 192, 64, 3, 512, 2, 198_464),
+            (256, 128, 64, 2, 384, 1, 198_416),
         ] {
             let plan = Plan::new(&hopper(d, tq, tkv, st));
             assert_eq!(
-                (plan.threads, plan.shared_bytes()),
-                (threads, smem),
+                (plan.threads, plan.q_bufs(), plan.shared_bytes()),
+                (threads, q_bufs, smem),
                 "{plan:?}"
             );
             assert!(
@@ -868,14 +932,29 @@ mod tests {
             params(128, false, 128, 32, 128, 2),
         );
         let decls: Vec<String> = signature(&inst).iter().map(|a| a.c_decl()).collect();
-        assert_eq!(decls.len(), 7 + 4 + 14 + 1);
+        assert_eq!(decls.len(), 7 + 5 + 14 + 1);
         assert_eq!(decls[0], "const tg_bf16* __restrict__ q");
         assert_eq!(decls[4], "float* __restrict__ lse");
         assert_eq!(decls[5], "const void* __restrict__ cu_seqlens_q");
-        assert_eq!(decls[25], "float scale");
+        assert_eq!(decls[7], "long long batch");
+        assert_eq!(decls[26], "float scale");
         let launch = launch(&inst);
         assert_eq!(launch.threads, 128);
         assert_eq!(launch.shared_bytes, 65_536);
         assert_eq!(launch.grid, GridRule::QueryTiles { tile_q: 128 });
+        // The Hopper instances are persistent; causal ones pair their query tiles.
+        for causal in [false, true] {
+            let mut p = hopper(64, 192, 128, 3);
+            p.causal = Some(causal);
+            let hop = Instance::for_test(Op::Attention, DType::Bf16, p);
+            assert_eq!(
+                super::launch(&hop).grid,
+                GridRule::PersistentQueryTiles {
+                    tile_q: 192,
+                    pairs: causal,
+                    ctas_per_sm: 1
+                }
+            );
+        }
     }
 }
