@@ -54,24 +54,23 @@ def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, t
     return d_
 
 
-P = H  # round 12's persistent variants (the template is persistent since)
-
 
 VARIANTS = {
     # round 12: persistent blocks (p_*) against the default tiles of the time; causal grids
-    # coprime to the units per head unless _nc
-    "p_d128_c2_n128_s3": P(128, 128, 2, 3),
-    "p_d128_c2_n128_s3_nc": P(128, 128, 2, 3, coprime=0),
-    "p_d128_c2_n128_s3_stride": P(128, 128, 2, 3, pairs=0),
-    "p_d128_c2_n128_s3_all": P(128, 128, 2, 3, gridall=1),
-    "p_d64_c3_n128_s3": P(64, 128, 3, 3, 32, 160),
-    "p_d64_c3_n128_s3_q2": P(64, 128, 3, 3, 32, 160, qbufs=2),
-    "p_d64_c3_n128_s3_q2_nc": P(64, 128, 3, 3, 32, 160, qbufs=2, coprime=0),
-    "p_d64_c3_n128_s3_q2_stride": P(64, 128, 3, 3, 32, 160, qbufs=2, pairs=0),
-    "p_d64_c3_n128_s3_q2_all": P(64, 128, 3, 3, 32, 160, qbufs=2, gridall=1),
-    "p_d256_c2_n64_s2": P(256, 64, 2, 2, qregs=0),
-    "p_d256_c2_n64_s2_nc": P(256, 64, 2, 2, qregs=0, coprime=0),
-    "p_d256_c2_n64_s2_all": P(256, 64, 2, 2, qregs=0, gridall=1),
+    # coprime to the units per head unless _nc. The template is persistent since, so the p_*
+    # without a suffix are the t_* of the same tiles.
+    "p_d128_c2_n128_s3": H(128, 128, 2, 3),
+    "p_d128_c2_n128_s3_nc": H(128, 128, 2, 3, coprime=0),
+    "p_d128_c2_n128_s3_stride": H(128, 128, 2, 3, pairs=0),
+    "p_d128_c2_n128_s3_all": H(128, 128, 2, 3, gridall=1),
+    "p_d64_c3_n128_s3": H(64, 128, 3, 3, 32, 160, qbufs=1),
+    "p_d64_c3_n128_s3_q2": H(64, 128, 3, 3, 32, 160, qbufs=2),
+    "p_d64_c3_n128_s3_q2_nc": H(64, 128, 3, 3, 32, 160, qbufs=2, coprime=0),
+    "p_d64_c3_n128_s3_q2_stride": H(64, 128, 3, 3, 32, 160, qbufs=2, pairs=0),
+    "p_d64_c3_n128_s3_q2_all": H(64, 128, 3, 3, 32, 160, qbufs=2, gridall=1),
+    "p_d256_c2_n64_s2": H(256, 64, 2, 2, qregs=0),
+    "p_d256_c2_n64_s2_nc": H(256, 64, 2, 2, qregs=0, coprime=0),
+    "p_d256_c2_n64_s2_all": H(256, 64, 2, 2, qregs=0, gridall=1),
     # round 7: K/V by TMA (the default from here) against the cp.async producer (_cp)
     "t_d128_c2_n128_s2": H(128, 128, 2, 2),
     "t_d128_c2_n128_s3": H(128, 128, 2, 3),
