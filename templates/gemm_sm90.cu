@@ -3,11 +3,17 @@
 // gemm, engine wgmma (sm_90a only): D = epilogue(A . B) with A M x K and B K x N ({{ dtype }} in,
 // {{ out_dtype }} out, f32 accumulation), layout {{ layout }}, epilogue = [{{ epilogue | join(sep=", ") }}].
 // Block tile {{ tile_m }}x{{ tile_n }}x{{ tile_k }}: warpgroup 0 issues TMA loads into a {{ stages }}-stage ring of shared
-// memory (128-byte swizzle, full/empty mbarriers); warpgroups 1 and 2 each own 64 rows x {{ tile_n }} columns
+// memory (128-byte swizzle, full/empty mbarriers); {% if consumers == 1 %}warpgroup 1 owns the{% else %}warpgroups 1 and 2 each own{% endif %} 64 rows x {{ tile_n }} columns
 // and run wgmma.mma_async m64n{{ tile_n }}k16 from shared-memory descriptors. Persistent: each block
 // loops over output tiles in groups of {{ group_m }} tile rows. Epilogue: registers -> swizzled shared
 // memory -> TMA store ({{ epi_rounds }} round(s) of {{ epi_cols }} columns per consumer), while the producer
 // already loads the next tile.{% if has_bias %} Producer warp 1 stages each tile's bias in shared memory.{% endif %}
+{%- if swap %}
+// Swap-AB (skinny GEMMs): D's tile is {{ tile_n }} rows x {{ tile_m }} columns and wgmma computes its transpose, B's
+// columns (the weights) on wgmma's m and A's {{ tile_n }} rows (the tokens) on its n, so a stage holds {{ tile_m }}
+// rows of B beside {{ tile_n }} of A; the epilogue stages D transposed. Inside, M and N, tiles and maps are
+// the wgmma's: M counts D's columns, N its rows.
+{%- endif %}
 {%- if split_k > 1 %}
 // Split-K: clusters of {{ split_k }} blocks walk the tiles; each block sums its share of the k blocks (A in
 // {{ a_box_outer }}-row boxes, only those that reach into M), ranks 1..{{ split_k - 1 }} leave their f32 partial tiles in
@@ -60,9 +66,14 @@ constexpr unsigned BIAS_OFFSET = {{ bias_offset }};  // two slots of a tile's bi
 constexpr unsigned BIAS_SLOT_BYTES = {{ bias_slot_bytes }};
 constexpr unsigned BARRIER_OFFSET = {{ barrier_offset }};
 static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * {{ a_box_outer }}u * 128u, "A boxes fill the stage");
-static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * BOX_BYTES, "B boxes fill the stage");
+static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * {{ b_box_rows }}u * 128u, "B boxes fill the stage");
+{%- if swap %}
+static_assert(STAGING_BYTES == (unsigned)BN * 64u * sizeof(OT), "staging holds D's tile rows x a consumer's 64 columns");
+static_assert(EPI_COLS == 64 && EPI_ROUNDS == 1 && 64 % D_BOX_COLS == 0, "one round of whole boxes");
+{%- else %}
 static_assert(STAGING_BYTES == 64u * EPI_COLS * sizeof(OT), "staging holds 64 rows of a round");
 static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds cover the tile in whole boxes");
+{%- endif %}
 }  // namespace cfg
 
 {% include "sm90.cuh" %}
@@ -125,6 +136,43 @@ __device__ __forceinline__ void tg_st_shared_pair(unsigned addr, float x, float 
     }
 }
 
+{%- if swap %}
+
+// Swap-AB: byte address of D (row, col) in a consumer's staging buffer (the tile's {{ tile_n }} rows by
+// the consumer's 64 columns): boxes of {{ tile_n }} 128-byte rows, swizzled as tg_staging_addr's.
+__device__ __forceinline__ unsigned tg_staging_addr_t(unsigned base, int row, int col) {
+    const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
+    const unsigned box = byte / 128u, within = byte % 128u;
+    const unsigned chunk = (within / 16u) ^ ((unsigned)row & 7u);
+    return base + box * ({{ tile_n }}u * 128u) + (unsigned)row * 128u + chunk * 16u + within % 16u;
+}
+
+// One output-typed value from / into shared memory (a thread's two adjacent accumulators are
+// one column of D's transpose: two rows of D).
+template <typename O> __device__ __forceinline__ float tg_ld_shared_one(unsigned addr) {
+    if constexpr (TG_OUT_F32) {
+        float x;
+        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(x) : "r"(addr) : "memory");
+        return x;
+    } else {
+        unsigned short u;
+        asm volatile("ld.shared.b16 %0, [%1];" : "=h"(u) : "r"(addr) : "memory");
+        O v;
+        v.bits = u;
+        return tg_to_float(v);
+    }
+}
+__device__ __forceinline__ void tg_st_shared_one(unsigned addr, float x) {
+    if constexpr (TG_OUT_F32) {
+        asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(x) : "memory");
+    } else {
+        unsigned short u;
+        asm("cvt.rn.{{ out_dtype }}.f32 %0, %1;" : "=h"(u) : "f"(x));
+        asm volatile("st.shared.b16 [%0], %1;" ::"r"(addr), "h"(u) : "memory");
+    }
+}
+{%- endif %}
+
 {% include "epilogue.cuh" %}
 {% raw %}
 // Grouped tile order: GROUP_M consecutive tile rows sweep the tile columns together, so the
@@ -160,6 +208,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     // shared memory) to its own and runs the epilogue. (Kernel constants: NVRTC emits a global
     // for each namespace-scope one.)
     constexpr int SPLIT_K = {{ split_k }};
+    constexpr int CONSUMERS = {{ consumers }};  // warpgroups 1.., 64 rows each
     constexpr unsigned PARTIAL_OFFSET = {{ partial_offset }};
     constexpr unsigned PARTIAL_BYTES = {{ partial_bytes }};  // per consumer (0 without a split)
     static_assert(SPLIT_K == 1 || PARTIAL_BYTES == 64u * BN * 4u, "a partial tile holds a consumer's accumulators");
@@ -175,7 +224,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     auto empty = [=](int s) { return sBar + 8u * (unsigned)(STAGES + s); };
     // One more per consumer: its staged residual tile has arrived.
     [[maybe_unused]] auto c_full = [=](int cw) { return sBar + 8u * (unsigned)(2 * STAGES + cw); };
-    // A bias slot is filled (producer warp 1) / read by both consumers.
+    // A bias slot is filled (producer warp 1) / read by the consumers.
     [[maybe_unused]] auto bias_full = [=](int slot) { return sBar + 8u * (unsigned)(2 * STAGES + 2 + slot); };
     [[maybe_unused]] auto bias_empty = [=](int slot) { return sBar + 8u * (unsigned)(2 * STAGES + 4 + slot); };
     [[maybe_unused]] const unsigned sBias = base + BIAS_OFFSET;
@@ -189,13 +238,15 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             tg_mbar_init(full(s), 1);   // the producer's expect_tx arrive
-            tg_mbar_init(empty(s), 2);  // one arrive per consumer warpgroup
+            tg_mbar_init(empty(s), CONSUMERS);  // one arrive per consumer warpgroup
         }
         tg_mbar_init(c_full(0), 1);
         tg_mbar_init(c_full(1), 1);
-        for (int slot = 0; slot < 2; ++slot) {
-            tg_mbar_init(bias_full(slot), 32);  // every lane of producer warp 1
-            tg_mbar_init(bias_empty(slot), 2);  // one arrive per consumer warpgroup
+        if constexpr (TG_HAS_BIAS) {
+            for (int slot = 0; slot < 2; ++slot) {
+                tg_mbar_init(bias_full(slot), 32);                // every lane of producer warp 1
+                tg_mbar_init(bias_empty(slot), 128 * CONSUMERS);  // every consumer thread
+            }
         }
         if constexpr (SPLIT_K > 1) {
             for (int cw = 0; cw < 2; ++cw) {
@@ -294,9 +345,15 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 tg_mbar_wait(bias_empty(slot), bphase ^ 1u);
                 const unsigned dst = sBias + slot * BIAS_SLOT_BYTES;
 #pragma unroll
+{%- if swap %}
+                for (int i = lane; i < BM; i += 32) {  // D's columns are the tile's rows
+                    const int col = tm * BM + i;
+                    const float v = col < M ? tg_to_float(bias[col]) : 0.0f;
+{%- else %}
                 for (int i = lane; i < BN; i += 32) {
                     const int col = tn * BN + i;
                     const float v = col < N ? tg_to_float(bias[col]) : 0.0f;
+{%- endif %}
                     asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 4u * i), "f"(v) : "memory");
                 }
                 tg_mbar_arrive(bias_full(slot));  // releases this lane's stores
@@ -415,6 +472,59 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 if (rank != 0) continue;  // rank 0 writes the tile
             }
 
+{%- if swap %}
+            // ---------------- epilogue: D transposed ----------------
+            // acc[4g + 2h + e] is D's column tm*BM + cw*64 + warp*16 + lane/4 + 8h (a row of the
+            // wgmma tile) and D's row tn*BN + 8g + 2(lane%4) + e.
+            const int dcol0 = tm * BM + cw * 64;  // D's columns of this consumer
+            const int drow0 = tn * BN;            // D's rows of the tile
+            const int c_local = warp * 16 + lane / 4;
+            if constexpr (TG_HAS_BIAS) tg_mbar_wait(bias_full(bias_slot), bias_phase);
+            [[maybe_unused]] const unsigned bias_s = sBias + bias_slot * BIAS_SLOT_BYTES;
+            if (!idle) {
+                if (tid == 0) tg_bulk_wait_read();  // the last stores have read the staging buffer
+                tg_named_barrier(1 + cw, 128);
+                if constexpr (TG_HAS_RESIDUAL) {
+                    if (tid == 0) {
+                        tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
+#pragma unroll
+                        for (int box = 0; box < 64 / D_BOX_COLS; ++box)
+                            tg_tma_load(staging + box * (BN * 128u), &c_map, c_full(cw), dcol0 + box * D_BOX_COLS, drow0);
+                    }
+                    tg_mbar_wait(c_full(cw), c_phase);
+                    c_phase ^= 1u;
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int cs = c_local + 8 * h;  // column in the staging buffer
+                    float b = 0.0f;
+                    if constexpr (TG_HAS_BIAS) {
+                        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(bias_s + 4u * (cw * 64 + cs)) : "memory");
+                    }
+#pragma unroll
+                    for (int g = 0; g < BN / 8; ++g) {
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int rs = 8 * g + 2 * (lane % 4) + e;  // row in the staging buffer
+                            const unsigned at = tg_staging_addr_t(staging, rs, cs);
+                            float r = 0.0f;
+                            if constexpr (TG_HAS_RESIDUAL) r = tg_ld_shared_one<OT>(at);  // zeros past M and N
+                            tg_st_shared_one(at, tg_epilogue(has_k ? acc[4 * g + 2 * h + e] : 0.0f, b, r, alpha_v));
+                        }
+                    }
+                }
+                tg_fence_async_smem();
+                tg_named_barrier(1 + cw, 128);
+                if (tid == 0) {
+#pragma unroll
+                    for (int box = 0; box < 64 / D_BOX_COLS; ++box) {
+                        const int col0 = dcol0 + box * D_BOX_COLS;
+                        if (col0 < M) tg_tma_store(&d_map, staging + box * (BN * 128u), col0, drow0);
+                    }
+                    tg_bulk_commit();
+                }
+            }
+{%- else %}
             // ---------------- epilogue ----------------
             // Thread layout of an m64nBN accumulator: acc[4g + 2h + e] is row warp*16 + lane/4 + 8h,
             // column 8g + 2(lane%4) + e.
@@ -471,9 +581,12 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                     tg_bulk_commit();
                 }
             }
+{%- endif %}
             if constexpr (TG_HAS_BIAS) {
-                // Every thread of this warpgroup read its bias before the last named barrier.
-                if (tid == 0) tg_mbar_arrive(bias_empty(bias_slot));
+                // Each thread releases the slot itself after its last read, so the hand-over
+                // does not hang on the named barrier before it (released by one thread for the
+                // warpgroup, racecheck reported the slot's next fill as a race).
+                tg_mbar_arrive(bias_empty(bias_slot));
                 if (++bias_slot == 2) {
                     bias_slot = 0;
                     bias_phase ^= 1u;
@@ -487,6 +600,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     if constexpr (SPLIT_K > 1) tg_cluster_sync();
 }
 
+// Bounded as for three warpgroups whatever the consumers: ptxas then allocates 168 registers a
+// thread, which the setmaxnreg pair above redistributes.
 extern "C" __global__ void __launch_bounds__(384, 1){% if split_k > 1 %} __cluster_dims__({{ split_k }}, 1, 1){% endif %}
 {{ kernel }}({{ params }}) {
     tg_gemm_sm90({{ sm90_args }});

@@ -79,7 +79,16 @@ fn wgmma_spec_errors() {
     bad(&with(&["dtype: f32"]), &["f16 or bf16 inputs, not f32"]);
     bad(
         &with(&["dtype: bf16", "tile: [128, 256, 32]"]),
-        &["tile [128, n, 64]", "not [128, 256, 32]"],
+        &["tile [m, n, 64]", "not [128, 256, 32]"],
+    );
+    // Swap-AB tiles (m 16 or 32) are one or two consumers wide and read A row-major.
+    bad(
+        &with(&["dtype: bf16", "tile: [16, 192, 64]"]),
+        &["m 16 or 32", "n 64 or 128", "not [16, 192, 64]"],
+    );
+    bad(
+        &with(&["dtype: bf16", "tile: [16, 128, 64]", "layout: tn"]),
+        &["hg.yaml:", "swap-AB", "layout nn or nt, not tn"],
     );
     bad(
         &with(&["dtype: bf16", "tile: [256, 128, 64]"]),

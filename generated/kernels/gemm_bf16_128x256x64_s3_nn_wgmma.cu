@@ -449,7 +449,7 @@ constexpr unsigned BIAS_OFFSET = 212992;  // two slots of a tile's bias as f32 (
 constexpr unsigned BIAS_SLOT_BYTES = 0;
 constexpr unsigned BARRIER_OFFSET = 212992;
 static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * 128u * 128u, "A boxes fill the stage");
-static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * BOX_BYTES, "B boxes fill the stage");
+static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * 64u * 128u, "B boxes fill the stage");
 static_assert(STAGING_BYTES == 64u * EPI_COLS * sizeof(OT), "staging holds 64 rows of a round");
 static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds cover the tile in whole boxes");
 }  // namespace cfg
@@ -650,6 +650,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     // shared memory) to its own and runs the epilogue. (Kernel constants: NVRTC emits a global
     // for each namespace-scope one.)
     constexpr int SPLIT_K = 1;
+    constexpr int CONSUMERS = 2;  // warpgroups 1.., 64 rows each
     constexpr unsigned PARTIAL_OFFSET = 212992;
     constexpr unsigned PARTIAL_BYTES = 0;  // per consumer (0 without a split)
     static_assert(SPLIT_K == 1 || PARTIAL_BYTES == 64u * BN * 4u, "a partial tile holds a consumer's accumulators");
@@ -665,7 +666,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     auto empty = [=](int s) { return sBar + 8u * (unsigned)(STAGES + s); };
     // One more per consumer: its staged residual tile has arrived.
     [[maybe_unused]] auto c_full = [=](int cw) { return sBar + 8u * (unsigned)(2 * STAGES + cw); };
-    // A bias slot is filled (producer warp 1) / read by both consumers.
+    // A bias slot is filled (producer warp 1) / read by the consumers.
     [[maybe_unused]] auto bias_full = [=](int slot) { return sBar + 8u * (unsigned)(2 * STAGES + 2 + slot); };
     [[maybe_unused]] auto bias_empty = [=](int slot) { return sBar + 8u * (unsigned)(2 * STAGES + 4 + slot); };
     [[maybe_unused]] const unsigned sBias = base + BIAS_OFFSET;
@@ -679,13 +680,15 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             tg_mbar_init(full(s), 1);   // the producer's expect_tx arrive
-            tg_mbar_init(empty(s), 2);  // one arrive per consumer warpgroup
+            tg_mbar_init(empty(s), CONSUMERS);  // one arrive per consumer warpgroup
         }
         tg_mbar_init(c_full(0), 1);
         tg_mbar_init(c_full(1), 1);
-        for (int slot = 0; slot < 2; ++slot) {
-            tg_mbar_init(bias_full(slot), 32);  // every lane of producer warp 1
-            tg_mbar_init(bias_empty(slot), 2);  // one arrive per consumer warpgroup
+        if constexpr (TG_HAS_BIAS) {
+            for (int slot = 0; slot < 2; ++slot) {
+                tg_mbar_init(bias_full(slot), 32);                // every lane of producer warp 1
+                tg_mbar_init(bias_empty(slot), 128 * CONSUMERS);  // every consumer thread
+            }
         }
         if constexpr (SPLIT_K > 1) {
             for (int cw = 0; cw < 2; ++cw) {
@@ -904,7 +907,6 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 }
                 if (rank != 0) continue;  // rank 0 writes the tile
             }
-
             // ---------------- epilogue ----------------
             // Thread layout of an m64nBN accumulator: acc[4g + 2h + e] is row warp*16 + lane/4 + 8h,
             // column 8g + 2(lane%4) + e.
@@ -962,8 +964,10 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 }
             }
             if constexpr (TG_HAS_BIAS) {
-                // Every thread of this warpgroup read its bias before the last named barrier.
-                if (tid == 0) tg_mbar_arrive(bias_empty(bias_slot));
+                // Each thread releases the slot itself after its last read, so the hand-over
+                // does not hang on the named barrier before it (released by one thread for the
+                // warpgroup, racecheck reported the slot's next fill as a race).
+                tg_mbar_arrive(bias_empty(bias_slot));
                 if (++bias_slot == 2) {
                     bias_slot = 0;
                     bias_phase ^= 1u;
@@ -977,6 +981,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     if constexpr (SPLIT_K > 1) tg_cluster_sync();
 }
 
+// Bounded as for three warpgroups whatever the consumers: ptxas then allocates 168 registers a
+// thread, which the setmaxnreg pair above redistributes.
 extern "C" __global__ void __launch_bounds__(384, 1)
 tg_gemm_bf16_128x256x64_s3_nn_wgmma(const __grid_constant__ TgTensorMap a_map, const __grid_constant__ TgTensorMap b_map, const __grid_constant__ TgTensorMap d_map, const tg_bf16* __restrict__ a, const tg_bf16* __restrict__ b, tg_bf16* __restrict__ d, long long m, long long n, long long k, long long lda, long long ldb, long long ldd) {
     tg_gemm_sm90(a_map, b_map, d_map, d_map, nullptr, m, n, k, 1.0f);

@@ -11,15 +11,24 @@ use crate::launch::{GridRule, Launch, Swizzle, TensorMap, MAX_CLUSTER};
 use crate::ops::Field;
 use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
 
-/// Rows of the block tile: two consumer warpgroups of one m64 wgmma row each.
+/// Rows of the block tile by default: two consumer warpgroups of one m64 wgmma row each.
 pub const TILE_M: u32 = 128;
+/// Tile heights: one consumer warpgroup (64 rows, for skinny GEMMs: half the A per stage, so
+/// a deeper ring and twice the tiles over M) or two.
+pub const TILE_MS: &[u32] = &[64, 128];
+/// Tile heights below wgmma's 64 rows: swap-AB for decode-shaped GEMMs. wgmma computes the
+/// tile's transpose, B's columns (the weights) on its m and A's few rows (the tokens) on its n,
+/// so a stage holds a tile of weights beside a sliver of activations.
+pub const SWAP_TILE_MS: &[u32] = &[16, 32];
+/// Tile widths of swap-AB tiles: one or two consumer warpgroups of 64 weight rows.
+pub const SWAP_TILE_NS: &[u32] = &[64, 128];
 /// k per stage: one 128-byte swizzle row of 16-bit elements.
 pub const TILE_K: u32 = 64;
 /// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256.
 pub const TILE_NS: &[u32] = &[64, 128, 192, 256];
-/// One producer and two consumer warpgroups.
-pub const THREADS: u32 = 384;
 const CONSUMER_ROWS: u32 = 64;
+/// The deepest ring a spec may ask for (shared memory bounds it before this does).
+const MAX_STAGES: u32 = 16;
 /// Tile rows walked together in the persistent order (16 measured best, NOTES.md).
 const GROUP_M: u32 = 16;
 /// Registers after `setmaxnreg`: 40 × 128 + 2 × 232 × 128 ≤ 64 Ki.
@@ -53,18 +62,26 @@ pub fn stages(p: &Params) -> u32 {
 /// Everything derived from an instance's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Plan {
+    /// Swap-AB: `tile_m`, `tile_n` and the operand fields below are wgmma's (its rows are D's
+    /// columns); `d_tile` is D's.
+    swap: bool,
+    d_tile: [u32; 2],
+    /// wgmma's tile: rows (64 per consumer warpgroup) and columns (its n).
+    tile_m: u32,
     tile_n: u32,
     stages: u32,
-    /// A row-major (nn, nt): k contiguous, the wgmma "K-major" A; else M-major (transposed).
+    /// wgmma's A operand k contiguous ("K-major"); else M-major (transposed). Without a swap
+    /// that is A row-major (nn, nt); with one, B stored N×K (nt).
     a_k_major: bool,
-    /// B stored N×K (nt, tt): K-major; else N-major (transposed).
+    /// wgmma's B operand K-major: B stored N×K (nt, tt), or with a swap A row-major (always).
     b_k_major: bool,
     in_elem: u32,
     out_elem: u32,
-    /// TMA boxes per stage for A and B, and A's box rows.
+    /// TMA boxes per stage for the operands, A's box rows and K-major B's (wgmma's operands).
     a_box_outer: u32,
     a_loads: u32,
     b_loads: u32,
+    b_box_rows: u32,
     /// Output columns per TMA store box, columns staged per round, rounds per tile.
     d_box_cols: u32,
     epi_cols: u32,
@@ -83,48 +100,77 @@ struct Plan {
 impl Plan {
     fn new(inst: &Instance) -> Plan {
         let p = &inst.params;
-        let [_, tile_n, _] = p.tile.unwrap_or([TILE_M, 256, TILE_K]);
-        let tile_n = tile_n.max(64);
+        let [d_tile_m, d_tile_n, _] = p.tile.unwrap_or([TILE_M, 256, TILE_K]);
+        let swap = SWAP_TILE_MS.contains(&d_tile_m);
+        // `check` refuses other tiles before anything is planned.
+        let (tile_m, tile_n) = if swap {
+            let rows = if SWAP_TILE_NS.contains(&d_tile_n) {
+                d_tile_n
+            } else {
+                64
+            };
+            (rows, d_tile_m)
+        } else if TILE_MS.contains(&d_tile_m) {
+            (d_tile_m, d_tile_n.max(64))
+        } else {
+            (TILE_M, d_tile_n.max(64))
+        };
         let layout = p.layout.unwrap_or(Layout::Nn);
         let split_k = p.split_k.unwrap_or(1);
         let out_elem = inst.out_dtype.size();
-        let a_k_major = !layout.a_transposed();
+        let (a_k_major, b_k_major) = if swap {
+            (layout.b_transposed(), true)
+        } else {
+            (!layout.a_transposed(), layout.b_transposed())
+        };
         // K-major A: one box of all the tile's rows, or with split-K (skinny GEMMs) boxes of
-        // 32 rows, only those that reach into M (a box mostly past M costs more than its rows);
-        // M-major A: one box of 64 k rows per consumer.
-        let a_box_outer = match (a_k_major, split_k > 1) {
-            (true, false) => TILE_M,
+        // 32 rows, only those that reach into M (a box mostly past M costs more than its rows;
+        // with a swap the rows are weights, all of them needed); M-major A: one box of 64 k
+        // rows per consumer.
+        let a_box_outer = match (a_k_major, split_k > 1 && !swap) {
+            (true, false) => tile_m,
             (true, true) => SKINNY_A_BOX_ROWS,
             (false, _) => TILE_K,
         };
         let d_box_cols = SPAN / out_elem;
-        // Fewest rounds whose staging fits the budget and whose columns are whole boxes.
+        // Fewest rounds whose staging fits the budget and whose columns are whole boxes; with
+        // a swap one round of each consumer's 64 columns of D over the tile's few rows.
         let mut epi_rounds = 1;
-        while CONSUMER_ROWS * (tile_n / epi_rounds) * out_elem > STAGING_BYTES
-            || !(tile_n / epi_rounds).is_multiple_of(d_box_cols)
-            || !tile_n.is_multiple_of(epi_rounds)
+        while !swap
+            && (CONSUMER_ROWS * (tile_n / epi_rounds) * out_elem > STAGING_BYTES
+                || !(tile_n / epi_rounds).is_multiple_of(d_box_cols)
+                || !tile_n.is_multiple_of(epi_rounds))
         {
             if epi_rounds >= tile_n / d_box_cols {
                 break;
             }
             epi_rounds += 1;
         }
+        let b_box_rows = tile_n.min(64);
         let mut plan = Plan {
+            swap,
+            d_tile: [d_tile_m, d_tile_n],
+            tile_m,
             tile_n,
             stages: stages(p),
             a_k_major,
-            b_k_major: layout.b_transposed(),
+            b_k_major,
             in_elem: inst.dtype.size(),
             out_elem,
             a_box_outer,
             a_loads: if a_k_major {
-                TILE_M / a_box_outer
+                tile_m / a_box_outer
             } else {
-                TILE_M / 64
+                tile_m / 64
             },
-            b_loads: tile_n / 64,
+            b_loads: tile_n / b_box_rows,
+            b_box_rows,
             d_box_cols,
-            epi_cols: tile_n / epi_rounds,
+            epi_cols: if swap {
+                CONSUMER_ROWS
+            } else {
+                tile_n / epi_rounds
+            },
             epi_rounds,
             has_bias: inst.has_epilogue(Epilogue::Bias),
             split_k,
@@ -135,22 +181,39 @@ impl Plan {
         plan
     }
 
+    /// Consumer warpgroups, one per 64 rows of the tile.
+    fn consumers(&self) -> u32 {
+        self.tile_m / CONSUMER_ROWS
+    }
+    /// One producer warpgroup and the consumers.
+    fn threads(&self) -> u32 {
+        128 * (1 + self.consumers())
+    }
     fn a_stage_bytes(&self) -> u32 {
-        TILE_M * TILE_K * self.in_elem
+        self.tile_m * TILE_K * self.in_elem
     }
     fn b_stage_bytes(&self) -> u32 {
         self.tile_n * TILE_K * self.in_elem
     }
+    /// Rows of D a consumer stages: its 64, or with a swap the tile's few.
+    fn staging_rows(&self) -> u32 {
+        if self.swap {
+            self.tile_n
+        } else {
+            CONSUMER_ROWS
+        }
+    }
     /// One consumer's output staging buffer.
     fn staging_bytes(&self) -> u32 {
-        CONSUMER_ROWS * self.epi_cols * self.out_elem
+        self.staging_rows() * self.epi_cols * self.out_elem
     }
-    /// Two slots of a tile's bias columns as f32 (bias instances only).
+    /// Two slots of a tile's bias (D's columns: wgmma's rows with a swap) as f32 (bias
+    /// instances only).
     fn bias_slot_bytes(&self) -> u32 {
-        if self.has_bias {
-            self.tile_n * 4
-        } else {
-            0
+        match (self.has_bias, self.swap) {
+            (false, _) => 0,
+            (true, false) => self.tile_n * 4,
+            (true, true) => self.tile_m * 4,
         }
     }
     fn staging_offset(&self) -> u32 {
@@ -159,11 +222,12 @@ impl Plan {
     /// The staging buffers, or with `partial_in_staging` the region they share with the
     /// partial tiles.
     fn staging_region_bytes(&self) -> u32 {
-        if self.partial_in_staging {
-            2 * self.staging_bytes().max(self.partial_bytes())
+        let per_consumer = if self.partial_in_staging {
+            self.staging_bytes().max(self.partial_bytes())
         } else {
-            2 * self.staging_bytes()
-        }
+            self.staging_bytes()
+        };
+        self.consumers() * per_consumer
     }
     fn bias_offset(&self) -> u32 {
         self.staging_offset() + self.staging_region_bytes()
@@ -190,15 +254,15 @@ impl Plan {
         if self.partial_in_staging {
             self.bias_end()
         } else {
-            self.bias_end() + 2 * self.partial_bytes()
+            self.bias_end() + self.consumers() * self.partial_bytes()
         }
     }
     fn barriers(&self) -> u32 {
         2 * self.stages + 6 + if self.split_k > 1 { 4 } else { 0 }
     }
-    /// Dynamic shared memory: alignment slack, the stages (A then B), two staging buffers,
-    /// two bias slots, two partial tiles (split-K; or in the staging region, see
-    /// `partial_in_staging`), then mbarriers: a full and an empty one
+    /// Dynamic shared memory: alignment slack, the stages (A then B), a staging buffer per
+    /// consumer, two bias slots, a partial tile per consumer (split-K; or in the staging
+    /// region, see `partial_in_staging`), then mbarriers (as many for one consumer as for two): a full and an empty one
     /// per stage, one per consumer (its staged C), a full and an empty one per bias slot, and
     /// with split-K a full and an empty one per consumer's partial tile.
     fn shared_bytes(&self) -> u32 {
@@ -226,19 +290,45 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         out.push((
             Field::Warp,
             format!(
-                "`warp` does not apply to engine wgmma (two consumer warpgroups of {CONSUMER_ROWS} rows \
+                "`warp` does not apply to engine wgmma (consumer warpgroups of {CONSUMER_ROWS} rows \
                  split the tile), found {m}x{n}: leave it out"
             ),
         ));
     }
     let [tm, tn, tk] = p.tile.unwrap_or([TILE_M, 256, TILE_K]);
-    if tm != TILE_M || tk != TILE_K || !TILE_NS.contains(&tn) {
-        let ns: Vec<String> = TILE_NS.iter().map(|n| n.to_string()).collect();
+    let swap = SWAP_TILE_MS.contains(&tm);
+    let tile_ok = tk == TILE_K
+        && if swap {
+            SWAP_TILE_NS.contains(&tn)
+        } else {
+            TILE_MS.contains(&tm) && TILE_NS.contains(&tn)
+        };
+    if !tile_ok {
+        let list = |v: &[u32]| {
+            v.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         out.push((
             Field::Tile,
             format!(
-                "engine wgmma takes tile [{TILE_M}, n, {TILE_K}] with n one of {}, not [{tm}, {tn}, {tk}]",
-                ns.join(", ")
+                "engine wgmma takes tile [m, n, {TILE_K}] with m one of {} and n one of {}, or m {} \
+                 (swap-AB: the tile's rows on wgmma's n) with n {}; not [{tm}, {tn}, {tk}]",
+                list(TILE_MS),
+                list(TILE_NS),
+                list(SWAP_TILE_MS).replace(", ", " or "),
+                list(SWAP_TILE_NS).replace(", ", " or ")
+            ),
+        ));
+    }
+    let layout = p.layout.unwrap_or(Layout::Nn);
+    if swap && layout.a_transposed() {
+        out.push((
+            Field::Layout,
+            format!(
+                "tile m {tm} puts A's rows on wgmma's n (swap-AB), which reads A row-major: layout \
+                 nn or nt, not {layout}"
             ),
         ));
     }
@@ -255,10 +345,10 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         ));
     }
     if let Some(s) = p.stages {
-        if !(2..=8).contains(&s) {
+        if !(2..=MAX_STAGES).contains(&s) {
             out.push((
                 Field::Stages,
-                format!("stages must be from 2 to 8, not {s}"),
+                format!("stages must be from 2 to {MAX_STAGES}, not {s}"),
             ));
         }
     }
@@ -287,58 +377,55 @@ pub fn arch_problem(arch: Arch) -> Option<String> {
 /// The maps the kernel takes before its arguments: A, B, D (see `TensorMap` for the terms).
 pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
     let plan = Plan::new(inst);
-    let (t, o) = (inst.dtype, inst.out_dtype);
-    let a = if plan.a_k_major {
-        TensorMap::tiled_2d(
-            "a_map",
-            "a",
-            t,
-            ["k", "m"],
-            "lda",
-            [TILE_K, plan.a_box_outer],
-            Swizzle::B128,
+    let map = |name: &str, tensor: &str, dtype: DType, dims: [&str; 2], ld: &str, box_dims| {
+        TensorMap::tiled_2d(name, tensor, dtype, dims, ld, box_dims, Swizzle::B128)
+    };
+    let t = inst.dtype;
+    // K-major operands come in boxes of the rows a stage needs, MN-major ones in boxes of 64 k
+    // rows by 64 of m (or n). With a swap, B's columns are wgmma's m and A's rows its n.
+    let k_major_b = |rows| map("b_map", "b", t, ["k", "n"], "ldb", [TILE_K, rows]);
+    let n_major_b = map("b_map", "b", t, ["n", "k"], "ldb", [64, TILE_K]);
+    let (a, b) = if plan.swap {
+        let b = if plan.a_k_major {
+            k_major_b(plan.a_box_outer)
+        } else {
+            n_major_b
+        };
+        (
+            map("a_map", "a", t, ["k", "m"], "lda", [TILE_K, plan.tile_n]),
+            b,
         )
     } else {
-        TensorMap::tiled_2d(
-            "a_map",
-            "a",
-            t,
-            ["m", "k"],
-            "lda",
-            [64, TILE_K],
-            Swizzle::B128,
+        let a = if plan.a_k_major {
+            map(
+                "a_map",
+                "a",
+                t,
+                ["k", "m"],
+                "lda",
+                [TILE_K, plan.a_box_outer],
+            )
+        } else {
+            map("a_map", "a", t, ["m", "k"], "lda", [64, TILE_K])
+        };
+        (
+            a,
+            if plan.b_k_major {
+                k_major_b(64)
+            } else {
+                n_major_b
+            },
         )
     };
-    let b = if plan.b_k_major {
-        TensorMap::tiled_2d(
-            "b_map",
-            "b",
-            t,
-            ["k", "n"],
-            "ldb",
-            [TILE_K, 64],
-            Swizzle::B128,
-        )
-    } else {
-        TensorMap::tiled_2d(
-            "b_map",
-            "b",
-            t,
-            ["n", "k"],
-            "ldb",
-            [64, TILE_K],
-            Swizzle::B128,
-        )
-    };
+    let o = inst.out_dtype;
     let out_map = |name: &str, tensor: &str, ld: &str| {
-        TensorMap::tiled_2d(
+        map(
             name,
             tensor,
             o,
             ["n", "m"],
             ld,
-            [plan.d_box_cols, CONSUMER_ROWS],
-            Swizzle::B128,
+            [plan.d_box_cols, plan.staging_rows()],
         )
     };
     let mut maps = vec![a, b];
@@ -353,10 +440,10 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
 pub fn launch(inst: &Instance) -> Launch {
     let plan = Plan::new(inst);
     Launch {
-        threads: THREADS,
+        threads: plan.threads(),
         grid: GridRule::Persistent {
-            tile_m: TILE_M,
-            tile_n: plan.tile_n,
+            tile_m: plan.d_tile[0],
+            tile_n: plan.d_tile[1],
             ctas_per_sm: 1,
             cluster: plan.split_k,
         },
@@ -373,12 +460,12 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     let (in_vec, out_vec) = (needs.ld_in_multiple, needs.ld_out_multiple);
     let has_bias = inst.has_epilogue(Epilogue::Bias);
     let has_c = inst.has_epilogue(Epilogue::Residual);
-    let (a_desc, a_ld) = if plan.a_k_major {
+    let (a_desc, a_ld) = if !layout.a_transposed() {
         ("A (M x K) is row-major", "lda >= K")
     } else {
         ("A (M x K) is column-major, stored K x M", "lda >= M")
     };
-    let (b_desc, b_ld) = if plan.b_k_major {
+    let (b_desc, b_ld) = if layout.b_transposed() {
         ("B (K x N) is column-major, stored N x K", "ldb >= K")
     } else {
         ("B (K x N) is row-major", "ldb >= N")
@@ -386,23 +473,25 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     let grid = if plan.split_k > 1 {
         let s = plan.split_k;
         format!(
-            "grid = (min(ceil(M / {TILE_M}) * ceil(N / {}), max(floor(SMs / {s}), 1)) * {s}, 1, 1) in \
+            "grid = (min(ceil(M / {}) * ceil(N / {}), max(floor(SMs / {s}), 1)) * {s}, 1, 1) in \
              clusters of ({s}, 1, 1), compiled into the kernel (persistent: each cluster loops over \
              tiles; its {s} blocks split K and rank 0 sums their partial tiles)",
-            plan.tile_n
+            plan.d_tile[0],
+            plan.d_tile[1]
         )
     } else {
         format!(
-            "grid = (min(ceil(M / {TILE_M}) * ceil(N / {}), SMs), 1, 1) (persistent: each block loops \
+            "grid = (min(ceil(M / {}) * ceil(N / {}), SMs), 1, 1) (persistent: each block loops \
              over tiles)",
-            plan.tile_n
+            plan.d_tile[0], plan.d_tile[1]
         )
     };
     let mut r = vec![
         "runs only on compute capability 9.0 devices (sm_90a code: H100, H200)".to_string(),
         format!(
-            "launch: {grid}, block = ({THREADS}, 1, 1), {} bytes of dynamic shared memory (over 48 KiB: \
+            "launch: {grid}, block = ({}, 1, 1), {} bytes of dynamic shared memory (over 48 KiB: \
              raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first)",
+            plan.threads(),
             plan.shared_bytes()
         ),
         format!(
@@ -455,29 +544,38 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         .iter()
         .map(crate::ops::map_summary)
         .collect();
+    // tg_gemm_sm90's arguments (gemm_sm90.cu) are wgmma's operands and sizes: with a swap,
+    // B's map and N first. d's map stands in for a C map the kernel lacks (never read without a
+    // residual).
+    let (op_a, op_b, op_m, op_n) = if plan.swap {
+        ("b_map", "a_map", "n", "m")
+    } else {
+        ("a_map", "b_map", "m", "n")
+    };
     vec![
-        // tg_gemm_sm90's arguments (gemm_sm90.cu): d's map stands in for a C map the kernel
-        // lacks (never read without a residual).
         (
             "sm90_args",
             crate::ops::forward_args(
                 inst,
                 &[
-                    ("a_map", "a_map"),
-                    ("b_map", "b_map"),
+                    (op_a, op_a),
+                    (op_b, op_b),
                     ("c_map", "d_map"),
                     ("d_map", "d_map"),
                     ("bias", "nullptr"),
-                    ("m", "m"),
-                    ("n", "n"),
+                    (op_m, op_m),
+                    (op_n, op_n),
                     ("k", "k"),
                     ("alpha", "1.0f"),
                 ],
             )
             .into(),
         ),
+        ("swap", plan.swap.into()),
+        ("b_box_rows", plan.b_box_rows.into()),
         ("out_f32", (inst.out_dtype == DType::F32).into()),
-        ("tile_m", TILE_M.into()),
+        ("tile_m", plan.tile_m.into()),
+        ("consumers", plan.consumers().into()),
         ("tile_n", plan.tile_n.into()),
         ("tile_k", TILE_K.into()),
         ("stages", plan.stages.into()),
@@ -689,6 +787,148 @@ mod tests {
     }
 
     #[test]
+    fn one_consumer_tiles() {
+        // 64x64 split 2, 12 stages of 8 + 8 KiB: one consumer's staging buffer (64x64 bf16)
+        // and partial tile (64x64 f32), the barriers of two; 256 threads.
+        let mut i = inst(DType::Bf16, DType::Bf16, 64, Layout::Nn);
+        i.params.tile = Some([64, 64, TILE_K]);
+        i.params.stages = Some(12);
+        i.params.split_k = Some(2);
+        assert_eq!(crate::ops::check(&i), vec![]);
+        let l = launch(&i);
+        assert_eq!(l.threads, 256);
+        assert_eq!(
+            l.shared_bytes,
+            1024 + 12 * 16384 + 8192 + 16384 + 8 * (2 * 12 + 10)
+        );
+        assert_eq!(
+            l.grid,
+            GridRule::Persistent {
+                tile_m: 64,
+                tile_n: 64,
+                ctas_per_sm: 1,
+                cluster: 2
+            }
+        );
+        // K-major A: two 32-row boxes per stage when split, one 64-row box when not; M-major
+        // A one 64-row box.
+        let p = Plan::new(&i);
+        assert_eq!((p.a_box_outer, p.a_loads, p.consumers()), (32, 2, 1));
+        i.params.split_k = None;
+        let p = Plan::new(&i);
+        assert_eq!((p.a_box_outer, p.a_loads), (64, 1));
+        assert_eq!(tensor_maps(&i)[0].box_dims, vec![64, 64]);
+        i.params.layout = Some(Layout::Tt);
+        assert_eq!(Plan::new(&i).a_loads, 1);
+        assert!(runtime_requirements(&i)
+            .iter()
+            .any(|r| r.contains("ceil(M / 64)") && r.contains("block = (256, 1, 1)")));
+        // 13 stages fit only with the partial tile in the staging region; 14 not at all.
+        i.params.split_k = Some(2);
+        i.params.layout = Some(Layout::Nn);
+        i.params.stages = Some(13);
+        assert!(Plan::new(&i).partial_in_staging);
+        assert_eq!(crate::ops::check(&i), vec![]);
+        i.params.stages = Some(14);
+        assert!(crate::ops::check(&i)
+            .iter()
+            .any(|(f, m)| *f == Field::Stages && m.contains("shared memory")));
+    }
+
+    #[test]
+    fn swap_ab_tiles() {
+        // 16x128: wgmma's tile is 128 weight rows (two consumers) by 16 tokens; 12 stages of
+        // 16 KiB of B beside 2 KiB of A, two staging buffers of 16 rows x 64 bf16 columns.
+        let mut i = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
+        i.params.tile = Some([16, 128, TILE_K]);
+        i.params.stages = Some(12);
+        assert_eq!(crate::ops::check(&i), vec![]);
+        let p = Plan::new(&i);
+        assert!(p.swap);
+        assert_eq!((p.tile_m, p.tile_n, p.consumers()), (128, 16, 2));
+        // nn: B (K x N, row-major) is wgmma's M-major A, A's rows its K-major B.
+        assert_eq!((p.a_k_major, p.b_k_major), (false, true));
+        assert_eq!((p.b_box_rows, p.b_loads, p.a_loads), (16, 1, 2));
+        let l = launch(&i);
+        assert_eq!(l.threads, 384);
+        assert_eq!(
+            l.shared_bytes,
+            1024 + 12 * (16384 + 2048) + 2 * 2048 + 8 * 30
+        );
+        // The grid rule speaks of D: 16-row, 128-column tiles.
+        assert_eq!(
+            l.grid,
+            GridRule::Persistent {
+                tile_m: 16,
+                tile_n: 128,
+                ctas_per_sm: 1,
+                cluster: 1
+            }
+        );
+        let dims = |m: &TensorMap| (m.name.clone(), m.dims.join(","), m.box_dims.clone());
+        let maps: Vec<_> = tensor_maps(&i).iter().map(dims).collect();
+        assert_eq!(
+            maps,
+            [
+                ("a_map".into(), "k,m".into(), vec![64, 16]),
+                ("b_map".into(), "n,k".into(), vec![64, 64]),
+                ("d_map".into(), "n,m".into(), vec![64, 16]),
+            ]
+        );
+        // The kernel hands wgmma B's map and N first.
+        let args = template_values(&i)
+            .into_iter()
+            .find(|(k, _)| *k == "sm90_args")
+            .unwrap()
+            .1;
+        assert!(
+            args.as_str()
+                .unwrap()
+                .starts_with("b_map, a_map, d_map, d_map, nullptr, n, m, k"),
+            "{args}"
+        );
+        // nt: B stored N x K is wgmma's K-major A, one box of the tile's 128 rows; f32 output
+        // stages 32-column boxes; a bias slot holds the tile's 128 columns of D.
+        let mut t = i.clone();
+        t.params.layout = Some(Layout::Nt);
+        t.out_dtype = DType::F32;
+        t.epilogue = vec![Epilogue::Bias, Epilogue::Relu];
+        assert_eq!(crate::ops::check(&t), vec![]);
+        let pt = Plan::new(&t);
+        assert_eq!((pt.a_k_major, pt.a_box_outer, pt.a_loads), (true, 128, 1));
+        assert_eq!(pt.bias_slot_bytes(), 128 * 4);
+        let maps: Vec<_> = tensor_maps(&t).iter().map(dims).collect();
+        assert_eq!(maps[1], ("b_map".into(), "k,n".into(), vec![64, 128]));
+        assert_eq!(maps[2], ("d_map".into(), "n,m".into(), vec![32, 16]));
+        // One consumer with a split: the weights' boxes stay whole (every row is needed).
+        let mut s = i.clone();
+        s.params.tile = Some([16, 64, TILE_K]);
+        s.params.layout = Some(Layout::Nt);
+        s.params.split_k = Some(2);
+        s.params.stages = Some(16);
+        assert_eq!(crate::ops::check(&s), vec![]);
+        let ps = Plan::new(&s);
+        assert_eq!(
+            (ps.threads(), ps.a_box_outer, ps.partial_bytes()),
+            (256, 64, 64 * 16 * 4)
+        );
+        // A stored K x M cannot sit on wgmma's n; widths other than 64 and 128 are refused.
+        let has = |i: &Instance, field: Field, needle: &str| {
+            let p = crate::ops::check(i);
+            assert!(
+                p.iter().any(|(f, m)| *f == field && m.contains(needle)),
+                "{needle:?} at {field:?} not in {p:?}"
+            );
+        };
+        let mut tn = i.clone();
+        tn.params.layout = Some(Layout::Tn);
+        has(&tn, Field::Layout, "swap-AB");
+        let mut wide = i.clone();
+        wide.params.tile = Some([16, 256, TILE_K]);
+        has(&wide, Field::Tile, "m 16 or 32");
+    }
+
+    #[test]
     fn tensor_maps_per_layout() {
         let dims = |m: &TensorMap| (m.dims.join(","), m.strides.join(","), m.box_dims.clone());
         for (layout, a, b) in [
@@ -763,17 +1003,17 @@ mod tests {
         has(&f32_in, Field::Tf32, "not to engine wgmma");
         let mut t = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
         t.params.tile = Some([128, 256, 32]);
-        has(&t, Field::Tile, "tile [128, n, 64]");
+        has(&t, Field::Tile, "tile [m, n, 64] with m one of 64, 128");
         t.params.tile = Some([128, 96, 64]);
         has(&t, Field::Tile, "not [128, 96, 64]");
-        t.params.tile = Some([64, 256, 64]);
-        has(&t, Field::Tile, "not [64, 256, 64]");
+        t.params.tile = Some([192, 256, 64]);
+        has(&t, Field::Tile, "not [192, 256, 64]");
         let mut w = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
         w.params.warp = Some([64, 64]);
         has(&w, Field::Warp, "does not apply");
         let mut s = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
         s.params.stages = Some(1);
-        has(&s, Field::Stages, "from 2 to 8");
+        has(&s, Field::Stages, "from 2 to 16");
         // Only sm_90a.
         let mut a = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
         a.archs = vec![Arch::Sm80, Arch::Sm90, Arch::Sm90a];
