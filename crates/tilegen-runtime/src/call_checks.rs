@@ -362,12 +362,16 @@ fn gemm_operands(call: &GemmCall, needs: &GemmNeeds) -> Result<bool, ArgError> {
     Ok(m > 0 && n > 0)
 }
 
-/// One GEMM instance as a group's dispatch sees it.
 /// Output rows up to which a GEMM call counts as decode-shaped (one token per sequence of a
-/// small batch). On the H200 an mma.sync 16-row tile beat the wgmma tiles there
+/// small batch). On the H200 an mma.sync 16-row tile beat the 128-row wgmma tiles there
 /// (`bench/results/2026-11-30-h200-gemm-dispatch.txt`).
 pub const DECODE_ROWS: u32 = 16;
 
+/// wgmma's rows: a tensor-map tile shorter than this computes its transpose (swap-AB), with B
+/// streamed once per row of tiles.
+pub const WGMMA_ROWS: u32 = 64;
+
+/// One GEMM instance as a group's dispatch sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmOption {
     /// Output tile (m, n).
@@ -383,8 +387,9 @@ pub struct GemmOption {
 /// instances that run there (all of them when none does, so that loading names what is
 /// missing); tensor-map instances first (they run only on sm_90, where they are the fast
 /// path), each part in [`tile_order`]. The exception is a decode-shaped output (at most
-/// [`DECODE_ROWS`] rows) when the group has an mma.sync tile of that height: it goes first,
-/// since every wgmma tile is 128 rows of mostly padding there.
+/// [`DECODE_ROWS`] rows) when the group has an mma.sync tile of that height: it goes first.
+/// Tensor-map tiles under [`WGMMA_ROWS`] rows go last unless one row of them covers M: each
+/// further row streams all of B again.
 pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -> Vec<usize> {
     let mut usable: Vec<usize> = (0..options.len()).filter(|&i| options[i].runs).collect();
     if usable.is_empty() {
@@ -407,11 +412,16 @@ pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -
             .filter(|&i| options[i].tensor_maps == maps)
             .collect();
         let tiles: Vec<(u32, u32)> = part.iter().map(|&i| options[i].tile).collect();
-        out.extend(
+        let (covering, rereading): (Vec<usize>, Vec<usize>) =
             tile_order(m, n, device.sm_count, &tiles)
                 .into_iter()
-                .map(|j| part[j]),
-        );
+                .map(|j| part[j])
+                .partition(|&i| {
+                    let rows = options[i].tile.0;
+                    !maps || rows >= WGMMA_ROWS || m <= rows as usize
+                });
+        out.extend(covering);
+        out.extend(rereading);
     }
     out
 }
@@ -556,6 +566,32 @@ mod tests {
         // Without a 16-row mma.sync tile, wgmma stays first for decode shapes too.
         let no_decode_tile = options(&[((128, 128), false), ((128, 256), true)]);
         assert_eq!(gemm_order(16, 4096, &h200, &no_decode_tile), [1, 0]);
+    }
+
+    #[test]
+    fn swap_ab_tiles_lead_only_where_one_row_of_them_covers_m() {
+        let h200 = device(9, 0, 132);
+        // wgmma 128x256, 64x64 and the swap-AB 16x128 (the smallest), mma.sync 128x128.
+        let group: Vec<GemmOption> = [
+            ((128, 256), true),
+            ((64, 64), true),
+            ((16, 128), true),
+            ((128, 128), false),
+        ]
+        .map(|(tile, tensor_maps)| GemmOption {
+            tile,
+            tensor_maps,
+            runs: true,
+        })
+        .to_vec();
+        // Up to 16 rows the smallest tile leads, as tile_order has it.
+        assert_eq!(gemm_order(16, 4096, &h200, &group)[0], 2);
+        // Beyond, it would stream B once per 16 rows: after the other wgmma tiles, still
+        // before the mma.sync ones.
+        assert_eq!(gemm_order(64, 4096, &h200, &group), [1, 0, 2, 3]);
+        assert_eq!(gemm_order(17, 4096, &h200, &group), [1, 0, 2, 3]);
+        // Large outputs are unchanged: the largest tile that fills the SMs first.
+        assert_eq!(gemm_order(8192, 8192, &h200, &group)[0], 0);
     }
 
     fn bf16(arg: &'static str, len: usize, address: u64) -> Buf {

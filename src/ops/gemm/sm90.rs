@@ -1,8 +1,9 @@
 //! The GEMM's `wgmma` engine for sm_90a (H100/H200): TMA loads with 128-byte swizzle into a
-//! ring of shared-memory stages guarded by mbarriers, one producer warpgroup and two consumer
-//! warpgroups (`setmaxnreg` moves registers to the consumers), `wgmma.mma_async` from
-//! shared-memory descriptors, a persistent grid walking the output tiles in a grouped order,
-//! and the epilogue through swizzled shared memory and TMA stores.
+//! ring of shared-memory stages guarded by mbarriers, one producer warpgroup and one consumer
+//! warpgroup per 64 rows of wgmma's tile (`setmaxnreg` moves registers to the consumers),
+//! `wgmma.mma_async` from shared-memory descriptors, a persistent grid walking the output tiles
+//! in a grouped order, and the epilogue through swizzled shared memory and TMA stores. Tiles
+//! shorter than 64 rows are computed transposed (swap-AB): see [`SWAP_TILE_MS`].
 //!
 //! Same op, arguments and epilogue chain as the mma.sync path (`gemm.rs`); the kernel also
 //! takes the tensor maps listed here, which the host encodes per call.
