@@ -616,15 +616,6 @@ __device__ __forceinline__ void tg_st_shared_pair(unsigned addr, float x, float 
     }
 }
 
-// Swap-AB: byte address of D (row, col) in a consumer's staging buffer (the tile's 16 rows by
-// the consumer's 64 columns): boxes of 16 128-byte rows, swizzled as tg_staging_addr's.
-__device__ __forceinline__ unsigned tg_staging_addr_t(unsigned base, int row, int col) {
-    const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
-    const unsigned box = byte / 128u, within = byte % 128u;
-    const unsigned chunk = (within / 16u) ^ ((unsigned)row & 7u);
-    return base + box * (16u * 128u) + (unsigned)row * 128u + chunk * 16u + within % 16u;
-}
-
 // One output-typed value from / into shared memory (a thread's two adjacent accumulators are
 // one column of D's transpose: two rows of D).
 template <typename O> __device__ __forceinline__ float tg_ld_shared_one(unsigned addr) {
@@ -667,14 +658,14 @@ __device__ __forceinline__ void tg_tile_coords(int t, int tiles_m, int tiles_n, 
     tn = r / rows;
 }
 
-// Byte address of output (row, col) in a consumer's staging buffer: 128-byte-wide boxes of 64
-// rows, 16-byte chunks XOR-swizzled by row as the TMA's 128-byte swizzle expects (the pair
-// stores of a warp then hit distinct banks).
-__device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int col) {
+// Byte address of output (row, col) in a consumer's staging buffer: 128-byte-wide boxes of
+// box_bytes / 128 rows (64, or with a swap the tile's few), 16-byte chunks XOR-swizzled by row
+// as the TMA's 128-byte swizzle expects (the pair stores of a warp then hit distinct banks).
+__device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int col, unsigned box_bytes) {
     const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
     const unsigned box = byte / 128u, within = byte % 128u;
     const unsigned chunk = (within / 16u) ^ ((unsigned)row & 7u);
-    return base + box * cfg::BOX_BYTES + (unsigned)row * 128u + chunk * 16u + within % 16u;
+    return base + box * box_bytes + (unsigned)row * 128u + chunk * 16u + within % 16u;
 }
 
 // The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`
@@ -978,7 +969,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const int rs = 8 * g + 2 * (lane % 4) + e;  // row in the staging buffer
-                            const unsigned at = tg_staging_addr_t(staging, rs, cs);
+                            const unsigned at = tg_staging_addr(staging, rs, cs, BN * 128u);
                             float r = 0.0f;
                             if constexpr (TG_HAS_RESIDUAL) r = tg_ld_shared_one<OT>(at);  // zeros past M and N
                             tg_st_shared_one(at, tg_epilogue(has_k ? acc[4 * g + 2 * h + e] : 0.0f, b, r, alpha_v));

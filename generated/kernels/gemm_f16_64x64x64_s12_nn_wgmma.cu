@@ -629,14 +629,14 @@ __device__ __forceinline__ void tg_tile_coords(int t, int tiles_m, int tiles_n, 
     tn = r / rows;
 }
 
-// Byte address of output (row, col) in a consumer's staging buffer: 128-byte-wide boxes of 64
-// rows, 16-byte chunks XOR-swizzled by row as the TMA's 128-byte swizzle expects (the pair
-// stores of a warp then hit distinct banks).
-__device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int col) {
+// Byte address of output (row, col) in a consumer's staging buffer: 128-byte-wide boxes of
+// box_bytes / 128 rows (64, or with a swap the tile's few), 16-byte chunks XOR-swizzled by row
+// as the TMA's 128-byte swizzle expects (the pair stores of a warp then hit distinct banks).
+__device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int col, unsigned box_bytes) {
     const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
     const unsigned box = byte / 128u, within = byte % 128u;
     const unsigned chunk = (within / 16u) ^ ((unsigned)row & 7u);
-    return base + box * cfg::BOX_BYTES + (unsigned)row * 128u + chunk * 16u + within % 16u;
+    return base + box * box_bytes + (unsigned)row * 128u + chunk * 16u + within % 16u;
 }
 
 // The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`
@@ -944,7 +944,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int rs = r_local + 8 * h;
-                        const unsigned at = tg_staging_addr(staging, rs, col_s);
+                        const unsigned at = tg_staging_addr(staging, rs, col_s, BOX_BYTES);
                         float r0 = 0.0f, r1 = 0.0f;
                         if constexpr (TG_HAS_RESIDUAL) tg_ld_shared_pair<OT>(at, r0, r1);  // zeros past M and N
                         const float v0 = tg_epilogue(has_k ? acc[4 * g + 2 * h] : 0.0f, b0, r0, alpha_v);

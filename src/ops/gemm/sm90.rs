@@ -64,9 +64,8 @@ pub fn stages(p: &Params) -> u32 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Plan {
     /// Swap-AB: `tile_m`, `tile_n` and the operand fields below are wgmma's (its rows are D's
-    /// columns); `d_tile` is D's.
+    /// columns); `d_tile()` is D's.
     swap: bool,
-    d_tile: [u32; 2],
     /// wgmma's tile: rows (64 per consumer warpgroup) and columns (its n).
     tile_m: u32,
     tile_n: u32,
@@ -150,7 +149,6 @@ impl Plan {
         let b_box_rows = tile_n.min(64);
         let mut plan = Plan {
             swap,
-            d_tile: [d_tile_m, d_tile_n],
             tile_m,
             tile_n,
             stages: stages(p),
@@ -182,6 +180,14 @@ impl Plan {
         plan
     }
 
+    /// D's tile (rows, columns): wgmma's, transposed with a swap.
+    fn d_tile(&self) -> [u32; 2] {
+        if self.swap {
+            [self.tile_n, self.tile_m]
+        } else {
+            [self.tile_m, self.tile_n]
+        }
+    }
     /// Consumer warpgroups, one per 64 rows of the tile.
     fn consumers(&self) -> u32 {
         self.tile_m / CONSUMER_ROWS
@@ -208,13 +214,13 @@ impl Plan {
     fn staging_bytes(&self) -> u32 {
         self.staging_rows() * self.epi_cols * self.out_elem
     }
-    /// Two slots of a tile's bias (D's columns: wgmma's rows with a swap) as f32 (bias
+    /// Two slots of a tile's bias columns (D's: wgmma's rows with a swap) as f32 (bias
     /// instances only).
     fn bias_slot_bytes(&self) -> u32 {
-        match (self.has_bias, self.swap) {
-            (false, _) => 0,
-            (true, false) => self.tile_n * 4,
-            (true, true) => self.tile_m * 4,
+        if self.has_bias {
+            self.d_tile()[1] * 4
+        } else {
+            0
         }
     }
     fn staging_offset(&self) -> u32 {
@@ -443,8 +449,8 @@ pub fn launch(inst: &Instance) -> Launch {
     Launch {
         threads: plan.threads(),
         grid: GridRule::Persistent {
-            tile_m: plan.d_tile[0],
-            tile_n: plan.d_tile[1],
+            tile_m: plan.d_tile()[0],
+            tile_n: plan.d_tile()[1],
             ctas_per_sm: 1,
             cluster: plan.split_k,
         },
@@ -477,14 +483,15 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
             "grid = (min(ceil(M / {}) * ceil(N / {}), max(floor(SMs / {s}), 1)) * {s}, 1, 1) in \
              clusters of ({s}, 1, 1), compiled into the kernel (persistent: each cluster loops over \
              tiles; its {s} blocks split K and rank 0 sums their partial tiles)",
-            plan.d_tile[0],
-            plan.d_tile[1]
+            plan.d_tile()[0],
+            plan.d_tile()[1]
         )
     } else {
         format!(
             "grid = (min(ceil(M / {}) * ceil(N / {}), SMs), 1, 1) (persistent: each block loops \
              over tiles)",
-            plan.d_tile[0], plan.d_tile[1]
+            plan.d_tile()[0],
+            plan.d_tile()[1]
         )
     };
     let mut r = vec![
