@@ -592,28 +592,37 @@ fn picked(p: &Result<Plan, ArgError>) -> &'static str {
     KERNELS[p.as_ref().unwrap().kernel].name
 }
 
+fn default_manifest() -> &'static tilegen::Manifest {
+    static MANIFEST: std::sync::OnceLock<tilegen::Manifest> = std::sync::OnceLock::new();
+    MANIFEST.get_or_init(|| {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/generated/manifest.json");
+        tilegen::Manifest::from_bytes(&std::fs::read(path).unwrap()).unwrap()
+    })
+}
+
+/// The default library's instances of `method`, in the bindings' order.
+fn method_members(method: &str) -> Vec<&'static tilegen::InstanceEntry> {
+    default_manifest()
+        .instances
+        .iter()
+        .filter(|i| tilegen::__internal::bindings::method_name(i) == method)
+        .collect()
+}
+
 /// What the library's tuning tables (`tuning/` baked into `generated/`) pick for `method` at
 /// `shape` on `d`, computed from the manifest as the bindings' tables were; None where no
 /// entry applies and the fixed rules decide.
 fn tuned(d: &Device, method: &str, shape: &[u64]) -> Option<String> {
-    static MANIFEST: std::sync::OnceLock<tilegen::Manifest> = std::sync::OnceLock::new();
-    let m = MANIFEST.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/generated/manifest.json");
-        tilegen::Manifest::from_bytes(&std::fs::read(path).unwrap()).unwrap()
-    });
-    let members: Vec<_> = m
-        .instances
-        .iter()
-        .filter(|i| tilegen::__internal::bindings::method_name(i) == method)
-        .collect();
+    let m = default_manifest();
+    let members = method_members(method);
     let entries = tilegen::__internal::tuning::dispatch_of(&m.tuning, method, &members);
     let table: Vec<_> = entries.iter().map(|e| e.tuned()).collect();
     tilegen_runtime::tuning::pick(d, &table, shape).map(|i| members[i].name.clone())
 }
 
 /// On sm_90 every 16-bit GEMM method picks what the H200 tuning table measured fastest near
-/// the shape, and where no entry applies its wgmma (tensor-map) instance (but a decode shape
-/// where the method has a 16-row mma.sync tile); it falls back to mma.sync where a tensor map
+/// the shape, and where no entry applies its wgmma (tensor-map) instance (for at most 16 rows a
+/// swap-AB one, where the method has one, even beside a 16-row mma.sync tile); it falls back to mma.sync where a tensor map
 /// cannot describe the call (k = 0) or the driver cannot encode one, tuned or not; on sm_80,
 /// sm_86 and sm_89 (no table for them) the wgmma instances (sm_90a binaries only) are never
 /// chosen and every method still plans an instance that runs there.
@@ -625,21 +634,23 @@ fn gemm_dispatch_follows_the_device() {
         (16, 4096, 4096),
         (128, 11008, 4096),
         (136, 264, 72),
+        (16, 256, 256), // no table entry within 4x: the fixed rules decide
     ] {
         for (method, p) in gemm_plans(SMS, m, n, k) {
             let shape = [m as u64, n as u64, k as u64];
             if let Some(t) = tuned(SMS, method, &shape) {
                 assert_eq!(picked(&p), t, "{method} {m}x{n}x{k}: the table's pick");
-            } else if m <= 16 && method == "gemm_nn_bf16" {
-                // The one method with a 16-row tile keeps it for 16-row outputs.
-                assert_eq!(picked(&p), "gemm_bf16_16x32x64_w16x16_s4_nn", "{m}x{n}x{k}");
-                assert_eq!(picked(&p), "gemm_bf16_16x32x64_w16x16_s4_nn", "{m}x{n}x{k}");
             } else {
                 assert!(
                     wgmma(picked(&p)),
                     "{method} {m}x{n}x{k} on sm_90: {}",
                     picked(&p)
                 );
+                // A 16-row output takes a swap-AB tile (16 rows) where the method has one.
+                let swap_ab = |name: &str| wgmma(name) && name.contains("_16x");
+                if m <= 16 && method_members(method).iter().any(|i| swap_ab(&i.name)) {
+                    assert!(swap_ab(picked(&p)), "{method} {m}x{n}x{k}: {}", picked(&p));
+                }
             }
         }
         for d in [device(8, 0, 108), device(8, 6, 84), device(8, 9, 128)] {

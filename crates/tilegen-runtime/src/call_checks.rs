@@ -364,7 +364,8 @@ fn gemm_operands(call: &GemmCall, needs: &GemmNeeds) -> Result<bool, ArgError> {
 
 /// Output rows up to which a GEMM call counts as decode-shaped (one token per sequence of a
 /// small batch). On the H200 an mma.sync 16-row tile beat the 128-row wgmma tiles there
-/// (`bench/results/2026-11-30-h200-gemm-dispatch.txt`).
+/// (`bench/results/2026-11-30-h200-gemm-dispatch.txt`), and the swap-AB wgmma tiles beat it
+/// by 1.5–2× (`bench/results/2026-12-02-h200-tune-gemm-decode-judge.txt`).
 pub const DECODE_ROWS: u32 = 16;
 
 /// wgmma's rows: a tensor-map tile shorter than this computes its transpose (swap-AB), with B
@@ -387,7 +388,8 @@ pub struct GemmOption {
 /// instances that run there (all of them when none does, so that loading names what is
 /// missing); tensor-map instances first (they run only on sm_90, where they are the fast
 /// path), each part in [`tile_order`]. The exception is a decode-shaped output (at most
-/// [`DECODE_ROWS`] rows) when the group has an mma.sync tile of that height: it goes first.
+/// [`DECODE_ROWS`] rows) when the group has an mma.sync tile of that height and no swap-AB
+/// tile that runs and covers M in one row: the mma.sync tile goes first.
 /// Tensor-map tiles under [`WGMMA_ROWS`] rows go last unless one row of them covers M: each
 /// further row streams all of B again.
 pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -> Vec<usize> {
@@ -395,7 +397,12 @@ pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -
     if usable.is_empty() {
         usable = (0..options.len()).collect();
     }
+    let swap_ab_covers = |i: usize| {
+        let rows = options[i].tile.0;
+        options[i].tensor_maps && options[i].runs && rows < WGMMA_ROWS && m <= rows as usize
+    };
     let decode_tile = m <= DECODE_ROWS as usize
+        && !usable.iter().any(|&i| swap_ab_covers(i))
         && usable
             .iter()
             .any(|&i| !options[i].tensor_maps && options[i].tile.0 <= DECODE_ROWS);
@@ -539,7 +546,7 @@ mod tests {
     }
 
     #[test]
-    fn decode_shapes_take_a_16_row_mma_sync_tile_first_on_sm_90() {
+    fn decode_shapes_take_a_covering_swap_ab_tile_else_a_16_row_mma_sync_one_first() {
         let h200 = device(9, 0, 132);
         // mma.sync 16x32 and 128x128, wgmma 128x256 and 128x128.
         let options = |tiles: &[((u32, u32), bool)]| -> Vec<GemmOption> {
@@ -566,6 +573,22 @@ mod tests {
         // Without a 16-row mma.sync tile, wgmma stays first for decode shapes too.
         let no_decode_tile = options(&[((128, 128), false), ((128, 256), true)]);
         assert_eq!(gemm_order(16, 4096, &h200, &no_decode_tile), [1, 0]);
+        // A swap-AB tile whose one row covers M goes before the mma.sync one; above its rows
+        // the mma.sync tile leads again.
+        let mut with_swap = group.clone();
+        with_swap.push(GemmOption {
+            tile: (16, 64),
+            tensor_maps: true,
+            runs: true,
+        });
+        assert_eq!(gemm_order(16, 4096, &h200, &with_swap)[0], 4);
+        assert_eq!(gemm_order(1, 4096, &h200, &with_swap)[0], 4);
+        with_swap[4].tile = (8, 64);
+        assert_eq!(gemm_order(16, 4096, &h200, &with_swap)[0], 0);
+        // A swap-AB tile that cannot run (no driver for tensor maps) leaves the rule as it was.
+        with_swap[4].tile = (16, 64);
+        with_swap[4].runs = false;
+        assert_eq!(gemm_order(16, 4096, &h200, &with_swap)[0], 0);
     }
 
     #[test]
