@@ -125,7 +125,27 @@ pub fn load_dir(dir: &Path) -> Result<(Vec<TuningTable>, Vec<PathBuf>)> {
     Ok((tables, paths))
 }
 
-fn load_file(path: &Path) -> Result<TuningTable> {
+/// Canonical bytes of a table: pretty JSON with a final newline.
+pub fn table_bytes(t: &TuningTable) -> Vec<u8> {
+    let mut v = serde_json::to_vec_pretty(t).expect("a tuning table serializes");
+    v.push(b'\n');
+    v
+}
+
+/// Writes `t` at `path` whole or not at all: a table half written would fail the next
+/// generate. The temporary file is named after this process, so two writers do not share it
+/// (the last rename wins).
+pub fn write_file(path: &Path, t: &TuningTable) -> Result<()> {
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, table_bytes(t)).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(path, e)
+    })
+}
+
+/// Reads one table file, checked as untrusted input ([`TuningTable::problems`]).
+pub fn load_file(path: &Path) -> Result<TuningTable> {
     let bad = |m: String| Error::input(path, format!("tuning table {}: {m}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if !meta.is_file() {
@@ -245,6 +265,60 @@ impl TuningTable {
         }
         out
     }
+}
+
+/// What [`merge`] did to the earlier table's entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MergeCounts {
+    /// Entries of a method and shape the earlier table had too.
+    pub replaced: usize,
+    /// Entries it did not have.
+    pub added: usize,
+    /// Its entries that the new table does not measure, kept as they were.
+    pub kept: usize,
+}
+
+/// `new` laid over `earlier`, a table of the same device: an entry of the same method and shape
+/// replaces the earlier one, the earlier table's other entries stay, so that tuning a few
+/// methods or shapes does not drop the rest. The header (device details, versions) is `new`'s.
+/// Refused when the two name different devices.
+pub fn merge(
+    earlier: &TuningTable,
+    new: TuningTable,
+) -> std::result::Result<(TuningTable, MergeCounts), String> {
+    if earlier.device.name != new.device.name
+        || earlier.device.compute_capability != new.device.compute_capability
+    {
+        return Err(format!(
+            "the table there was measured on {} (sm_{}{}), this run on {} (sm_{}{})",
+            earlier.device.name,
+            earlier.device.compute_capability[0],
+            earlier.device.compute_capability[1],
+            new.device.name,
+            new.device.compute_capability[0],
+            new.device.compute_capability[1]
+        ));
+    }
+    let mut by_key: BTreeMap<(String, Vec<u64>), TuningEntry> = earlier
+        .entries
+        .iter()
+        .map(|e| ((e.method.clone(), e.shape.clone()), e.clone()))
+        .collect();
+    let mut counts = MergeCounts::default();
+    for e in &new.entries {
+        match by_key.insert((e.method.clone(), e.shape.clone()), e.clone()) {
+            Some(_) => counts.replaced += 1,
+            None => counts.added += 1,
+        }
+    }
+    counts.kept = by_key.len() - counts.replaced - counts.added;
+    Ok((
+        TuningTable {
+            entries: by_key.into_values().collect(),
+            ..new
+        },
+        counts,
+    ))
 }
 
 /// A method of the library and its instances, in manifest order (the bindings' members).
@@ -403,6 +477,113 @@ pub fn dispatch_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(method: &str, shape: &[u64], instance: &str, us: f64) -> TuningEntry {
+        TuningEntry {
+            method: method.into(),
+            shape: shape.to_vec(),
+            instance: instance.into(),
+            config_sha256: "a".repeat(64),
+            median_us: us,
+            runner_up: None,
+            runner_up_us: None,
+            rule: instance.into(),
+            rule_us: us,
+        }
+    }
+
+    fn table(driver: &str, entries: Vec<TuningEntry>) -> TuningTable {
+        TuningTable {
+            format: FORMAT,
+            device: DeviceKey {
+                name: "NVIDIA H200".into(),
+                compute_capability: [9, 0],
+                sm_count: 132,
+                driver: driver.into(),
+            },
+            tilegen_version: "0.1.0".into(),
+            nvrtc_version: "13.0.88".into(),
+            entries,
+        }
+    }
+
+    #[test]
+    fn a_partial_tune_replaces_its_entries_and_keeps_the_rest() {
+        let earlier = table(
+            "12.8",
+            vec![
+                entry("gemm_nn_bf16", &[16, 4096, 4096], "old_a", 14.0),
+                entry("gemm_nn_bf16", &[4096, 4096, 4096], "big", 170.0),
+                entry("softmax_bf16", &[32768, 4096], "soft", 260.0),
+            ],
+        );
+        let new = table(
+            "13.0",
+            vec![
+                entry("gemm_nn_bf16", &[1, 4096, 4096], "new_b", 13.0),
+                entry("gemm_nn_bf16", &[16, 4096, 4096], "new_a", 13.0),
+            ],
+        );
+        let (merged, counts) = merge(&earlier, new).unwrap();
+        assert_eq!(
+            counts,
+            MergeCounts {
+                replaced: 1,
+                added: 1,
+                kept: 2
+            }
+        );
+        let got: Vec<_> = merged
+            .entries
+            .iter()
+            .map(|e| (e.method.as_str(), e.shape.clone(), e.instance.as_str()))
+            .collect();
+        // Sorted by method, then shape, as every table is.
+        assert_eq!(
+            got,
+            [
+                ("gemm_nn_bf16", vec![1, 4096, 4096], "new_b"),
+                ("gemm_nn_bf16", vec![16, 4096, 4096], "new_a"),
+                ("gemm_nn_bf16", vec![4096, 4096, 4096], "big"),
+                ("softmax_bf16", vec![32768, 4096], "soft"),
+            ]
+        );
+        assert_eq!(merged.device.driver, "13.0", "the header is the new run's");
+        assert!(merged.problems().is_empty());
+    }
+
+    #[test]
+    fn a_written_table_reads_back_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nvidia-h200.json");
+        let t = table(
+            "13.0",
+            vec![entry("gemm_nn_bf16", &[16, 4096, 4096], "a", 14.0)],
+        );
+        write_file(&path, &t).unwrap();
+        write_file(&path, &t).unwrap(); // over an existing file too
+        assert_eq!(load_file(&path).unwrap(), t);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["nvidia-h200.json"]);
+        // An unsound file there is an error naming it, not a table to write over.
+        std::fs::write(&path, b"{ \"format\": 1 }").unwrap();
+        let e = load_file(&path).unwrap_err().to_string();
+        assert!(e.contains("nvidia-h200.json"), "{e}");
+    }
+
+    #[test]
+    fn tables_of_other_devices_do_not_merge() {
+        let earlier = table("13.0", vec![entry("m", &[1], "a", 1.0)]);
+        let mut other = table("13.0", vec![]);
+        other.device.name = "NVIDIA H100 80GB HBM3".into();
+        assert!(merge(&earlier, other.clone()).unwrap_err().contains("H100"));
+        other.device.name = earlier.device.name.clone();
+        other.device.compute_capability = [8, 0];
+        assert!(merge(&earlier, other).is_err());
+    }
 
     #[test]
     fn two_significant_digits() {

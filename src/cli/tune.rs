@@ -2,9 +2,10 @@
 //! the winners as a tuning table, which `generate` bakes into the bindings.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use tilegen::__internal::tuning;
 use tilegen::Error;
 
 use super::report::Reporter;
@@ -25,9 +26,13 @@ pub struct TuneArgs {
     /// lists of sizes (`{"layernorm": [[32768, 4096]], "gemm": [[16, 4096, 4096]]}`).
     #[arg(long)]
     shapes: Option<PathBuf>,
-    /// Folder to write the table into, as `<device name>.json`.
+    /// Folder to write the table into, as `<device name>.json`. A table already there keeps
+    /// its entries for the methods and shapes this run does not measure.
     #[arg(long, default_value = "tuning")]
     out: PathBuf,
+    /// Write only this run's measurements, dropping every entry the table had.
+    #[arg(long, conflicts_with = "dry_run")]
+    replace: bool,
     /// Measure and report only; write no table.
     #[arg(long)]
     dry_run: bool,
@@ -43,6 +48,30 @@ pub struct TuneArgs {
     seed: Option<u64>,
 }
 
+/// Writes this run's table so far, laid over `earlier` when given, in place of the file at
+/// `path`.
+fn save(
+    gpu: &tilegen::__internal::gpu::Gpu,
+    all: &[tilegen::__internal::gpu::tune::Measured],
+    earlier: Option<&tuning::TuningTable>,
+    out: &Path,
+    path: &Path,
+) -> Result<tuning::MergeCounts, Error> {
+    use tilegen::__internal::gpu::tune;
+    let mut table = tune::table(gpu, all);
+    let mut counts = tuning::MergeCounts {
+        added: table.entries.len(),
+        ..Default::default()
+    };
+    if let Some(earlier) = earlier {
+        (table, counts) = tuning::merge(earlier, table)
+            .map_err(|m| Error::Usage(format!("{}: {m}", path.display())))?;
+    }
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    tuning::write_file(path, &table)?;
+    Ok(counts)
+}
+
 impl TuneArgs {
     /// Measure and report only, with the library's own tables (`bench --dispatch`).
     pub fn report(lib: PathBuf, filter: Option<String>) -> TuneArgs {
@@ -51,6 +80,7 @@ impl TuneArgs {
             filter,
             shapes: None,
             out: PathBuf::new(),
+            replace: false,
             dry_run: true,
             tuning: None,
             max_verify_elements: MAX_VERIFY_ELEMENTS,
@@ -82,6 +112,22 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
             args.lib.display()
         )));
     }
+    // The table already in --out is read (and checked) before anything is measured: this
+    // run's entries are laid over it after each method, so an unsound file stops the run
+    // here rather than being written over, and an interrupted run keeps what it measured.
+    let path = args.out.join(tune::file_name(&gpu.name));
+    let earlier = if args.dry_run || args.replace || !path.exists() {
+        None
+    } else {
+        let earlier = tuning::load_file(&path).map_err(|e| {
+            Error::Usage(format!(
+                "{e}\n(tune keeps the entries of the table there; fix or move it, or pass --replace to write this run's table over it)"
+            ))
+        })?;
+        tuning::merge(&earlier, tune::table(&gpu, &[]))
+            .map_err(|m| Error::Usage(format!("{}: {m}", path.display())))?;
+        Some(earlier)
+    };
     let seed = args.seed.unwrap_or_else(super::gpu::clock_seed);
     // Memory-bound methods are also reported against the device copy of this run.
     let ceiling = tilegen::__internal::gpu::bench::copy_ceiling(&gpu, 1 << 30)?;
@@ -107,6 +153,7 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let mut verified = BTreeMap::new();
     let mut all = Vec::new();
     let mut unverified = std::collections::BTreeSet::new();
+    let mut saved = None;
     for (method, members) in &methods {
         let measured = tune::measure_method(
             &mut gpu,
@@ -155,34 +202,35 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
             );
             all.push(m);
         }
+        if !args.dry_run {
+            saved = Some(save(&gpu, &all, earlier.as_ref(), &args.out, &path)?);
+        }
     }
-    let table = tune::table(&gpu, &all);
-    let written = if args.dry_run {
-        None
-    } else {
-        let path = args.out.join(tune::file_name(&gpu.name));
-        std::fs::create_dir_all(&args.out).map_err(|e| Error::io(&args.out, e))?;
-        // Whole or nothing: a table half written would fail the next generate.
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, tune::table_bytes(&table)).map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-        Some(path)
-    };
+    let measured = tune::table(&gpu, &all).entries.len();
+    let written = saved.map(|_| &path);
     let seconds = started.elapsed().as_secs_f64();
     rep.err(
         || {
+            let counts = saved.unwrap_or_default();
             serde_json::json!({
-                "event": "done", "entries": table.entries.len(), "table": written,
+                "event": "done", "entries": measured, "table": written,
+                "replaced": counts.replaced, "added": counts.added, "kept": counts.kept,
                 "unverified": unverified, "seconds": seconds, "seed": seed,
             })
         },
         || {
             let mut s = format!(
-                "{} entries in {seconds:.0} s (times relative to the fastest: `rule` is the fixed rules' pick, `table` the library's tuning tables', `2nd` the runner-up)",
-                table.entries.len()
+                "{measured} entries in {seconds:.0} s (times relative to the fastest: `rule` is the fixed rules' pick, `table` the library's tuning tables', `2nd` the runner-up)"
             );
-            if let Some(p) = &written {
-                s += &format!("\nwrote {}; `tilegen generate` bakes it into the bindings", p.display());
+            if let Some(p) = written {
+                s += &format!("\nwrote {}", p.display());
+                if let (Some(c), Some(_)) = (saved, &earlier) {
+                    s += &format!(
+                        " ({} entries replaced, {} added, {} kept from the table there)",
+                        c.replaced, c.added, c.kept
+                    );
+                }
+                s += "; `tilegen generate` bakes it into the bindings";
             }
             if !unverified.is_empty() {
                 s += &format!(

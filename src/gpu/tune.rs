@@ -408,10 +408,3 @@ pub fn file_name(device: &str) -> String {
     let out = out.trim_end_matches('-');
     format!("{}.json", if out.is_empty() { "device" } else { out })
 }
-
-/// Canonical bytes of a table: pretty JSON with a final newline.
-pub fn table_bytes(t: &TuningTable) -> Vec<u8> {
-    let mut v = serde_json::to_vec_pretty(t).expect("a tuning table serializes");
-    v.push(b'\n');
-    v
-}
