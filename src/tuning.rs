@@ -278,26 +278,30 @@ pub struct MergeCounts {
     pub kept: usize,
 }
 
+/// Why measurements on `new` may not join a table of `earlier`: a different GPU.
+pub fn other_device(earlier: &DeviceKey, new: &DeviceKey) -> Option<String> {
+    let sm = |d: &DeviceKey| format!("sm_{}{}", d.compute_capability[0], d.compute_capability[1]);
+    (earlier.name != new.name || earlier.compute_capability != new.compute_capability).then(|| {
+        format!(
+            "the table there was measured on {} ({}), this run on {} ({})",
+            earlier.name,
+            sm(earlier),
+            new.name,
+            sm(new)
+        )
+    })
+}
+
 /// `new` laid over `earlier`, a table of the same device: an entry of the same method and shape
 /// replaces the earlier one, the earlier table's other entries stay, so that tuning a few
 /// methods or shapes does not drop the rest. The header (device details, versions) is `new`'s.
-/// Refused when the two name different devices.
+/// Refused when the two name different devices ([`other_device`]).
 pub fn merge(
     earlier: &TuningTable,
     new: TuningTable,
 ) -> std::result::Result<(TuningTable, MergeCounts), String> {
-    if earlier.device.name != new.device.name
-        || earlier.device.compute_capability != new.device.compute_capability
-    {
-        return Err(format!(
-            "the table there was measured on {} (sm_{}{}), this run on {} (sm_{}{})",
-            earlier.device.name,
-            earlier.device.compute_capability[0],
-            earlier.device.compute_capability[1],
-            new.device.name,
-            new.device.compute_capability[0],
-            new.device.compute_capability[1]
-        ));
+    if let Some(why) = other_device(&earlier.device, &new.device) {
+        return Err(why);
     }
     let mut by_key: BTreeMap<(String, Vec<u64>), TuningEntry> = earlier
         .entries

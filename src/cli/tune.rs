@@ -124,8 +124,9 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
                 "{e}\n(tune keeps the entries of the table there; fix or move it, or pass --replace to write this run's table over it)"
             ))
         })?;
-        tuning::merge(&earlier, tune::table(&gpu, &[]))
-            .map_err(|m| Error::Usage(format!("{}: {m}", path.display())))?;
+        if let Some(why) = tuning::other_device(&earlier.device, &tune::device_key(&gpu)) {
+            return Err(Error::Usage(format!("{}: {why}", path.display())));
+        }
         Some(earlier)
     };
     let seed = args.seed.unwrap_or_else(super::gpu::clock_seed);

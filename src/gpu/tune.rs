@@ -382,15 +382,20 @@ pub fn table(gpu: &Gpu, measured: &[Measured]) -> TuningTable {
     entries.sort_by(|a, b| (&a.method, &a.shape).cmp(&(&b.method, &b.shape)));
     TuningTable {
         format: crate::tuning::FORMAT,
-        device: DeviceKey {
-            name: gpu.name.clone(),
-            compute_capability: [gpu.sm / 10, gpu.sm % 10],
-            sm_count: gpu.sm_count,
-            driver: super::driver_version().map_or("unknown".into(), |v| v.to_string()),
-        },
+        device: device_key(gpu),
         tilegen_version: gpu.manifest.tilegen_version.clone(),
         nvrtc_version: gpu.manifest.nvrtc_version.clone(),
         entries,
+    }
+}
+
+/// How a table names this GPU.
+pub fn device_key(gpu: &Gpu) -> DeviceKey {
+    DeviceKey {
+        name: gpu.name.clone(),
+        compute_capability: [gpu.sm / 10, gpu.sm % 10],
+        sm_count: gpu.sm_count,
+        driver: super::driver_version().map_or("unknown".into(), |v| v.to_string()),
     }
 }
 

@@ -397,12 +397,13 @@ pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -
     if usable.is_empty() {
         usable = (0..options.len()).collect();
     }
-    let swap_ab_covers = |i: usize| {
-        let rows = options[i].tile.0;
-        options[i].tensor_maps && options[i].runs && rows < WGMMA_ROWS && m <= rows as usize
-    };
+    // A swap-AB tile (tensor maps, under wgmma's rows) streams B once per row of tiles.
+    let swap_ab = |i: usize| options[i].tensor_maps && options[i].tile.0 < WGMMA_ROWS;
+    let covers_m = |i: usize| m <= options[i].tile.0 as usize;
     let decode_tile = m <= DECODE_ROWS as usize
-        && !usable.iter().any(|&i| swap_ab_covers(i))
+        && !usable
+            .iter()
+            .any(|&i| swap_ab(i) && covers_m(i) && options[i].runs)
         && usable
             .iter()
             .any(|&i| !options[i].tensor_maps && options[i].tile.0 <= DECODE_ROWS);
@@ -423,10 +424,7 @@ pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -
             tile_order(m, n, device.sm_count, &tiles)
                 .into_iter()
                 .map(|j| part[j])
-                .partition(|&i| {
-                    let rows = options[i].tile.0;
-                    !maps || rows >= WGMMA_ROWS || m <= rows as usize
-                });
+                .partition(|&i| !swap_ab(i) || covers_m(i));
         out.extend(covering);
         out.extend(rereading);
     }

@@ -77,11 +77,8 @@ struct Plan {
     b_k_major: bool,
     in_elem: u32,
     out_elem: u32,
-    /// TMA boxes per stage for the operands, A's box rows and K-major B's (wgmma's operands).
+    /// Outer size of a TMA box of wgmma's A: its rows when K-major, 64 k when M-major.
     a_box_outer: u32,
-    a_loads: u32,
-    b_loads: u32,
-    b_box_rows: u32,
     /// Output columns per TMA store box, columns staged per round, rounds per tile.
     d_box_cols: u32,
     epi_cols: u32,
@@ -146,7 +143,6 @@ impl Plan {
             }
             epi_rounds += 1;
         }
-        let b_box_rows = tile_n.min(64);
         let mut plan = Plan {
             swap,
             tile_m,
@@ -157,13 +153,6 @@ impl Plan {
             in_elem: inst.dtype.size(),
             out_elem,
             a_box_outer,
-            a_loads: if a_k_major {
-                tile_m / a_box_outer
-            } else {
-                tile_m / 64
-            },
-            b_loads: tile_n / b_box_rows,
-            b_box_rows,
             d_box_cols,
             epi_cols: if swap {
                 CONSUMER_ROWS
@@ -180,6 +169,22 @@ impl Plan {
         plan
     }
 
+    /// TMA boxes per stage of wgmma's A: K-major, of `a_box_outer` rows; M-major, one per
+    /// 64 rows.
+    fn a_loads(&self) -> u32 {
+        if self.a_k_major {
+            self.tile_m / self.a_box_outer
+        } else {
+            self.tile_m / 64
+        }
+    }
+    /// Rows of a box of wgmma's B (the tile's columns, at most 64 a box) and boxes per stage.
+    fn b_box_rows(&self) -> u32 {
+        self.tile_n.min(64)
+    }
+    fn b_loads(&self) -> u32 {
+        self.tile_n / self.b_box_rows()
+    }
     /// D's tile (rows, columns): wgmma's, transposed with a swap.
     fn d_tile(&self) -> [u32; 2] {
         if self.swap {
@@ -580,7 +585,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
             .into(),
         ),
         ("swap", plan.swap.into()),
-        ("b_box_rows", plan.b_box_rows.into()),
+        ("b_box_rows", plan.b_box_rows().into()),
         ("out_f32", (inst.out_dtype == DType::F32).into()),
         ("tile_m", plan.tile_m.into()),
         ("consumers", plan.consumers().into()),
@@ -595,8 +600,8 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("a_k_major", plan.a_k_major.into()),
         ("b_k_major", plan.b_k_major.into()),
         ("a_box_outer", plan.a_box_outer.into()),
-        ("a_loads", plan.a_loads.into()),
-        ("b_loads", plan.b_loads.into()),
+        ("a_loads", plan.a_loads().into()),
+        ("b_loads", plan.b_loads().into()),
         ("a_stage_bytes", plan.a_stage_bytes().into()),
         ("b_stage_bytes", plan.b_stage_bytes().into()),
         ("d_box_cols", plan.d_box_cols.into()),
@@ -821,13 +826,13 @@ mod tests {
         // K-major A: two 32-row boxes per stage when split, one 64-row box when not; M-major
         // A one 64-row box.
         let p = Plan::new(&i);
-        assert_eq!((p.a_box_outer, p.a_loads, p.consumers()), (32, 2, 1));
+        assert_eq!((p.a_box_outer, p.a_loads(), p.consumers()), (32, 2, 1));
         i.params.split_k = None;
         let p = Plan::new(&i);
-        assert_eq!((p.a_box_outer, p.a_loads), (64, 1));
+        assert_eq!((p.a_box_outer, p.a_loads()), (64, 1));
         assert_eq!(tensor_maps(&i)[0].box_dims, vec![64, 64]);
         i.params.layout = Some(Layout::Tt);
-        assert_eq!(Plan::new(&i).a_loads, 1);
+        assert_eq!(Plan::new(&i).a_loads(), 1);
         assert!(runtime_requirements(&i)
             .iter()
             .any(|r| r.contains("ceil(M / 64)") && r.contains("block = (256, 1, 1)")));
@@ -856,7 +861,7 @@ mod tests {
         assert_eq!((p.tile_m, p.tile_n, p.consumers()), (128, 16, 2));
         // nn: B (K x N, row-major) is wgmma's M-major A, A's rows its K-major B.
         assert_eq!((p.a_k_major, p.b_k_major), (false, true));
-        assert_eq!((p.b_box_rows, p.b_loads, p.a_loads), (16, 1, 2));
+        assert_eq!((p.b_box_rows(), p.b_loads(), p.a_loads()), (16, 1, 2));
         let l = launch(&i);
         assert_eq!(l.threads, 384);
         assert_eq!(
@@ -903,7 +908,7 @@ mod tests {
         t.epilogue = vec![Epilogue::Bias, Epilogue::Relu];
         assert_eq!(crate::ops::check(&t), vec![]);
         let pt = Plan::new(&t);
-        assert_eq!((pt.a_k_major, pt.a_box_outer, pt.a_loads), (true, 128, 1));
+        assert_eq!((pt.a_k_major, pt.a_box_outer, pt.a_loads()), (true, 128, 1));
         assert_eq!(pt.bias_slot_bytes(), 128 * 4);
         let maps: Vec<_> = tensor_maps(&t).iter().map(dims).collect();
         assert_eq!(maps[1], ("b_map".into(), "k,n".into(), vec![64, 128]));
