@@ -5,6 +5,7 @@
 # Logs land in $OUT/sanitize-TOOL-OP.txt; the last line per run says whether it was clean.
 # Usage: scripts/gpu-sanitize.sh [MAX_ELEMENTS] [TOOL...]   (default 5000; all three tools)
 #        TILEGEN_OPS="attention" scripts/gpu-sanitize.sh ...  (some ops only)
+# A case whose kernel runs past 240 s is reported by verify itself (--kernel-timeout), naming it.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/tilegen-out}
@@ -24,7 +25,7 @@ run_tool() {
   for op in $ops; do
     log="$OUT/sanitize-$tool-$op.txt"
     timeout 280 "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 \
-      "$bin" verify --lib "$lib" --op "$op" --max-elements "$max" --seed 5 >"$log" 2>&1
+      "$bin" verify --lib "$lib" --op "$op" --max-elements "$max" --seed 5 --kernel-timeout 240 >"$log" 2>&1
     rc=$?
     summary=$(grep -m1 "ERROR SUMMARY\|RACECHECK SUMMARY" "$log" || true)
     cases=$(grep -m1 "instances:" "$log" || true)

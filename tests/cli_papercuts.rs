@@ -1,7 +1,8 @@
 //! The command line's small promises: `show` suggests a near name and refuses PTX for an arch
 //! the instance cannot run on, `check` refuses archs the pinned NVRTC cannot target,
 //! `generate --check` counts the files it found unchanged, `doctor` says in fields what it
-//! found and fails without NVRTC.
+//! found and fails without NVRTC, the GPU commands refuse a `--kernel-timeout` that is no
+//! number of seconds.
 
 mod common;
 
@@ -158,4 +159,23 @@ fn doctor_reports_fields_and_fails_without_nvrtc() {
         .as_str()
         .unwrap()
         .contains("not an ELF file"));
+}
+
+#[test]
+fn a_kernel_timeout_that_is_no_number_of_seconds_is_a_usage_error() {
+    for (cmd, value) in [
+        ("verify", "-1"),
+        ("bench", "soon"),
+        ("tune", "2000000"),
+        ("verify", "NaN"),
+    ] {
+        let flag = format!("--kernel-timeout={value}");
+        let o = tilegen_command(&[cmd, "--lib", "no-such-library", &flag])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{cmd} {value}: {}", text(&o));
+        let t = text(&o);
+        assert!(t.contains("--kernel-timeout"), "{t}");
+        assert!(t.contains("give seconds from 0 (no limit)"), "{t}");
+    }
 }

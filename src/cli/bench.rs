@@ -6,13 +6,15 @@ use std::process::ExitCode;
 
 use tilegen::Error;
 
-use super::gpu::{LibraryArgs, Select};
+use super::gpu::{LibraryArgs, Select, WaitLimit};
 use super::report::Reporter;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
     #[command(flatten)]
     library: LibraryArgs,
+    #[command(flatten)]
+    wait_limit: WaitLimit,
     /// Write the results as JSON here.
     #[arg(long)]
     json_out: Option<PathBuf>,
@@ -28,22 +30,23 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
-    use tilegen::__internal::gpu::{bench, problem, Gpu};
+    use tilegen::__internal::gpu::{bench, problem};
     let BenchArgs {
         library: LibraryArgs { lib, filter, op },
+        wait_limit,
         json_out,
         dispatch,
         shapes,
     } = args;
     if dispatch {
-        return super::tune::run(super::tune::TuneArgs::report(lib, filter), rep);
+        return super::tune::run(super::tune::TuneArgs::report(lib, filter, wait_limit), rep);
     }
     let shapes = match &shapes {
         Some(path) => Some(tilegen::__internal::gpu::tune::read_shapes(path)?),
         None => None,
     };
     let select = Select::new(filter, op)?;
-    let mut gpu = Gpu::open(&lib)?;
+    let mut gpu = super::gpu::open(&lib, wait_limit, *rep)?;
     let ceiling = bench::copy_ceiling(&gpu, 1 << 30)?;
     rep.text(|| {
         format!(

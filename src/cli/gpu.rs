@@ -2,6 +2,8 @@
 
 use tilegen::Error;
 
+use super::report::Reporter;
+
 /// The library a GPU command reads and which of its instances it runs.
 #[derive(clap::Args)]
 pub struct LibraryArgs {
@@ -43,6 +45,56 @@ impl Select {
             .cloned()
             .collect()
     }
+}
+
+/// How long a GPU command waits for the GPU before it gives up on a hung kernel.
+#[derive(clap::Args, Clone, Copy)]
+pub struct WaitLimit {
+    /// Seconds that one wait for the GPU (a case's launch, a round of timed launches) may
+    /// last before the command names what was running and exits 1, where a kernel that hangs
+    /// would keep it waiting for ever; 0 means no limit.
+    #[arg(long = "kernel-timeout", value_name = "SECONDS", default_value_t = 60.0, value_parser = seconds)]
+    pub seconds: f64,
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1e6).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: give seconds from 0 (no limit) to 1000000")),
+    }
+}
+
+/// Opens the GPU for the library at `lib`, its waits limited by `limit`. When a wait outlives
+/// it, the error names what was running and the process ends at once: destructors would wait
+/// for the hung kernel too, and only the end of the process frees the GPU.
+pub fn open(
+    lib: &std::path::Path,
+    limit: WaitLimit,
+    rep: Reporter,
+) -> Result<tilegen::__internal::gpu::Gpu, Error> {
+    let mut gpu = tilegen::__internal::gpu::Gpu::open(lib)?;
+    if limit.seconds > 0.0 {
+        let limit = std::time::Duration::from_secs_f64(limit.seconds);
+        gpu.limit_waits(
+            limit,
+            Box::new(move |what, limit| {
+                let e = Error::Gpu(format!(
+                    "{what}: the GPU has not finished after {} s (--kernel-timeout): a kernel \
+                     hangs, or runs far longer than it should; stopping here, since nothing \
+                     else can run on the GPU until this process ends",
+                    limit.as_secs_f64()
+                ));
+                rep.error(&e);
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                let _ = std::io::stderr().flush();
+                // SAFETY: ends the process without running destructors or exit handlers,
+                // which could block on the GPU; the output is flushed above.
+                unsafe { libc::_exit(e.exit_code()) }
+            }),
+        );
+    }
+    Ok(gpu)
 }
 
 /// A seed for random inputs when none is given: from the clock, so each run tries new data.

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 use tilegen::Error;
 
+#[derive(Clone, Copy)]
 pub struct Reporter {
     json: bool,
 }

@@ -46,6 +46,8 @@ pub struct TuneArgs {
     /// Seed of the verification inputs (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
+    #[command(flatten)]
+    wait_limit: super::gpu::WaitLimit,
 }
 
 /// Writes this run's table so far, laid over `earlier` when given, in place of the file at
@@ -74,7 +76,11 @@ fn save(
 
 impl TuneArgs {
     /// Measure and report only, with the library's own tables (`bench --dispatch`).
-    pub fn report(lib: PathBuf, filter: Option<String>) -> TuneArgs {
+    pub fn report(
+        lib: PathBuf,
+        filter: Option<String>,
+        wait_limit: super::gpu::WaitLimit,
+    ) -> TuneArgs {
         TuneArgs {
             lib,
             filter,
@@ -85,18 +91,19 @@ impl TuneArgs {
             tuning: None,
             max_verify_elements: MAX_VERIFY_ELEMENTS,
             seed: None,
+            wait_limit,
         }
     }
 }
 
 pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
-    use tilegen::__internal::gpu::{tune, Gpu};
+    use tilegen::__internal::gpu::tune;
     let shapes = match &args.shapes {
         Some(path) => tune::read_shapes(path)?,
         None => BTreeMap::new(),
     };
     let started = std::time::Instant::now();
-    let mut gpu = Gpu::open(&args.lib)?;
+    let mut gpu = super::gpu::open(&args.lib, args.wait_limit, *rep)?;
     if let Some(dir) = &args.tuning {
         let (tables, _) = tilegen::__internal::tuning::load_dir(dir)?;
         let (tables, dropped) = tilegen::__internal::tuning::attach(tables, &gpu.manifest);

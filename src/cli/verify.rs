@@ -5,13 +5,15 @@ use std::process::ExitCode;
 
 use tilegen::Error;
 
-use super::gpu::{LibraryArgs, Select};
+use super::gpu::{LibraryArgs, Select, WaitLimit};
 use super::report::Reporter;
 
 #[derive(clap::Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
     library: LibraryArgs,
+    #[command(flatten)]
+    wait_limit: WaitLimit,
     /// Seed for the random inputs (default: from the clock; printed for replay).
     #[arg(long)]
     seed: Option<u64>,
@@ -22,14 +24,15 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
-    use tilegen::__internal::gpu::{problem, verify, Gpu};
+    use tilegen::__internal::gpu::{problem, verify};
     let VerifyArgs {
         library: LibraryArgs { lib, filter, op },
+        wait_limit,
         seed,
         max_elements,
     } = args;
     let select = Select::new(filter, op)?;
-    let mut gpu = Gpu::open(&lib)?;
+    let mut gpu = super::gpu::open(&lib, wait_limit, *rep)?;
     let seed = seed.unwrap_or_else(super::gpu::clock_seed);
     let instances = select.of(&gpu);
     if instances.is_empty() {

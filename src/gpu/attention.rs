@@ -490,6 +490,7 @@ pub fn run_case(
     rng: &mut impl Rng,
 ) -> AttnResult {
     let start = Instant::now();
+    gpu.doing(format!("verifying {} on case {case}", inst.name));
     let mut r = AttnResult {
         instance: inst.name.clone(),
         case: case.to_string(),
@@ -899,6 +900,10 @@ pub fn bench_case(
     (batch, hq, hkv, seq): (usize, usize, usize, usize),
 ) -> Result<AttnBench> {
     check_signature(inst)?;
+    gpu.doing(format!(
+        "timing {} at batch {batch}, heads {hq}/{hkv}, seq {seq}",
+        inst.name
+    ));
     let f = gpu.function(inst)?;
     let (d, causal, _, _) = params_of(inst);
     let dt = inst.dtype;

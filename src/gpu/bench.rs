@@ -74,13 +74,19 @@ pub fn time_ms(gpu: &Gpu, body: impl FnMut(usize) -> Result<()>) -> Result<(f64,
 /// Times several launches turn about (run i of each, then run i + 1 of each, ...), so that
 /// clock and temperature drift during the measurement reach all of them alike and their
 /// ratios stay fair: median and minimum milliseconds of each over RUNS after WARMUP.
+///
+/// Each call of a body gets the launch's number counted over all bodies (0, 1, 2, ... in the
+/// order they run). A body that reads input set `number % sets` thus never reads the set the
+/// launch before it read, whoever ran that one: were the runs of each body counted apart, the
+/// second body of a turn would find the first one's operands in L2 wherever they fit there.
 pub fn time_interleaved(
     gpu: &Gpu,
     bodies: &mut [&mut dyn FnMut(usize) -> Result<()>],
 ) -> Result<Vec<(f64, f64)>> {
+    let turn = bodies.len();
     for i in 0..WARMUP {
-        for body in bodies.iter_mut() {
-            body(i)?;
+        for (k, body) in bodies.iter_mut().enumerate() {
+            body(i * turn + k)?;
         }
     }
     gpu.sync()?;
@@ -94,7 +100,7 @@ pub fn time_interleaved(
                 .stream
                 .record_event(flags)
                 .map_err(|e| gpu_err("event", e))?;
-            body(WARMUP + i)?;
+            body((WARMUP + i) * turn + k)?;
             let end = gpu
                 .stream
                 .record_event(flags)
@@ -122,6 +128,7 @@ pub fn time_interleaved(
 
 /// Device-to-device copy bandwidth (bytes read + written per second, GB/s) over `bytes`.
 pub fn copy_ceiling(gpu: &Gpu, bytes: usize) -> Result<f64> {
+    gpu.doing("timing the device copy");
     let src = random_buffer(gpu, bytes, DType::F32, 1)?;
     let mut dst = gpu.alloc_filled(bytes, 0)?;
     let (ms, _) = time_ms(gpu, |_| {
@@ -180,6 +187,7 @@ pub fn bench_case(
     blas: Option<&Blas>,
     plain: Option<&InstanceEntry>,
 ) -> Result<BenchResult> {
+    gpu.doing(format!("timing {} at {p}", inst.name));
     let f = gpu.function(inst)?;
     let (bytes, flops) = traffic(inst, p);
     // Enough input sets that one cycle through them is at least 4x the L2.
@@ -244,24 +252,31 @@ pub fn bench_case(
                     * data::dtype_of(&out.ty).size() as usize,
                 0xFF,
             )?;
-            let input = |name: &str| {
+            // The peer cycles through the input sets like the kernel (`time_interleaved`
+            // numbers the launches so that no two in a row read one set): with one set of
+            // its own, a peer whose operands fit in L2 kept them there between its runs.
+            let input = |set: usize, name: &str| {
                 inst.args
                     .iter()
                     .position(|a| a.name == name)
-                    .and_then(|i| buffers[0][i].as_ref())
+                    .and_then(|i| buffers[set][i].as_ref())
             };
-            let (a, b) = (input("a").expect("a"), input("b").expect("b"));
-            let bias = input("bias");
-            let fused = bias.is_some_and(|bias| {
-                blas.fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
-                    .is_some()
-            });
+            let operands = |set: usize| {
+                let a = input(set, "a").expect("a");
+                (a, input(set, "b").expect("b"), input(set, "bias"))
+            };
+            let fused = match operands(0) {
+                (a, b, Some(bias)) => blas
+                    .fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
+                    .is_some(),
+                _ => false,
+            };
             let tf32 = inst.params.tf32 == Some(true);
-            let mut run_peer = |_: usize| match bias.filter(|_| fused) {
-                Some(bias) => blas
+            let mut run_peer = |run: usize| match operands(run % sets) {
+                (a, b, Some(bias)) if fused => blas
                     .fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
                     .expect("fused peer exists"),
-                None => blas.gemm(gpu, inst, (m, n, k), a, b, &mut d, inst.out_dtype, tf32),
+                (a, b, _) => blas.gemm(gpu, inst, (m, n, k), a, b, &mut d, inst.out_dtype, tf32),
             };
             let mut run_plain = |run: usize| match &plain {
                 Some((_, pf, pdims)) => launch(gpu, pf, *pdims, &plain_args[run % sets]),

@@ -10,6 +10,7 @@ pub mod problem;
 pub mod reference;
 pub mod tune;
 pub mod verify;
+pub mod watchdog;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,10 @@ pub struct Gpu {
     pub manifest: Manifest,
     functions: HashMap<String, CudaFunction>,
     map_rules: HashMap<String, &'static [crate::tensor_map::TensorMapRule]>,
+    /// The limit on each wait for the GPU, where one is set ([`Gpu::limit_waits`]).
+    watchdog: Option<watchdog::Watchdog>,
+    /// What the GPU is running, for the watchdog's message ([`Gpu::doing`]).
+    activity: std::sync::Mutex<String>,
 }
 
 pub fn gpu_err(what: &str, e: impl std::fmt::Debug) -> Error {
@@ -100,6 +105,8 @@ impl Gpu {
             manifest,
             functions: HashMap::new(),
             map_rules: HashMap::new(),
+            watchdog: None,
+            activity: std::sync::Mutex::new(String::new()),
         })
     }
 
@@ -232,21 +239,43 @@ impl Gpu {
     }
 
     pub fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>> {
-        self.stream
-            .clone_htod(bytes)
+        self.wait(|| self.stream.clone_htod(bytes))
             .map_err(|e| gpu_err("copy to device", e))
     }
 
     pub fn download(&self, buf: &CudaSlice<u8>) -> Result<Vec<u8>> {
-        self.stream
-            .clone_dtoh(buf)
+        self.wait(|| self.stream.clone_dtoh(buf))
             .map_err(|e| gpu_err("copy to host", e))
     }
 
     pub fn sync(&self) -> Result<()> {
-        self.stream
-            .synchronize()
+        self.wait(|| self.stream.synchronize())
             .map_err(|e| gpu_err("kernel failed", e))
+    }
+
+    /// From now on, every wait for the GPU (`sync`, `upload`, `download`) that lasts longer
+    /// than `limit` calls `on_expiry` with what [`Gpu::doing`] last named.
+    pub fn limit_waits(&mut self, limit: std::time::Duration, on_expiry: watchdog::OnExpiry) {
+        self.watchdog = Some(watchdog::Watchdog::start(limit, on_expiry));
+    }
+
+    /// Names the work that the next waits are for (an instance and its case or shape).
+    pub fn doing(&self, what: impl Into<String>) {
+        *self.activity.lock().unwrap_or_else(|e| e.into_inner()) = what.into();
+    }
+
+    fn wait<T>(&self, call: impl FnOnce() -> T) -> T {
+        match &self.watchdog {
+            None => call(),
+            Some(dog) => {
+                let what = self
+                    .activity
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                dog.guard(&what, call)
+            }
+        }
     }
 }
 

@@ -328,6 +328,7 @@ pub fn measure_method(
         if runnable.is_empty() {
             continue;
         }
+        gpu.doing(format!("timing {method} at {p}"));
         let micros = time_members(gpu, &runnable, p)?;
         let mut times: Vec<(String, f64)> = runnable
             .iter()

@@ -229,6 +229,7 @@ pub fn case_inputs(
 /// Runs one case; errors (launch failures, bad sizes, guard zones) become failed results.
 pub fn run_case(gpu: &mut Gpu, inst: &InstanceEntry, case: Case, rng: &mut impl Rng) -> CaseResult {
     let start = Instant::now();
+    gpu.doing(format!("verifying {} on case {case}", inst.name));
     let mut res = CaseResult {
         instance: inst.name.clone(),
         case,
