@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 d43f10b915f9b27e
+// content sha256 dc616280c8df7197
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -36298,7 +36298,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[1048576],
-                member: 1,
+                member: 0,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -36386,7 +36386,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[1048576],
-                member: 1,
+                member: 0,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -36474,7 +36474,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[1048576],
-                member: 1,
+                member: 0,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -40052,7 +40052,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[64, 4096, 4096],
-                member: 3,
+                member: 2,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -46531,7 +46531,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[64, 4096, 4096],
-                member: 3,
+                member: 2,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -47646,7 +47646,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[64, 4096, 4096],
-                member: 3,
+                member: 2,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
