@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 dc616280c8df7197
+// content sha256 943b5ffe0844e359
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -53883,7 +53883,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[65536, 1024],
-                member: 1,
+                member: 0,
             },
         ];
         if let Some(i) = ::tilegen_runtime::tuning::pick(
@@ -55044,7 +55044,7 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 shape: &[1048576],
-                member: 1,
+                member: 0,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
