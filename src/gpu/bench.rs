@@ -86,7 +86,7 @@ pub fn time_interleaved(
     let turn = bodies.len();
     for i in 0..WARMUP {
         for (k, body) in bodies.iter_mut().enumerate() {
-            body(i * turn + k)?;
+            body(launch_number(i, turn, k))?;
         }
     }
     gpu.sync()?;
@@ -100,7 +100,7 @@ pub fn time_interleaved(
                 .stream
                 .record_event(flags)
                 .map_err(|e| gpu_err("event", e))?;
-            body((WARMUP + i) * turn + k)?;
+            body(launch_number(WARMUP + i, turn, k))?;
             let end = gpu
                 .stream
                 .record_event(flags)
@@ -124,6 +124,12 @@ pub fn time_interleaved(
             (t[t.len() / 2], t[0])
         })
         .collect())
+}
+
+/// The number `time_interleaved` gives body `k` of `turn` bodies on its `run`-th turn: launches
+/// counted in the order they run.
+fn launch_number(run: usize, turn: usize, k: usize) -> usize {
+    run * turn + k
 }
 
 /// Device-to-device copy bandwidth (bytes read + written per second, GB/s) over `bytes`.
@@ -364,4 +370,29 @@ fn encode_cost(
     }
     samples.sort_by(|a, b| a.total_cmp(b));
     Ok(Some(samples[samples.len() / 2]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_launch_reads_the_input_set_of_the_launch_before_it() {
+        // Bodies read set `number % sets`; with two or more sets, two launches in a row (within
+        // a turn and across turns) never share one, however many bodies take turns.
+        for turn in 1..=4 {
+            for sets in 2..=8 {
+                let order: Vec<usize> = (0..WARMUP + RUNS)
+                    .flat_map(|run| (0..turn).map(move |k| launch_number(run, turn, k) % sets))
+                    .collect();
+                for pair in order.windows(2) {
+                    assert_ne!(pair[0], pair[1], "{turn} bodies, {sets} sets: {order:?}");
+                }
+                // And every set is read, so the rotation spans the whole 4x L2.
+                for s in 0..sets {
+                    assert!(order.contains(&s), "{turn} bodies, {sets} sets: {order:?}");
+                }
+            }
+        }
+    }
 }
