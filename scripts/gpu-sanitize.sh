@@ -5,6 +5,7 @@
 # Logs land in $OUT/sanitize-TOOL-OP.txt; the last line per run says whether it was clean.
 # Usage: scripts/gpu-sanitize.sh [MAX_ELEMENTS] [TOOL...]   (default 5000; all three tools)
 #        TILEGEN_OPS="attention" scripts/gpu-sanitize.sh ...  (some ops only)
+#        TILEGEN_FILTER="64x192" scripts/gpu-sanitize.sh ...  (instances whose name contains it)
 # A case whose kernel runs past 240 s is reported by verify itself (--kernel-timeout), naming it.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -17,15 +18,18 @@ shift || true
 tools=("$@")
 [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck synccheck)
 san=/usr/local/cuda/bin/compute-sanitizer
-# Every op of the library, or those TILEGEN_OPS names (space-separated).
-ops=${TILEGEN_OPS:-$(python3 -c "import json,sys; print(' '.join(sorted({i['op'] for i in json.load(open(sys.argv[1]))['instances']})))" "$lib/manifest.json")}
+filter=${TILEGEN_FILTER:-}
+filter_args=()
+[ -n "$filter" ] && filter_args=(--filter "$filter")
+# Every op with an instance the filter selects, or those TILEGEN_OPS names (space-separated).
+ops=${TILEGEN_OPS:-$(python3 -c "import json,sys; print(' '.join(sorted({i['op'] for i in json.load(open(sys.argv[1]))['instances'] if sys.argv[2] in i['name']})))" "$lib/manifest.json" "$filter")}
 # The tools run side by side (each is CPU-bound instrumentation); the ops of one tool in turn.
 run_tool() {
   local tool=$1 status=0
   for op in $ops; do
     log="$OUT/sanitize-$tool-$op.txt"
     timeout 280 "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 \
-      "$bin" verify --lib "$lib" --op "$op" --max-elements "$max" --seed 5 --kernel-timeout 240 >"$log" 2>&1
+      "$bin" verify --lib "$lib" --op "$op" "${filter_args[@]}" --max-elements "$max" --seed 5 --kernel-timeout 240 >"$log" 2>&1
     rc=$?
     summary=$(grep -m1 "ERROR SUMMARY\|RACECHECK SUMMARY" "$log" || true)
     cases=$(grep -m1 "instances:" "$log" || true)
