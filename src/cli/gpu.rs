@@ -92,7 +92,7 @@ pub fn open(
                 // which could block on the GPU; the output is flushed above.
                 unsafe { libc::_exit(e.exit_code()) }
             }),
-        );
+        )?;
     }
     Ok(gpu)
 }

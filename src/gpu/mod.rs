@@ -255,8 +255,15 @@ impl Gpu {
 
     /// From now on, every wait for the GPU (`sync`, `upload`, `download`) that lasts longer
     /// than `limit` calls `on_expiry` with what [`Gpu::doing`] last named.
-    pub fn limit_waits(&mut self, limit: std::time::Duration, on_expiry: watchdog::OnExpiry) {
-        self.watchdog = Some(watchdog::Watchdog::start(limit, on_expiry));
+    pub fn limit_waits(
+        &mut self,
+        limit: std::time::Duration,
+        on_expiry: watchdog::OnExpiry,
+    ) -> Result<()> {
+        let dog = watchdog::Watchdog::start(limit, on_expiry)
+            .map_err(|e| gpu_err("starting the thread that limits GPU waits", e))?;
+        self.watchdog = Some(dog);
+        Ok(())
     }
 
     /// Names the work that the next waits are for (an instance and its case or shape).

@@ -41,7 +41,7 @@ impl Shared {
 
 impl Watchdog {
     /// Starts the watching thread.
-    pub fn start(limit: Duration, on_expiry: OnExpiry) -> Watchdog {
+    pub fn start(limit: Duration, on_expiry: OnExpiry) -> std::io::Result<Watchdog> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
@@ -49,13 +49,8 @@ impl Watchdog {
         let watched = Arc::clone(&shared);
         thread::Builder::new()
             .name("tilegen-gpu-watchdog".into())
-            .spawn(move || watch(&watched, limit, on_expiry))
-            .expect("spawning the GPU watchdog thread");
-        Watchdog { limit, shared }
-    }
-
-    pub fn limit(&self) -> Duration {
-        self.limit
+            .spawn(move || watch(&watched, limit, on_expiry))?;
+        Ok(Watchdog { limit, shared })
     }
 
     /// Runs `wait` (a call that blocks on the GPU) under the deadline, naming it `what`.
@@ -127,7 +122,7 @@ mod tests {
     #[test]
     fn a_wait_past_the_limit_is_named() {
         let (tx, rx) = mpsc::channel();
-        let dog = Watchdog::start(Duration::from_millis(50), reporting(tx));
+        let dog = Watchdog::start(Duration::from_millis(50), reporting(tx)).unwrap();
         let r = dog.guard("gemm_x case 7", || {
             thread::sleep(Duration::from_millis(400));
             3
@@ -142,7 +137,7 @@ mod tests {
     #[test]
     fn waits_within_the_limit_pass_and_the_deadline_restarts_with_each() {
         let (tx, rx) = mpsc::channel();
-        let dog = Watchdog::start(Duration::from_millis(300), reporting(tx));
+        let dog = Watchdog::start(Duration::from_millis(300), reporting(tx)).unwrap();
         // Six waits of 100 ms: 600 ms in all, each well inside the limit.
         for i in 0..6 {
             dog.guard(&format!("wait {i}"), || {
