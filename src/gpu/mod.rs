@@ -280,7 +280,7 @@ impl Gpu {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
-                dog.guard(&what, call)
+                dog.guard(what, call)
             }
         }
     }

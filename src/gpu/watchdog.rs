@@ -54,8 +54,8 @@ impl Watchdog {
     }
 
     /// Runs `wait` (a call that blocks on the GPU) under the deadline, naming it `what`.
-    pub fn guard<T>(&self, what: &str, wait: impl FnOnce() -> T) -> T {
-        self.set(Some((Instant::now() + self.limit, what.to_string())));
+    pub fn guard<T>(&self, what: String, wait: impl FnOnce() -> T) -> T {
+        self.set(Some((Instant::now() + self.limit, what)));
         let out = wait();
         self.set(None);
         out
@@ -123,7 +123,7 @@ mod tests {
     fn a_wait_past_the_limit_is_named() {
         let (tx, rx) = mpsc::channel();
         let dog = Watchdog::start(Duration::from_millis(50), reporting(tx)).unwrap();
-        let r = dog.guard("gemm_x case 7", || {
+        let r = dog.guard("gemm_x case 7".into(), || {
             thread::sleep(Duration::from_millis(400));
             3
         });
@@ -140,7 +140,7 @@ mod tests {
         let dog = Watchdog::start(Duration::from_millis(300), reporting(tx)).unwrap();
         // Six waits of 100 ms: 600 ms in all, each well inside the limit.
         for i in 0..6 {
-            dog.guard(&format!("wait {i}"), || {
+            dog.guard(format!("wait {i}"), || {
                 thread::sleep(Duration::from_millis(100))
             });
         }
