@@ -55,7 +55,17 @@ def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, t
 
 
 
+# An experiment kept for the record: work items back to back (results-sm90-13.txt: slower).
+CHAIN_SM90 = os.path.join(HERE, "attention_sm90_chain.cu")
+
 VARIANTS = {
+    # round 13: the template against the items-back-to-back copy (_chain)
+    "c_d128_c2_n128_s3": H(128, 128, 2, 3),
+    "c_d128_c2_n128_s3_chain": dict(H(128, 128, 2, 3), TG_SRC=CHAIN_SM90),
+    "c_d64_c3_n128_s3_q2": H(64, 128, 3, 3, 32, 160, qbufs=2),
+    "c_d64_c3_n128_s3_q2_chain": dict(H(64, 128, 3, 3, 32, 160, qbufs=2), TG_SRC=CHAIN_SM90),
+    "c_d256_c2_n64_s2": H(256, 64, 2, 2, qregs=0),
+    "c_d256_c2_n64_s2_chain": dict(H(256, 64, 2, 2, qregs=0), TG_SRC=CHAIN_SM90),
     # round 12: persistent blocks (p_*) against the default tiles of the time; causal grids
     # coprime to the units per head unless _nc. The template is persistent since, so the p_*
     # without a suffix are the t_* of the same tiles.
@@ -472,6 +482,8 @@ BENCH = [  # batch, hq, hkv, seq, d
     (16, 32, 32, 512, 128), (8, 16, 16, 1024, 64), (4, 16, 16, 8192, 64), (4, 16, 16, 4096, 256),
     (2, 32, 8, 8192, 256),
 ]
+if os.environ.get("FA_BENCH"):  # "B,hq,hkv,S,d;..." instead of the shapes above
+    BENCH = [tuple(int(x) for x in s.split(",")) for s in os.environ["FA_BENCH"].split(";")]
 
 
 def bench_shape(torch, kerns, B, hq, hkv, S, d, causal, stream, reps, inner=3):

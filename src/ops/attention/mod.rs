@@ -205,8 +205,9 @@ impl Plan {
     pub fn consumers(&self) -> u32 {
         self.tile_q / 64
     }
-    /// setmaxnreg budgets of the Hopper path, (producer, consumers): whole register file
-    /// (65536) shared by 128 producer threads and 128 per consumer warpgroup.
+    /// setmaxnreg budgets of the Hopper path, (producer, consumers): the registers the launch
+    /// gives every thread (65536 / threads, rounded down to 8), moved from the producer's
+    /// 128 threads to the consumers' (an increase beyond what the producer freed never returns).
     pub fn register_split(&self) -> (u32, u32) {
         if self.consumers() <= 2 {
             (40, 232)
@@ -784,6 +785,16 @@ mod tests {
         }
         // Q stays in registers with two consumers only (three have no room for it).
         assert!(Plan::new(&hopper(128, 128, 128, 2)).q_in_registers());
+        // Balanced: what the producer frees is what the consumers take.
+        for (d, tq, tkv) in [(128, 128, 128), (64, 192, 128)] {
+            let plan = Plan::new(&hopper(d, tq, tkv, 2));
+            let (producer, consumer) = plan.register_split();
+            let launched = 65536 / plan.threads / 8 * 8;
+            assert_eq!(
+                (launched - producer) * 128,
+                (consumer - launched) * (plan.threads - 128)
+            );
+        }
         assert!(!Plan::new(&hopper(64, 192, 128, 3)).q_in_registers());
         assert_eq!(
             Plan::new(&hopper(64, 192, 128, 3)).register_split(),
