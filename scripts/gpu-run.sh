@@ -45,6 +45,8 @@ PY
 # Attention's peers (torch SDPA, flash and cuDNN backends) beside tilegen's figures of this run.
 if grep -q '"attention"' "$OUT/bench.json" 2>/dev/null; then
   timeout 200 python3 bench/peers/attention.py --tilegen-json "$OUT/bench.json" 2>&1 | tee "$OUT/peers-attention.txt"
+  # and launched from manifest.json alone, turn about with the peers in one process
+  timeout 300 python3 bench/peers/attention.py --lib "$lib" 2>&1 | tee "$OUT/peers-attention-turns.txt"
 fi
 # The example crate's binary (built here by `cargo build --release -p tilegen-demo`): typed bindings end to end.
 if [ -x "$demo" ]; then

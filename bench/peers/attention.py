@@ -8,6 +8,13 @@ for the same shape from `tilegen bench --json-out` (run it first, in the same de
 the ratio column is tilegen's TFLOP/s over the peer's. Needs torch (the H200 machine has it).
 
 Usage: python3 bench/peers/attention.py --tilegen-json BENCH.json [--dtypes bf16,f16] [--json-out FILE]
+       python3 bench/peers/attention.py --lib generated [--dtypes ...] [--json-out FILE]
+With --lib, tilegen's instances are launched from the folder's manifest.json alone
+(bench/peers/manifest_launch.py: cuda-python, tensor maps encoded from the manifest), each checked
+once against the flash backend's output, and timed turn about with both peers in this process:
+per round every contestant runs ROUND_CALLS calls in a rotating order, each call between its own
+pair of events; medians over ROUNDS rounds. Hopper (wgmma) and portable (mma.sync) instances are
+reported apart, each beside the peer its goal names (cuDNN and flash respectively).
 Method: [batch, seq, heads, head_dim] tensors (the layout tilegen's kernels read) passed to SDPA
 as [batch, heads, seq, head_dim] views, as flash-attn's users do; 3 warm-up calls, then 25 timed
 calls each between its own pair of CUDA events, all enqueued before one wait; the median is
@@ -43,12 +50,128 @@ def time_ms(run):
     return statistics.median(a.elapsed_time(b) for a, b in events)
 
 
+ROUNDS, ROUND_CALLS = 15, 3
+# Largest |ours - flash| an output may show before its timing is not reported (inputs N(0, 1)).
+AGREE = {"bf16": 3e-2, "f16": 4e-3}
+
+
+def time_turns(runs):
+    """Median ms per call of each callable, timed turn about (see the module doc)."""
+    for run in runs.values():
+        for _ in range(WARMUP):
+            run()
+    names = list(runs)
+    events = {n: [] for n in names}
+    for r in range(ROUNDS):
+        for i in range(len(names)):
+            n = names[(r + i) % len(names)]
+            for _ in range(ROUND_CALLS):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                runs[n]()
+                b.record()
+                events[n].append((a, b))
+    torch.cuda.synchronize()
+    return {n: statistics.median(a.elapsed_time(b) for a, b in ev) for n, ev in events.items()}
+
+
+def turn_about(args):
+    """--lib: tilegen's instances from the manifest beside the peers, in one process."""
+    import manifest_launch
+
+    lib = manifest_launch.Library(args.lib)
+    stream = manifest_launch.cu.CUstream(torch.cuda.current_stream().cuda_stream)
+    insts = lib.instances("attention")
+    loaded = {}
+    print(torch.cuda.get_device_name(0), "torch", torch.__version__, f"sm_{lib.sm}, {lib.sm_count} SMs")
+    print(f"{'dtype':>5} {'B':>3} {'Hq/Hkv':>7} {'S':>5} {'D':>4} {'causal':>6} {'hopper':>8} {'portable':>8} "
+          f"{'flash':>8} {'cuDNN':>8} {'hop/cuDNN':>9} {'port/flash':>10}  instances", flush=True)
+    results = []
+    for dname in args.dtypes.split(","):
+        dt = DTYPES[dname]
+        for d, shapes in SHAPES.items():
+            for (b, hq, hkv, s) in shapes:
+                g = torch.Generator(device="cuda").manual_seed(7)
+                q = torch.randn(b, s, hq, d, device="cuda", generator=g).to(dt)
+                k = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
+                v = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
+                o = torch.empty_like(q)
+                lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
+                qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+                values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
+                          "lse": lse.data_ptr(), "cu_seqlens_q": 0, "cu_seqlens_kv": 0, "batch": b,
+                          "heads_q": hq, "heads_kv": hkv, "seq_q": s, "seq_kv": s, "scale": d ** -0.5}
+                for t, x in (("q", q), ("k", k), ("v", v), ("o", o)):
+                    values.update({f"{t}_bs": x.stride(0), f"{t}_ss": x.stride(1), f"{t}_hs": x.stride(2)})
+                values.update({"lse_bs": lse.stride(0), "lse_hs": lse.stride(1)})
+                for causal in (False, True):
+                    flops = 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
+                    runs, notes = {}, []
+
+                    def sdpa(be):
+                        def run():
+                            with sdpa_kernel([be]):
+                                return torch.nn.functional.scaled_dot_product_attention(
+                                    qt, kt, vt, is_causal=causal, scale=d ** -0.5, enable_gqa=hq != hkv)
+                        return run
+                    ref = sdpa(BACKENDS["torch-flash"])().transpose(1, 2)
+                    mine = [i for i in insts if i["dtype"] == dname and i["params"]["head_dim"] == d
+                            and bool(i["params"].get("causal")) == causal and lib.binary(i)]
+                    for inst in mine:
+                        name = inst["name"]
+                        if name not in loaded:
+                            loaded[name] = lib.load(inst)
+                        run = loaded[name].prepare(values, stream)
+                        o.fill_(float("nan"))
+                        run()
+                        err = (o.float() - ref.float()).abs().max().item()
+                        if not err <= AGREE[dname]:
+                            notes.append(f"{name}: max |ours - flash| {err:.3g}, not timed")
+                            continue
+                        runs[name] = run
+                    for pname, be in BACKENDS.items():
+                        try:
+                            sdpa(be)()
+                            runs[pname] = sdpa(be)
+                        except Exception as e:  # a backend that does not take the shape
+                            notes.append(f"{pname} unavailable: {type(e).__name__}: {str(e)[:100]}")
+                    tf = {n: flops / (ms * 1e-3) / 1e12 for n, ms in time_turns(runs).items()}
+                    best = {}
+                    for inst in mine:
+                        kind = "hopper" if inst["params"].get("engine") == "wgmma" else "portable"
+                        t = tf.get(inst["name"])
+                        if t is not None and t > best.get(kind, (None, 0.0))[1]:
+                            best[kind] = (inst["name"], t)
+                    nan = float("nan")
+                    hop, port = best.get("hopper", (None, nan)), best.get("portable", (None, nan))
+                    fl, cd = tf.get("torch-flash", nan), tf.get("torch-cudnn", nan)
+                    row = {"dtype": dname, "batch": b, "heads_q": hq, "heads_kv": hkv, "seq": s, "head_dim": d,
+                           "causal": causal, "hopper": hop[1], "hopper_instance": hop[0], "portable": port[1],
+                           "portable_instance": port[0], "torch-flash": fl, "torch-cudnn": cd,
+                           "hopper_vs_cudnn": hop[1] / cd, "portable_vs_flash": port[1] / fl}
+                    results.append(row)
+                    print(f"{dname:>5} {b:>3} {hq:>3}/{hkv:<3} {s:>5} {d:>4} {str(causal):>6} {hop[1]:8.1f} "
+                          f"{port[1]:8.1f} {fl:8.1f} {cd:8.1f} {hop[1] / cd:9.3f} {port[1] / fl:10.3f}  "
+                          f"{hop[0] or '-'} {port[0] or '-'}", flush=True)
+                    for n in notes:
+                        print("    " + n, flush=True)
+                del q, k, v, o, lse, qt, kt, vt
+                torch.cuda.empty_cache()
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "mode": "turn-about",
+                       "rounds": ROUNDS, "round_calls": ROUND_CALLS, "results": results}, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tilegen-json", help="tilegen bench --json-out of the same device call")
+    ap.add_argument("--lib", help="a generated folder: launch its instances from manifest.json, turn about")
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--json-out")
     args = ap.parse_args()
+    if args.lib:
+        return turn_about(args)
     ours = {}
     if args.tilegen_json:
         for r in json.load(open(args.tilegen_json)).get("attention", []):
