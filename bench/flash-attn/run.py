@@ -518,20 +518,23 @@ def bench_shape(torch, kerns, B, hq, hkv, S, d, causal, stream, reps, inner=3):
     for f in fns.values():
         f()
     torch.cuda.synchronize()
-    times = {n: [] for n in fns}
+    # Everything queued before one wait, each call between its own events, in a rotating order:
+    # a wait per sample would start each from an idle queue and count the host's time to issue
+    # the first call, far longer for SDPA than for a bare launch (NOTES.md, round 14).
+    events = {n: [] for n in fns}
     names = list(fns)
     for r in range(reps):
-        order = names if r % 2 == 0 else names[::-1]
-        for n in order:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
+        for i in range(len(names)):
+            n = names[(r + i) % len(names)]
             for _ in range(inner):
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
                 fns[n]()
-            e1.record()
-            e1.synchronize()
-            times[n].append(e0.elapsed_time(e1) / inner)
+                e1.record()
+                events[n].append((e0, e1))
+    torch.cuda.synchronize()
     flops = 4.0 * B * hq * S * S * d * (0.5 if causal else 1.0)
-    return {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
+    return {n: flops / (statistics.median(a.elapsed_time(b) for a, b in ev) * 1e-3) / 1e12 for n, ev in events.items()}
 
 
 # ---------------- sanitizer mode (no torch) ----------------
