@@ -55,8 +55,10 @@ def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, t
 
 
 
-# An experiment kept for the record: work items back to back (results-sm90-13.txt: slower).
-CHAIN_SM90 = os.path.join(HERE, "attention_sm90_chain.cu")
+# An experiment kept for the record as a patch of the template: work items back to back
+# (results-sm90-13.txt: slower). The *_chain variants build the patched copy; make it first with
+#   patch -o /tmp/attention_sm90_chain.cu templates/attention_sm90.cu bench/flash-attn/attention_sm90_chain.patch
+CHAIN_SM90 = os.environ.get("FA_CHAIN_SRC", "/tmp/attention_sm90_chain.cu")
 
 VARIANTS = {
     # round 13: the template against the items-back-to-back copy (_chain)
