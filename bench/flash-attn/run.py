@@ -61,12 +61,10 @@ def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, t
 CHAIN_SM90 = os.environ.get("FA_CHAIN_SRC", "/tmp/attention_sm90_chain.cu")
 
 VARIANTS = {
-    # round 13: the template against the items-back-to-back copy (_chain)
-    "c_d128_c2_n128_s3": H(128, 128, 2, 3),
+    # round 13: the items-back-to-back copy; the template's same tiles are p_d128_c2_n128_s3,
+    # p_d64_c3_n128_s3_q2 and p_d256_c2_n64_s2
     "c_d128_c2_n128_s3_chain": dict(H(128, 128, 2, 3), TG_SRC=CHAIN_SM90),
-    "c_d64_c3_n128_s3_q2": H(64, 128, 3, 3, 32, 160, qbufs=2),
     "c_d64_c3_n128_s3_q2_chain": dict(H(64, 128, 3, 3, 32, 160, qbufs=2), TG_SRC=CHAIN_SM90),
-    "c_d256_c2_n64_s2": H(256, 64, 2, 2, qregs=0),
     "c_d256_c2_n64_s2_chain": dict(H(256, 64, 2, 2, qregs=0), TG_SRC=CHAIN_SM90),
     # round 12: persistent blocks (p_*) against the default tiles of the time; causal grids
     # coprime to the units per head unless _nc. The template is persistent since, so the p_*

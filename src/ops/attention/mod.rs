@@ -207,13 +207,16 @@ impl Plan {
     }
     /// setmaxnreg budgets of the Hopper path, (producer, consumers): the registers the launch
     /// gives every thread (65536 / threads, rounded down to 8), moved from the producer's
-    /// 128 threads to the consumers' (an increase beyond what the producer freed never returns).
+    /// 128 threads to the consumers'. Derived from what the producer keeps, so the consumers
+    /// never ask for more than it freed (such an increase never returns: the kernel hangs).
     pub fn register_split(&self) -> (u32, u32) {
-        if self.consumers() <= 2 {
-            (40, 232)
-        } else {
-            (32, 160)
-        }
+        // The producer's scheduler fits 40 registers beside two consumers; beside three, 32
+        // (the most that leaves the consumers a multiple of 8).
+        let producer = if self.consumers() <= 2 { 40 } else { 32 };
+        let consumer_threads = 128 * self.consumers().max(1);
+        let launched = 65536 / (128 + consumer_threads) / 8 * 8;
+        let consumer = launched + (launched - producer) * 128 / consumer_threads / 8 * 8;
+        (producer, consumer)
     }
     /// Hopper path: Q's fragments stay in registers when two consumers leave room for them.
     pub fn q_in_registers(&self) -> bool {
