@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One batched GPU session (run on the device machine from the repo root, with the release
+# One batched GPU run (run on the device machine from the repo root, with the release
 # binaries built here by `cargo build --release --features cli` and carried along): doctor,
 # verify, bench, the example crate. Logs and JSON land in $OUT. Each op runs in its own
 # process (`--op`, so no instance is counted twice), and a kernel fault (which poisons the

@@ -2,7 +2,7 @@
 //! hand (so the reference and a kernel cannot share a mistake), and, for every instance of the
 //! checked-in library and every case verify would run, a reference that is complete, finite
 //! where it should be, and fast. (A reference that hangs or yields NaN would waste a whole GPU
-//! session.)
+//! run.)
 
 use std::time::Instant;
 

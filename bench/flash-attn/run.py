@@ -8,7 +8,7 @@ usage: run.py [--variants a,b] [--check-only] [--reps N] [--quick]
 The template is compiled as is with -DTG_STANDALONE and -D overrides (prelude.cuh passed as a
 header), with tilegen's NVRTC options (-std=c++17 -default-device).
 """
-import argparse, ctypes, math, os, re, statistics, sys, time
+import argparse, ctypes, math, os, re, statistics, time
 from concurrent.futures import ThreadPoolExecutor
 
 try:
@@ -59,8 +59,29 @@ def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, t
 # (results-sm90-13.txt: slower). The *_chain variants build the patched copy; make it first with
 #   patch -o /tmp/attention_sm90_chain.cu templates/attention_sm90.cu bench/flash-attn/attention_sm90_chain.patch
 CHAIN_SM90 = os.environ.get("FA_CHAIN_SRC", "/tmp/attention_sm90_chain.cu")
+LAZY_SM90 = os.environ.get("FA_LAZY_SM90_SRC", "/tmp/attention_sm90_lazy.cu")
+LAZY = os.environ.get("FA_LAZY_SRC", "/tmp/attention_lazy.cu")
 
 VARIANTS = {
+    # round 15 (results-sm90-15.txt): lazy rescaling (a warp keeps its maxima until one grows by
+    # more than 2^8, and O's rescale is skipped meanwhile: TG_LAZY_RESCALE) and no proxy fence after
+    # TMA loads (TG_TMA_FENCE=0), against the template's tiles p_d128_c2_n128_s3,
+    # p_d64_c3_n128_s3_q2, p_d256_c2_n64_s2 and the portable d128_m128w4_n32_s2, d64_m128w4_n64_s2.
+    # Kept as patches of the templates (slower or no better); make the copies first with
+    #   patch -o /tmp/attention_sm90_lazy.cu templates/attention_sm90.cu bench/flash-attn/lazy_rescale_sm90.patch
+    #   patch -o /tmp/attention_lazy.cu templates/attention.cu bench/flash-attn/lazy_rescale.patch
+    "l_d128_c2_n128_s3": dict(H(128, 128, 2, 3), TG_LAZY_RESCALE=1, TG_SRC=LAZY_SM90),
+    "f_d128_c2_n128_s3": dict(H(128, 128, 2, 3), TG_TMA_FENCE=0, TG_SRC=LAZY_SM90),
+    "lf_d128_c2_n128_s3": dict(H(128, 128, 2, 3), TG_LAZY_RESCALE=1, TG_TMA_FENCE=0, TG_SRC=LAZY_SM90),
+    "p_d128_c2_n128_s3_qs": H(128, 128, 2, 3, qregs=0),
+    "lf_d128_c2_n128_s3_qs": dict(H(128, 128, 2, 3, qregs=0), TG_LAZY_RESCALE=1, TG_TMA_FENCE=0, TG_SRC=LAZY_SM90),
+    "lf_d64_c3_n128_s3_q2": dict(H(64, 128, 3, 3, 32, 160, qbufs=2), TG_LAZY_RESCALE=1, TG_TMA_FENCE=0,
+                                 TG_SRC=LAZY_SM90),
+    "lf_d256_c2_n64_s2": dict(H(256, 64, 2, 2, qregs=0), TG_LAZY_RESCALE=1, TG_TMA_FENCE=0, TG_SRC=LAZY_SM90),
+    "l_d128_m128w4_n32_s2": V(128, 128, 32, 4, TG_LAZY_RESCALE=1, TG_SRC=LAZY),
+    "l_d64_m128w4_n64_s2": V(64, 128, 64, 4, TG_LAZY_RESCALE=1, TG_SRC=LAZY),
+    "d128_m128w4_n32_s3": V(128, 128, 32, 4, 3),
+    "d64_m128w4_n64_s3": V(64, 128, 64, 4, 3),
     # round 13: the items-back-to-back copy; the template's same tiles are p_d128_c2_n128_s3,
     # p_d64_c3_n128_s3_q2 and p_d256_c2_n64_s2
     "c_d128_c2_n128_s3_chain": dict(H(128, 128, 2, 3), TG_SRC=CHAIN_SM90),
@@ -374,6 +395,10 @@ def check_cases(bm, bn):
         ("head-major", 2, 150, 260, 4, 2, "bhsd"),
         ("mid", 1, 1000, 1000, 4, 4, "sep"),
         ("long kv", 1, 333, 2049, 2, 1, "sep"),
+        # keys scaled up along the sequence (1 + f * j / skv): row maxima keep growing, by more
+        # than a lazy rescale's threshold (f = 6) or less (f = 1)
+        ("ramp 6", 1, 200, 1000, 2, 2, "ramp:6"),
+        ("ramp 1", 1, 130, 700, 2, 1, "ramp:1"),
         ("varlen", [5, 0, 130, 1, 64, 257], [7, 3, 130, 200, 0, 129], 4, 2, "varlen"),
     ]
     out = []
@@ -421,6 +446,10 @@ def run_case(torch, kern, case, dtype, causal, d, stream, seed, want_lse=True):
             q = torch.randn(B, sq, hq, d, device="cuda", generator=g).to(tdt)
             k = torch.randn(B, skv, hkv, d, device="cuda", generator=g).to(tdt)
             v = torch.randn(B, skv, hkv, d, device="cuda", generator=g).to(tdt)
+            if case["layout"].startswith("ramp:"):
+                f = float(case["layout"].split(":")[1])
+                ramp = 1.0 + f * torch.arange(skv, device="cuda", dtype=torch.float32) / skv
+                k = (k.float() * ramp[None, :, None, None]).to(tdt)
         obuf = torch.full((B, sq, hq, d + pad), float("nan"), device="cuda", dtype=tdt)
         o = obuf[..., :d]
         lse = torch.full((B, hq, sq), float("nan"), device="cuda", dtype=torch.float32)
@@ -486,52 +515,71 @@ if os.environ.get("FA_BENCH"):  # "B,hq,hkv,S,d;..." instead of the shapes above
     BENCH = [tuple(int(x) for x in s.split(",")) for s in os.environ["FA_BENCH"].split(";")]
 
 
-def bench_shape(torch, kerns, B, hq, hkv, S, d, causal, stream, reps, inner=3):
+def bench_shape(torch, kerns, B, hq, hkv, S, d, causal, stream, reps, inner=3, sets=3):
+    """TFLOP/s of each kernel and of SDPA's flash and cuDNN backends, timed turn about (see below)."""
+    import random
     tdt = torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(7)
-    q = torch.randn(B, S, hq, d, device="cuda", generator=g).to(tdt)
-    k = torch.randn(B, S, hkv, d, device="cuda", generator=g).to(tdt)
-    v = torch.randn(B, S, hkv, d, device="cuda", generator=g).to(tdt)
-    o = torch.empty(B, S, hq, d, device="cuda", dtype=tdt)
-    lse = torch.empty(B, hq, S, device="cuda", dtype=torch.float32)
     scale = 1.0 / math.sqrt(d)
-    strides = [q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0),
-               v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1)]
-    p = dict(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(), cu_q=0, cu_kv=0,
-             batch=B, hq=hq, hkv=hkv, sq=S, skv=S, strides=strides, scale=scale)
-    fns = {name: kr.prepare(p, stream) for name, kr in kerns.items()}
     from torch.nn.attention import sdpa_kernel, SDPBackend
-    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    # `sets` copies of the inputs, and call n reads copy n % sets: no call finds in L2 what the
+    # call before it left there (the same inputs for everyone favoured whoever ran after a peer).
+    fns = {}
+    for _ in range(sets):
+        q = torch.randn(B, S, hq, d, device="cuda", generator=g).to(tdt)
+        k = torch.randn(B, S, hkv, d, device="cuda", generator=g).to(tdt)
+        v = torch.randn(B, S, hkv, d, device="cuda", generator=g).to(tdt)
+        o = torch.empty(B, S, hq, d, device="cuda", dtype=tdt)
+        lse = torch.empty(B, hq, S, device="cuda", dtype=torch.float32)
+        strides = [q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0),
+                   v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1)]
+        p = dict(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(), cu_q=0,
+                 cu_kv=0, batch=B, hq=hq, hkv=hkv, sq=S, skv=S, strides=strides, scale=scale)
+        for name, kr in kerns.items():
+            f = kr.prepare(p, stream)
+            f.keep = (q, k, v, o, lse)  # the buffers live as long as the launch
+            fns.setdefault(name, []).append(f)
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def sdpa(backend):
-        def f():
-            with sdpa_kernel([backend]):
-                torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=scale, enable_gqa=hq != hkv)
-        return f
-    for nm, be in (("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            sdpa(be)()
-            torch.cuda.synchronize()
-            fns[nm] = sdpa(be)
-        except Exception as e:
-            print(f"    {nm}: unavailable ({type(e).__name__}: {str(e)[:120]})", flush=True)
-    for f in fns.values():
-        f()
+        def sdpa(backend, qt=qt, kt=kt, vt=vt):
+            def f():
+                with sdpa_kernel([backend]):
+                    torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=scale,
+                                                                     enable_gqa=hq != hkv)
+            return f
+        for nm, be in (("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)):
+            if nm in fns and fns[nm] is None:
+                continue
+            try:
+                sdpa(be)()
+                torch.cuda.synchronize()
+                fns.setdefault(nm, []).append(sdpa(be))
+            except Exception as e:
+                print(f"    {nm}: unavailable ({type(e).__name__}: {str(e)[:120]})", flush=True)
+                fns[nm] = None
+    fns = {n: fs for n, fs in fns.items() if fs}
+    for fs in fns.values():
+        for f in fs:
+            f()
     torch.cuda.synchronize()
-    # Everything queued before one wait, each call between its own events, in a rotating order:
+    # Everything queued before one wait, each call between its own events, the contestants in a
+    # new shuffled order every round (a fixed rotation always puts the same one after a peer):
     # a wait per sample would start each from an idle queue and count the host's time to issue
     # the first call, far longer for SDPA than for a bare launch (NOTES.md, round 14).
     events = {n: [] for n in fns}
     names = list(fns)
+    order = random.Random(11)
+    n_call = 0
     for r in range(reps):
-        for i in range(len(names)):
-            n = names[(r + i) % len(names)]
+        order.shuffle(names)
+        for n in names:
             for _ in range(inner):
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record()
-                fns[n]()
+                fns[n][n_call % len(fns[n])]()
                 e1.record()
                 events[n].append((e0, e1))
+                n_call += 1
     torch.cuda.synchronize()
     flops = 4.0 * B * hq * S * S * d * (0.5 if causal else 1.0)
     return {n: flops / (statistics.median(a.elapsed_time(b) for a, b in ev) * 1e-3) / 1e12 for n, ev in events.items()}

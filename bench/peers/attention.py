@@ -12,8 +12,9 @@ Usage: python3 bench/peers/attention.py --tilegen-json BENCH.json [--dtypes bf16
 With --lib, tilegen's instances are launched from the folder's manifest.json alone
 (bench/peers/manifest_launch.py: cuda-python, tensor maps encoded from the manifest), each checked
 once against the flash backend's output, and timed turn about with both peers in this process:
-per round every contestant runs ROUND_CALLS calls in a rotating order, each call between its own
-pair of events; medians over ROUNDS rounds. Hopper (wgmma) and portable (mma.sync) instances are
+per round every contestant runs ROUND_CALLS calls, in a new shuffled order each round, each call
+between its own pair of events and reading the next of SETS copies of the inputs (never the copy
+the call before it read); medians over ROUNDS rounds. Hopper (wgmma) and portable (mma.sync) instances are
 reported apart, each beside the peer its goal names (cuDNN and flash respectively).
 Method: [batch, seq, heads, head_dim] tensors (the layout tilegen's kernels read) passed to SDPA
 as [batch, heads, seq, head_dim] views, as flash-attn's users do; 3 warm-up calls, then 25 timed
@@ -23,6 +24,7 @@ top-left aligned, the same mask as tilegen's bottom-right one when seq_q == seq_
 """
 import argparse
 import json
+import random
 import statistics
 
 import torch
@@ -51,26 +53,34 @@ def time_ms(run):
 
 
 ROUNDS, ROUND_CALLS = 15, 3
+# Copies of the inputs in a turn: no call reads the copy the call before it read (with one copy,
+# whoever ran after a peer found part of its K/V in L2).
+SETS = 3
 # Largest |ours - flash| an output may show before its timing is not reported (inputs N(0, 1)).
 AGREE = {"bf16": 3e-2, "f16": 4e-3}
 
 
 def time_turns(runs):
-    """Median ms per call of each callable, timed turn about (see the module doc)."""
-    for run in runs.values():
-        for _ in range(WARMUP):
-            run()
+    """Median ms per call of each contestant, timed turn about (see the module doc). `runs` maps
+    a name to one callable per input set; call n (counted across the turn) reads set n % sets."""
+    for sets in runs.values():
+        for run in sets:
+            for _ in range(WARMUP):
+                run()
     names = list(runs)
     events = {n: [] for n in names}
-    for r in range(ROUNDS):
-        for i in range(len(names)):
-            n = names[(r + i) % len(names)]
+    order = random.Random(11)
+    n_call = 0
+    for _ in range(ROUNDS):
+        order.shuffle(names)
+        for n in names:
             for _ in range(ROUND_CALLS):
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
-                runs[n]()
+                runs[n][n_call % len(runs[n])]()
                 b.record()
                 events[n].append((a, b))
+                n_call += 1
     torch.cuda.synchronize()
     return {n: statistics.median(a.elapsed_time(b) for a, b in ev) for n, ev in events.items()}
 
@@ -92,47 +102,52 @@ def turn_about(args):
         for d, shapes in SHAPES.items():
             for (b, hq, hkv, s) in shapes:
                 g = torch.Generator(device="cuda").manual_seed(7)
-                q = torch.randn(b, s, hq, d, device="cuda", generator=g).to(dt)
-                k = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
-                v = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
-                o = torch.empty_like(q)
-                lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
-                qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-                values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
-                          "lse": lse.data_ptr(), "cu_seqlens_q": 0, "cu_seqlens_kv": 0, "batch": b,
-                          "heads_q": hq, "heads_kv": hkv, "seq_q": s, "seq_kv": s, "scale": d ** -0.5}
-                for t, x in (("q", q), ("k", k), ("v", v), ("o", o)):
-                    values.update({f"{t}_bs": x.stride(0), f"{t}_ss": x.stride(1), f"{t}_hs": x.stride(2)})
-                values.update({"lse_bs": lse.stride(0), "lse_hs": lse.stride(1)})
+                inputs = []  # per set: the tensors and the kernel's argument values
+                for _ in range(SETS):
+                    q = torch.randn(b, s, hq, d, device="cuda", generator=g).to(dt)
+                    k = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
+                    v = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
+                    o = torch.empty_like(q)
+                    lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
+                    values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
+                              "lse": lse.data_ptr(), "cu_seqlens_q": 0, "cu_seqlens_kv": 0, "batch": b,
+                              "heads_q": hq, "heads_kv": hkv, "seq_q": s, "seq_kv": s, "scale": d ** -0.5}
+                    for t, x in (("q", q), ("k", k), ("v", v), ("o", o)):
+                        values.update({f"{t}_bs": x.stride(0), f"{t}_ss": x.stride(1), f"{t}_hs": x.stride(2)})
+                    values.update({"lse_bs": lse.stride(0), "lse_hs": lse.stride(1)})
+                    inputs.append(((q, k, v, o, lse), values))
                 for causal in (False, True):
                     flops = 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
                     runs, notes = {}, []
 
-                    def sdpa(be):
+                    def sdpa(be, t):
+                        qt, kt, vt = (x.transpose(1, 2) for x in t[:3])
+
                         def run():
                             with sdpa_kernel([be]):
                                 return torch.nn.functional.scaled_dot_product_attention(
                                     qt, kt, vt, is_causal=causal, scale=d ** -0.5, enable_gqa=hq != hkv)
                         return run
-                    ref = sdpa(BACKENDS["torch-flash"])().transpose(1, 2)
+                    ref = sdpa(BACKENDS["torch-flash"], inputs[0][0])().transpose(1, 2)
                     mine = [i for i in insts if i["dtype"] == dname and i["params"]["head_dim"] == d
                             and bool(i["params"].get("causal")) == causal and lib.binary(i)]
                     for inst in mine:
                         name = inst["name"]
                         if name not in loaded:
                             loaded[name] = lib.load(inst)
-                        run = loaded[name].prepare(values, stream)
+                        sets = [loaded[name].prepare(values, stream) for _, values in inputs]
+                        o = inputs[0][0][3]
                         o.fill_(float("nan"))
-                        run()
+                        sets[0]()
                         err = (o.float() - ref.float()).abs().max().item()
                         if not err <= AGREE[dname]:
                             notes.append(f"{name}: max |ours - flash| {err:.3g}, not timed")
                             continue
-                        runs[name] = run
+                        runs[name] = sets
                     for pname, be in BACKENDS.items():
                         try:
-                            sdpa(be)()
-                            runs[pname] = sdpa(be)
+                            sdpa(be, inputs[0][0])()
+                            runs[pname] = [sdpa(be, t) for t, _ in inputs]
                         except Exception as e:  # a backend that does not take the shape
                             notes.append(f"{pname} unavailable: {type(e).__name__}: {str(e)[:100]}")
                     tf = {n: flops / (ms * 1e-3) / 1e12 for n, ms in time_turns(runs).items()}
@@ -148,14 +163,19 @@ def turn_about(args):
                     row = {"dtype": dname, "batch": b, "heads_q": hq, "heads_kv": hkv, "seq": s, "head_dim": d,
                            "causal": causal, "hopper": hop[1], "hopper_instance": hop[0], "portable": port[1],
                            "portable_instance": port[0], "torch-flash": fl, "torch-cudnn": cd,
-                           "hopper_vs_cudnn": hop[1] / cd, "portable_vs_flash": port[1] / fl}
+                           "hopper_vs_cudnn": hop[1] / cd, "portable_vs_flash": port[1] / fl,
+                           "instances": {i["name"]: tf[i["name"]] for i in mine if i["name"] in tf}}
                     results.append(row)
                     print(f"{dname:>5} {b:>3} {hq:>3}/{hkv:<3} {s:>5} {d:>4} {str(causal):>6} {hop[1]:8.1f} "
                           f"{port[1]:8.1f} {fl:8.1f} {cd:8.1f} {hop[1] / cd:9.3f} {port[1] / fl:10.3f}  "
                           f"{hop[0] or '-'} {port[0] or '-'}", flush=True)
+                    kinds = [("hopper" if i["params"].get("engine") == "wgmma" else "portable") for i in mine]
+                    for inst, kind in zip(mine, kinds):  # every instance where a kind has several
+                        if kinds.count(kind) > 1 and inst["name"] in tf:
+                            print(f"    {inst['name']}: {tf[inst['name']]:.1f}", flush=True)
                     for n in notes:
                         print("    " + n, flush=True)
-                del q, k, v, o, lse, qt, kt, vt
+                del inputs, ref
                 torch.cuda.empty_cache()
     if args.json_out:
         with open(args.json_out, "w") as f:
@@ -195,7 +215,7 @@ def main():
                     flops = 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
                     peer = {}
                     for name, be in BACKENDS.items():
-                        def run(be=be):
+                        def run(be=be, qt=qt, kt=kt, vt=vt):
                             with sdpa_kernel([be]):
                                 torch.nn.functional.scaled_dot_product_attention(
                                     qt, kt, vt, is_causal=causal, scale=d ** -0.5, enable_gqa=hq != hkv)
