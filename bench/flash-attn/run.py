@@ -61,8 +61,16 @@ def H(d, bn, consumers=2, stages=2, preg=40, creg=232, pingpong=1, qregs=None, t
 CHAIN_SM90 = os.environ.get("FA_CHAIN_SRC", "/tmp/attention_sm90_chain.cu")
 LAZY_SM90 = os.environ.get("FA_LAZY_SM90_SRC", "/tmp/attention_sm90_lazy.cu")
 LAZY = os.environ.get("FA_LAZY_SRC", "/tmp/attention_lazy.cu")
+SLEEP_SM90 = os.environ.get("FA_SLEEP_SM90_SRC", "/tmp/attention_sm90_sleep.cu")
 
 VARIANTS = {
+    # round 17 (results-sm90-17.txt): the producer's waits poll with test_wait and sleep
+    # TG_WAIT_HINT ns between polls (not kept; build the copy first with
+    #   patch -o /tmp/attention_sm90_sleep.cu templates/attention_sm90.cu bench/flash-attn/producer_sleep_sm90.patch)
+    "t64_d128_c2_n128_s3": dict(H(128, 128, 2, 3), TG_WAIT_HINT=64, TG_SRC=SLEEP_SM90),
+    "t256_d128_c2_n128_s3": dict(H(128, 128, 2, 3), TG_WAIT_HINT=256, TG_SRC=SLEEP_SM90),
+    "t1000_d128_c2_n128_s3": dict(H(128, 128, 2, 3), TG_WAIT_HINT=1000, TG_SRC=SLEEP_SM90),
+    "t256_d64_c3_n128_s3_q2": dict(H(64, 128, 3, 3, 32, 160, qbufs=2), TG_WAIT_HINT=256, TG_SRC=SLEEP_SM90),
     # round 15 (results-sm90-15.txt): lazy rescaling (a warp keeps its maxima until one grows by
     # more than 2^8, and O's rescale is skipped meanwhile: TG_LAZY_RESCALE) and no proxy fence after
     # TMA loads (TG_TMA_FENCE=0), against the template's tiles p_d128_c2_n128_s3,
