@@ -62,8 +62,16 @@ CHAIN_SM90 = os.environ.get("FA_CHAIN_SRC", "/tmp/attention_sm90_chain.cu")
 LAZY_SM90 = os.environ.get("FA_LAZY_SM90_SRC", "/tmp/attention_sm90_lazy.cu")
 LAZY = os.environ.get("FA_LAZY_SRC", "/tmp/attention_lazy.cu")
 SLEEP_SM90 = os.environ.get("FA_SLEEP_SM90_SRC", "/tmp/attention_sm90_sleep.cu")
+SERIAL_SM90 = os.environ.get("FA_SERIAL_SM90_SRC", "/tmp/attention_sm90_serial.cu")
 
 VARIANTS = {
+    # round 18 (results-sm90-18.txt): cuDNN's order (S = Q K^T, wait, softmax in the turn,
+    # O += P V, wait: TG_SERIAL; not kept; build the copy first with
+    #   patch -o /tmp/attention_sm90_serial.cu templates/attention_sm90.cu bench/flash-attn/serial_tiles_sm90.patch)
+    "s_d128_c2_n128_s3": dict(H(128, 128, 2, 3), TG_SERIAL=1, TG_SRC=SERIAL_SM90),
+    "s_d128_c2_n128_s3_qs": dict(H(128, 128, 2, 3, qregs=0), TG_SERIAL=1, TG_SRC=SERIAL_SM90),
+    "s_d128_c2_n128_s2": dict(H(128, 128, 2, 2), TG_SERIAL=1, TG_SRC=SERIAL_SM90),
+    "s_d64_c3_n128_s3_q2": dict(H(64, 128, 3, 3, 32, 160, qbufs=2), TG_SERIAL=1, TG_SRC=SERIAL_SM90),
     # round 17 (results-sm90-17.txt): the producer's waits poll with test_wait and sleep
     # TG_WAIT_HINT ns between polls (not kept; build the copy first with
     #   patch -o /tmp/attention_sm90_sleep.cu templates/attention_sm90.cu bench/flash-attn/producer_sleep_sm90.patch)
