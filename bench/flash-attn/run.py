@@ -8,7 +8,7 @@ usage: run.py [--variants a,b] [--check-only] [--reps N] [--quick]
 The template is compiled as is with -DTG_STANDALONE and -D overrides (prelude.cuh passed as a
 header), with tilegen's NVRTC options (-std=c++17 -default-device).
 """
-import argparse, ctypes, math, os, re, statistics, time
+import argparse, ctypes, math, os, re, sys, time
 from concurrent.futures import ThreadPoolExecutor
 
 try:
@@ -532,14 +532,15 @@ if os.environ.get("FA_BENCH"):  # "B,hq,hkv,S,d;..." instead of the shapes above
 
 
 def bench_shape(torch, kerns, B, hq, hkv, S, d, causal, stream, reps, inner=3, sets=3):
-    """TFLOP/s of each kernel and of SDPA's flash and cuDNN backends, timed turn about (see below)."""
-    import random
+    """TFLOP/s of each kernel and of SDPA's flash and cuDNN backends, timed turn about
+    (bench/peers/turns.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
+    from turns import time_turns
     tdt = torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(7)
     scale = 1.0 / math.sqrt(d)
     from torch.nn.attention import sdpa_kernel, SDPBackend
-    # `sets` copies of the inputs, and call n reads copy n % sets: no call finds in L2 what the
-    # call before it left there (the same inputs for everyone favoured whoever ran after a peer).
+    # `sets` copies of the inputs (time_turns gives no call the copy the call before it read).
     fns = {}
     for _ in range(sets):
         q = torch.randn(B, S, hq, d, device="cuda", generator=g).to(tdt)
@@ -574,31 +575,9 @@ def bench_shape(torch, kerns, B, hq, hkv, S, d, causal, stream, reps, inner=3, s
                 print(f"    {nm}: unavailable ({type(e).__name__}: {str(e)[:120]})", flush=True)
                 fns[nm] = None
     fns = {n: fs for n, fs in fns.items() if fs}
-    for fs in fns.values():
-        for f in fs:
-            f()
-    torch.cuda.synchronize()
-    # Everything queued before one wait, each call between its own events, the contestants in a
-    # new shuffled order every round (a fixed rotation always puts the same one after a peer):
-    # a wait per sample would start each from an idle queue and count the host's time to issue
-    # the first call, far longer for SDPA than for a bare launch (NOTES.md, round 14).
-    events = {n: [] for n in fns}
-    names = list(fns)
-    order = random.Random(11)
-    n_call = 0
-    for r in range(reps):
-        order.shuffle(names)
-        for n in names:
-            for _ in range(inner):
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                fns[n][n_call % len(fns[n])]()
-                e1.record()
-                events[n].append((e0, e1))
-                n_call += 1
-    torch.cuda.synchronize()
+    ms = time_turns(fns, rounds=reps, calls=inner)
     flops = 4.0 * B * hq * S * S * d * (0.5 if causal else 1.0)
-    return {n: flops / (statistics.median(a.elapsed_time(b) for a, b in ev) * 1e-3) / 1e12 for n, ev in events.items()}
+    return {n: flops / (t * 1e-3) / 1e12 for n, t in ms.items()}
 
 
 # ---------------- sanitizer mode (no torch) ----------------

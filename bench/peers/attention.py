@@ -24,11 +24,12 @@ top-left aligned, the same mask as tilegen's bottom-right one when seq_q == seq_
 """
 import argparse
 import json
-import random
 import statistics
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from turns import time_turns
 
 WARMUP, TIMED = 3, 25
 SHAPES = {  # head_dim -> (batch, heads_q, heads_kv, seq), as bench_shapes in src/gpu/attention.rs
@@ -60,29 +61,12 @@ SETS = 3
 AGREE = {"bf16": 3e-2, "f16": 4e-3}
 
 
-def time_turns(runs):
-    """Median ms per call of each contestant, timed turn about (see the module doc). `runs` maps
-    a name to one callable per input set; call n (counted across the turn) reads set n % sets."""
-    for sets in runs.values():
-        for run in sets:
-            for _ in range(WARMUP):
-                run()
-    names = list(runs)
-    events = {n: [] for n in names}
-    order = random.Random(11)
-    n_call = 0
-    for _ in range(ROUNDS):
-        order.shuffle(names)
-        for n in names:
-            for _ in range(ROUND_CALLS):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                runs[n][n_call % len(runs[n])]()
-                b.record()
-                events[n].append((a, b))
-                n_call += 1
-    torch.cuda.synchronize()
-    return {n: statistics.median(a.elapsed_time(b) for a, b in ev) for n, ev in events.items()}
+def random_qkv(g, b, s, hq, hkv, d, dt):
+    """Q [b, s, hq, d] and K, V [b, s, hkv, d], N(0, 1) from generator g, in dtype dt."""
+    q = torch.randn(b, s, hq, d, device="cuda", generator=g).to(dt)
+    k = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
+    v = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
+    return q, k, v
 
 
 def turn_about(args):
@@ -104,9 +88,7 @@ def turn_about(args):
                 g = torch.Generator(device="cuda").manual_seed(7)
                 inputs = []  # per set: the tensors and the kernel's argument values
                 for _ in range(SETS):
-                    q = torch.randn(b, s, hq, d, device="cuda", generator=g).to(dt)
-                    k = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
-                    v = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
+                    q, k, v = random_qkv(g, b, s, hq, hkv, d, dt)
                     o = torch.empty_like(q)
                     lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
                     values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
@@ -150,7 +132,8 @@ def turn_about(args):
                             runs[pname] = [sdpa(be, t) for t, _ in inputs]
                         except Exception as e:  # a backend that does not take the shape
                             notes.append(f"{pname} unavailable: {type(e).__name__}: {str(e)[:100]}")
-                    tf = {n: flops / (ms * 1e-3) / 1e12 for n, ms in time_turns(runs).items()}
+                    tf = {n: flops / (ms * 1e-3) / 1e12
+                          for n, ms in time_turns(runs, ROUNDS, ROUND_CALLS, warmup=WARMUP).items()}
                     best = {}
                     for inst in mine:
                         kind = "hopper" if inst["params"].get("engine") == "wgmma" else "portable"
@@ -207,9 +190,7 @@ def main():
         for d, shapes in SHAPES.items():
             for (b, hq, hkv, s) in shapes:
                 g = torch.Generator(device="cuda").manual_seed(7)
-                q = torch.randn(b, s, hq, d, device="cuda", generator=g).to(dt)
-                k = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
-                v = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt)
+                q, k, v = random_qkv(g, b, s, hq, hkv, d, dt)
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
                 for causal in (False, True):
                     flops = 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
