@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 2d6679f67b8f43da
+// content sha256 694a23f5009e4094
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -33,6 +33,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_bf16_onepass_b1024_i4",
         entry_point: "tg_add_rmsnorm_bf16_onepass_b1024_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -72,6 +73,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_bf16_onepass_b256_i2",
         entry_point: "tg_add_rmsnorm_bf16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -111,6 +113,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_bf16_onepass_b64_i2",
         entry_point: "tg_add_rmsnorm_bf16_onepass_b64_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -150,6 +153,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_bf16_staged_s1_b1024_i4",
         entry_point: "tg_add_rmsnorm_bf16_staged_s1_b1024_i4",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -189,6 +193,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_bf16_staged_s1_b256_i2",
         entry_point: "tg_add_rmsnorm_bf16_staged_s1_b256_i2",
         shared_bytes: 8192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -228,6 +233,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_bf16_staged_s1_b64_i2",
         entry_point: "tg_add_rmsnorm_bf16_staged_s1_b64_i2",
         shared_bytes: 2048,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -267,6 +273,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f16_onepass_b1024_i4",
         entry_point: "tg_add_rmsnorm_f16_onepass_b1024_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -306,6 +313,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f16_onepass_b256_i2",
         entry_point: "tg_add_rmsnorm_f16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -345,6 +353,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f16_onepass_b64_i2",
         entry_point: "tg_add_rmsnorm_f16_onepass_b64_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -380,6 +389,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f16_staged_s1_b1024_i4",
         entry_point: "tg_add_rmsnorm_f16_staged_s1_b1024_i4",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -419,6 +429,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f16_staged_s1_b256_i2",
         entry_point: "tg_add_rmsnorm_f16_staged_s1_b256_i2",
         shared_bytes: 8192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -458,6 +469,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f16_staged_s1_b64_i2",
         entry_point: "tg_add_rmsnorm_f16_staged_s1_b64_i2",
         shared_bytes: 2048,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -497,6 +509,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f32_onepass_b1024_i8",
         entry_point: "tg_add_rmsnorm_f32_onepass_b1024_i8",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -536,6 +549,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f32_onepass_b128_i2",
         entry_point: "tg_add_rmsnorm_f32_onepass_b128_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -575,6 +589,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f32_onepass_b512_i2",
         entry_point: "tg_add_rmsnorm_f32_onepass_b512_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -614,6 +629,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "add_rmsnorm_f32_staged_s1_b1024_i8",
         entry_point: "tg_add_rmsnorm_f32_staged_s1_b1024_i8",
         shared_bytes: 131072,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -653,6 +669,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d128_causal_q128x128_s3_b384_wgmma",
         entry_point: "tg_attention_bf16_d128_causal_q128x128_s3_b384_wgmma",
         shared_bytes: 231216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -676,6 +693,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d128_causal_q64x64_s2_b128",
         entry_point: "tg_attention_bf16_d128_causal_q64x64_s2_b128",
         shared_bytes: 81920,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -715,6 +733,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d128_q128x128_s3_b384_wgmma",
         entry_point: "tg_attention_bf16_d128_q128x128_s3_b384_wgmma",
         shared_bytes: 231216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -738,6 +757,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d128_q128x32_s2_b128",
         entry_point: "tg_attention_bf16_d128_q128x32_s2_b128",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -777,6 +797,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d256_causal_q128x64_s2_b384_wgmma",
         entry_point: "tg_attention_bf16_d256_causal_q128x64_s2_b384_wgmma",
         shared_bytes: 198416,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -800,6 +821,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d256_q128x64_s2_b384_wgmma",
         entry_point: "tg_attention_bf16_d256_q128x64_s2_b384_wgmma",
         shared_bytes: 198416,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -823,6 +845,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d64_causal_q128x64_s2_b128",
         entry_point: "tg_attention_bf16_d64_causal_q128x64_s2_b128",
         shared_bytes: 49152,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -862,6 +885,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d64_causal_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_bf16_d64_causal_q192x128_s3_b512_wgmma",
         shared_bytes: 149312,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -885,6 +909,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d64_q128x64_s2_b128",
         entry_point: "tg_attention_bf16_d64_q128x64_s2_b128",
         shared_bytes: 49152,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -924,6 +949,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_bf16_d64_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_bf16_d64_q192x128_s3_b512_wgmma",
         shared_bytes: 149312,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -947,6 +973,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d128_causal_q128x128_s3_b384_wgmma",
         entry_point: "tg_attention_f16_d128_causal_q128x128_s3_b384_wgmma",
         shared_bytes: 231216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -970,6 +997,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d128_causal_q64x64_s2_b128",
         entry_point: "tg_attention_f16_d128_causal_q64x64_s2_b128",
         shared_bytes: 81920,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1009,6 +1037,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d128_q128x128_s3_b384_wgmma",
         entry_point: "tg_attention_f16_d128_q128x128_s3_b384_wgmma",
         shared_bytes: 231216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1032,6 +1061,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d128_q128x32_s2_b128",
         entry_point: "tg_attention_f16_d128_q128x32_s2_b128",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1071,6 +1101,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d256_causal_q128x64_s2_b384_wgmma",
         entry_point: "tg_attention_f16_d256_causal_q128x64_s2_b384_wgmma",
         shared_bytes: 198416,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1094,6 +1125,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d256_q128x64_s2_b384_wgmma",
         entry_point: "tg_attention_f16_d256_q128x64_s2_b384_wgmma",
         shared_bytes: 198416,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1117,6 +1149,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d64_causal_q128x64_s2_b128",
         entry_point: "tg_attention_f16_d64_causal_q128x64_s2_b128",
         shared_bytes: 49152,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1156,6 +1189,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d64_causal_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_f16_d64_causal_q192x128_s3_b512_wgmma",
         shared_bytes: 149312,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1179,6 +1213,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d64_q128x64_s2_b128",
         entry_point: "tg_attention_f16_d64_q128x64_s2_b128",
         shared_bytes: 49152,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1218,6 +1253,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "attention_f16_d64_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_f16_d64_q192x128_s3_b512_wgmma",
         shared_bytes: 149312,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -1241,6 +1277,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "bias_gelu_bf16_b256_i1_bias_gelu",
         entry_point: "tg_bias_gelu_bf16_b256_i1_bias_gelu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1280,6 +1317,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "bias_gelu_bf16_b256_i2_bias_gelu",
         entry_point: "tg_bias_gelu_bf16_b256_i2_bias_gelu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1319,6 +1357,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "bias_gelu_f16_b256_i1_bias_gelu",
         entry_point: "tg_bias_gelu_f16_b256_i1_bias_gelu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1358,6 +1397,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "bias_gelu_f16_b256_i2_bias_gelu",
         entry_point: "tg_bias_gelu_f16_b256_i2_bias_gelu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1397,6 +1437,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "bias_gelu_f32_b256_i2_bias_gelu",
         entry_point: "tg_bias_gelu_f32_b256_i2_bias_gelu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1436,6 +1477,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "bias_gelu_f32_b256_i4_bias_gelu",
         entry_point: "tg_bias_gelu_f32_b256_i4_bias_gelu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1475,6 +1517,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "fma_bf16_b256_i4",
         entry_point: "tg_fma_bf16_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1506,6 +1549,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "fma_bf16_b256_i4_gelu_erf",
         entry_point: "tg_fma_bf16_b256_i4_gelu_erf",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1537,6 +1581,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "fma_bf16_b256_i4_relu",
         entry_point: "tg_fma_bf16_b256_i4_relu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1568,6 +1613,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "fma_bf16_b256_i4_silu",
         entry_point: "tg_fma_bf16_b256_i4_silu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1599,6 +1645,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "fma_f32_b256_i4",
         entry_point: "tg_fma_f32_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1630,6 +1677,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "fma_f32_b256_i4_gelu_erf",
         entry_point: "tg_fma_f32_b256_i4_gelu_erf",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1661,6 +1709,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "fma_f32_b256_i4_relu",
         entry_point: "tg_fma_f32_b256_i4_relu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1692,6 +1741,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "fma_f32_b256_i4_silu",
         entry_point: "tg_fma_f32_b256_i4_silu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1723,6 +1773,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s3_nn",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s3_nn",
         shared_bytes: 56832,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1762,6 +1813,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s4_nn",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nn",
         shared_bytes: 75776,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1801,6 +1853,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s4_nn_bias_gelu",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nn_bias_gelu",
         shared_bytes: 76288,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1840,6 +1893,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s4_nn_bias_relu",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nn_bias_relu",
         shared_bytes: 76288,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1879,6 +1933,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s4_nt",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nt",
         shared_bytes: 81920,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1918,6 +1973,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s4_nt_bias_gelu",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nt_bias_gelu",
         shared_bytes: 82432,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1957,6 +2013,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s4_nt_bias_relu",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_nt_bias_relu",
         shared_bytes: 82432,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -1996,6 +2053,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s4_tn",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_tn",
         shared_bytes: 69632,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -2035,6 +2093,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w64x64_s4_tt",
         entry_point: "tg_gemm_bf16_128x128x32_w64x64_s4_tt",
         shared_bytes: 75776,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -2074,6 +2133,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x64_s4_nn_wgmma",
         entry_point: "tg_gemm_bf16_128x128x64_s4_nn_wgmma",
         shared_bytes: 164976,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2097,6 +2157,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x64_s4_nt_wgmma",
         entry_point: "tg_gemm_bf16_128x128x64_s4_nt_wgmma",
         shared_bytes: 164976,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2120,6 +2181,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x64_s6_nn_wgmma",
         entry_point: "tg_gemm_bf16_128x128x64_s6_nn_wgmma",
         shared_bytes: 230544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2143,6 +2205,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x64_s6_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_128x128x64_s6_nn_wgmma_bias_gelu",
         shared_bytes: 231568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2166,6 +2229,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x64_s6_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_128x128x64_s6_nn_wgmma_bias_relu",
         shared_bytes: 231568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2189,6 +2253,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x64_s6_nt_wgmma",
         entry_point: "tg_gemm_bf16_128x128x64_s6_nt_wgmma",
         shared_bytes: 230544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2212,6 +2277,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x64_s6_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_128x128x64_s6_nt_wgmma_bias_gelu",
         shared_bytes: 231568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2235,6 +2301,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x64_s6_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_128x128x64_s6_nt_wgmma_bias_relu",
         shared_bytes: 231568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2258,6 +2325,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x32_w64x64_s4_nn",
         entry_point: "tg_gemm_bf16_128x256x32_w64x64_s4_nn",
         shared_bytes: 108544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -2297,6 +2365,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu",
         entry_point: "tg_gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu",
         shared_bytes: 109568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -2336,6 +2405,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_s3_nn_wgmma",
         entry_point: "tg_gemm_bf16_128x256x64_s3_nn_wgmma",
         shared_bytes: 214112,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2359,6 +2429,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_s3_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_128x256x64_s3_nn_wgmma_bias_gelu",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2382,6 +2453,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_s3_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_128x256x64_s3_nn_wgmma_bias_relu",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2405,6 +2477,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_s3_nt_wgmma",
         entry_point: "tg_gemm_bf16_128x256x64_s3_nt_wgmma",
         shared_bytes: 214112,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2428,6 +2501,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_s3_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_128x256x64_s3_nt_wgmma_bias_gelu",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2451,6 +2525,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_s3_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_128x256x64_s3_nt_wgmma_bias_relu",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2474,6 +2549,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_s3_tn_wgmma",
         entry_point: "tg_gemm_bf16_128x256x64_s3_tn_wgmma",
         shared_bytes: 214112,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2497,6 +2573,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_s3_tt_wgmma",
         entry_point: "tg_gemm_bf16_128x256x64_s3_tt_wgmma",
         shared_bytes: 214112,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2520,6 +2597,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_w64x64_s3_nn",
         entry_point: "tg_gemm_bf16_128x256x64_w64x64_s3_nn",
         shared_bytes: 156672,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -2559,6 +2637,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x256x64_w64x64_s4_nn",
         entry_point: "tg_gemm_bf16_128x256x64_w64x64_s4_nn",
         shared_bytes: 208896,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -2582,6 +2661,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s7_nn_wgmma_split2",
         entry_point: "tg_gemm_bf16_128x64x64_s7_nn_wgmma_split2",
         shared_bytes: 222400,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2605,6 +2685,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s7_nn_wgmma_split2_bias_gelu",
         entry_point: "tg_gemm_bf16_128x64x64_s7_nn_wgmma_split2_bias_gelu",
         shared_bytes: 222912,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2628,6 +2709,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s7_nn_wgmma_split2_bias_relu",
         entry_point: "tg_gemm_bf16_128x64x64_s7_nn_wgmma_split2_bias_relu",
         shared_bytes: 222912,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2651,6 +2733,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s7_nt_wgmma_split2",
         entry_point: "tg_gemm_bf16_128x64x64_s7_nt_wgmma_split2",
         shared_bytes: 222400,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2674,6 +2757,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s7_nt_wgmma_split2_bias_gelu",
         entry_point: "tg_gemm_bf16_128x64x64_s7_nt_wgmma_split2_bias_gelu",
         shared_bytes: 222912,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2697,6 +2781,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s7_nt_wgmma_split2_bias_relu",
         entry_point: "tg_gemm_bf16_128x64x64_s7_nt_wgmma_split2_bias_relu",
         shared_bytes: 222912,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2720,6 +2805,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s8_nn_wgmma",
         entry_point: "tg_gemm_bf16_128x64x64_s8_nn_wgmma",
         shared_bytes: 214192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2743,6 +2829,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s8_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_gelu",
         shared_bytes: 214704,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2766,6 +2853,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_128x64x64_s8_nn_wgmma_bias_relu",
         shared_bytes: 214704,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2789,6 +2877,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s8_nt_wgmma",
         entry_point: "tg_gemm_bf16_128x64x64_s8_nt_wgmma",
         shared_bytes: 214192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2812,6 +2901,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s8_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_128x64x64_s8_nt_wgmma_bias_gelu",
         shared_bytes: 214704,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2835,6 +2925,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x64x64_s8_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_128x64x64_s8_nt_wgmma_bias_relu",
         shared_bytes: 214704,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2858,6 +2949,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x128x64_s12_nn_wgmma",
         entry_point: "tg_gemm_bf16_16x128x64_s12_nn_wgmma",
         shared_bytes: 226544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2881,6 +2973,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x128x64_s12_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_16x128x64_s12_nn_wgmma_bias_gelu",
         shared_bytes: 227568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2904,6 +2997,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x128x64_s12_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_16x128x64_s12_nn_wgmma_bias_relu",
         shared_bytes: 227568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2927,6 +3021,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x128x64_s12_nt_wgmma",
         entry_point: "tg_gemm_bf16_16x128x64_s12_nt_wgmma",
         shared_bytes: 226544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2950,6 +3045,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x128x64_s12_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_16x128x64_s12_nt_wgmma_bias_gelu",
         shared_bytes: 227568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2973,6 +3069,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x128x64_s12_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_16x128x64_s12_nt_wgmma_bias_relu",
         shared_bytes: 227568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -2996,6 +3093,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x32x64_w16x16_s4_nn",
         entry_point: "tg_gemm_bf16_16x32x64_w16x16_s4_nn",
         shared_bytes: 29696,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3035,6 +3133,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x64x64_s16_nn_wgmma",
         entry_point: "tg_gemm_bf16_16x64x64_s16_nn_wgmma",
         shared_bytes: 167216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3058,6 +3157,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x64x64_s16_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_16x64x64_s16_nn_wgmma_bias_gelu",
         shared_bytes: 167728,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3081,6 +3181,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x64x64_s16_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_16x64x64_s16_nn_wgmma_bias_relu",
         shared_bytes: 167728,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3104,6 +3205,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x64x64_s16_nt_wgmma",
         entry_point: "tg_gemm_bf16_16x64x64_s16_nt_wgmma",
         shared_bytes: 167216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3127,6 +3229,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x64x64_s16_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_16x64x64_s16_nt_wgmma_bias_gelu",
         shared_bytes: 167728,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3150,6 +3253,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_16x64x64_s16_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_16x64x64_s16_nt_wgmma_bias_relu",
         shared_bytes: 167728,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3173,6 +3277,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_256x128x32_w64x64_s3_nn",
         entry_point: "tg_gemm_bf16_256x128x32_w64x64_s3_nn",
         shared_bytes: 87552,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3212,6 +3317,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x128x64_s8_nn_wgmma",
         entry_point: "tg_gemm_bf16_64x128x64_s8_nn_wgmma",
         shared_bytes: 214192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3235,6 +3341,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x128x64_s8_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_64x128x64_s8_nn_wgmma_bias_gelu",
         shared_bytes: 215216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3258,6 +3365,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x128x64_s8_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_64x128x64_s8_nn_wgmma_bias_relu",
         shared_bytes: 215216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3281,6 +3389,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x128x64_s8_nt_wgmma",
         entry_point: "tg_gemm_bf16_64x128x64_s8_nt_wgmma",
         shared_bytes: 214192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3304,6 +3413,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x128x64_s8_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_64x128x64_s8_nt_wgmma_bias_gelu",
         shared_bytes: 215216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3327,6 +3437,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x128x64_s8_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_64x128x64_s8_nt_wgmma_bias_relu",
         shared_bytes: 215216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3350,6 +3461,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x192x64_s6_nn_wgmma",
         entry_point: "tg_gemm_bf16_64x192x64_s6_nn_wgmma",
         shared_bytes: 222352,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3373,6 +3485,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x192x64_s6_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_64x192x64_s6_nn_wgmma_bias_gelu",
         shared_bytes: 223888,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3396,6 +3509,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x192x64_s6_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_64x192x64_s6_nn_wgmma_bias_relu",
         shared_bytes: 223888,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3419,6 +3533,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x192x64_s6_nt_wgmma",
         entry_point: "tg_gemm_bf16_64x192x64_s6_nt_wgmma",
         shared_bytes: 222352,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3442,6 +3557,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x192x64_s6_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_64x192x64_s6_nt_wgmma_bias_gelu",
         shared_bytes: 223888,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3465,6 +3581,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x192x64_s6_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_64x192x64_s6_nt_wgmma_bias_relu",
         shared_bytes: 223888,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3488,6 +3605,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x64x32_w32x32_s4_nn",
         entry_point: "tg_gemm_bf16_64x64x32_w32x32_s4_nn",
         shared_bytes: 38912,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3527,6 +3645,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x64x64_s12_nn_wgmma",
         entry_point: "tg_gemm_bf16_64x64x64_s12_nn_wgmma",
         shared_bytes: 206064,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3550,6 +3669,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x64x64_s12_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_64x64x64_s12_nn_wgmma_bias_gelu",
         shared_bytes: 206576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3573,6 +3693,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x64x64_s12_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_64x64x64_s12_nn_wgmma_bias_relu",
         shared_bytes: 206576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3596,6 +3717,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x64x64_s12_nt_wgmma",
         entry_point: "tg_gemm_bf16_64x64x64_s12_nt_wgmma",
         shared_bytes: 206064,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3619,6 +3741,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x64x64_s12_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_bf16_64x64x64_s12_nt_wgmma_bias_gelu",
         shared_bytes: 206576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3642,6 +3765,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x64x64_s12_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_bf16_64x64x64_s12_nt_wgmma_bias_relu",
         shared_bytes: 206576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3665,6 +3789,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_to_f32_128x128x32_w64x64_s4_nn",
         entry_point: "tg_gemm_bf16_to_f32_128x128x32_w64x64_s4_nn",
         shared_bytes: 75776,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3704,6 +3829,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_to_f32_128x256x64_s3_nn_wgmma",
         entry_point: "tg_gemm_bf16_to_f32_128x256x64_s3_nn_wgmma",
         shared_bytes: 214112,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3727,6 +3853,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x32_w64x64_s4_nn",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nn",
         shared_bytes: 75776,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3766,6 +3893,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x32_w64x64_s4_nn_bias_gelu",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nn_bias_gelu",
         shared_bytes: 76288,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3805,6 +3933,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x32_w64x64_s4_nn_bias_relu",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nn_bias_relu",
         shared_bytes: 76288,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3844,6 +3973,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x32_w64x64_s4_nt",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nt",
         shared_bytes: 81920,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3883,6 +4013,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x32_w64x64_s4_nt_bias_gelu",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nt_bias_gelu",
         shared_bytes: 82432,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3922,6 +4053,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x32_w64x64_s4_nt_bias_relu",
         entry_point: "tg_gemm_f16_128x128x32_w64x64_s4_nt_bias_relu",
         shared_bytes: 82432,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -3961,6 +4093,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x64_s6_nn_wgmma",
         entry_point: "tg_gemm_f16_128x128x64_s6_nn_wgmma",
         shared_bytes: 230544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -3984,6 +4117,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x64_s6_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_128x128x64_s6_nn_wgmma_bias_gelu",
         shared_bytes: 231568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4007,6 +4141,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x64_s6_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_128x128x64_s6_nn_wgmma_bias_relu",
         shared_bytes: 231568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4030,6 +4165,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x64_s6_nt_wgmma",
         entry_point: "tg_gemm_f16_128x128x64_s6_nt_wgmma",
         shared_bytes: 230544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4053,6 +4189,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x64_s6_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_128x128x64_s6_nt_wgmma_bias_gelu",
         shared_bytes: 231568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4076,6 +4213,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x128x64_s6_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_128x128x64_s6_nt_wgmma_bias_relu",
         shared_bytes: 231568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4099,6 +4237,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x32_w64x64_s4_nn",
         entry_point: "tg_gemm_f16_128x256x32_w64x64_s4_nn",
         shared_bytes: 108544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -4138,6 +4277,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu",
         entry_point: "tg_gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu",
         shared_bytes: 109568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -4177,6 +4317,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x64_s3_nn_wgmma",
         entry_point: "tg_gemm_f16_128x256x64_s3_nn_wgmma",
         shared_bytes: 214112,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4200,6 +4341,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x64_s3_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_128x256x64_s3_nn_wgmma_bias_gelu",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4223,6 +4365,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x64_s3_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_128x256x64_s3_nn_wgmma_bias_relu",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4246,6 +4389,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x64_s3_nt_wgmma",
         entry_point: "tg_gemm_f16_128x256x64_s3_nt_wgmma",
         shared_bytes: 214112,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4269,6 +4413,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x64_s3_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_128x256x64_s3_nt_wgmma_bias_gelu",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4292,6 +4437,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x64_s3_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_128x256x64_s3_nt_wgmma_bias_relu",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4315,6 +4461,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x256x64_w64x64_s4_nn",
         entry_point: "tg_gemm_f16_128x256x64_w64x64_s4_nn",
         shared_bytes: 208896,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -4338,6 +4485,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s7_nn_wgmma_split2",
         entry_point: "tg_gemm_f16_128x64x64_s7_nn_wgmma_split2",
         shared_bytes: 222400,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4361,6 +4509,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s7_nn_wgmma_split2_bias_gelu",
         entry_point: "tg_gemm_f16_128x64x64_s7_nn_wgmma_split2_bias_gelu",
         shared_bytes: 222912,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4384,6 +4533,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s7_nn_wgmma_split2_bias_relu",
         entry_point: "tg_gemm_f16_128x64x64_s7_nn_wgmma_split2_bias_relu",
         shared_bytes: 222912,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4407,6 +4557,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s7_nt_wgmma_split2",
         entry_point: "tg_gemm_f16_128x64x64_s7_nt_wgmma_split2",
         shared_bytes: 222400,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4430,6 +4581,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s7_nt_wgmma_split2_bias_gelu",
         entry_point: "tg_gemm_f16_128x64x64_s7_nt_wgmma_split2_bias_gelu",
         shared_bytes: 222912,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4453,6 +4605,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s7_nt_wgmma_split2_bias_relu",
         entry_point: "tg_gemm_f16_128x64x64_s7_nt_wgmma_split2_bias_relu",
         shared_bytes: 222912,
+        cluster: 2,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4476,6 +4629,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s8_nn_wgmma",
         entry_point: "tg_gemm_f16_128x64x64_s8_nn_wgmma",
         shared_bytes: 214192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4499,6 +4653,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s8_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_128x64x64_s8_nn_wgmma_bias_gelu",
         shared_bytes: 214704,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4522,6 +4677,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s8_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_128x64x64_s8_nn_wgmma_bias_relu",
         shared_bytes: 214704,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4545,6 +4701,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s8_nt_wgmma",
         entry_point: "tg_gemm_f16_128x64x64_s8_nt_wgmma",
         shared_bytes: 214192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4568,6 +4725,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s8_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_128x64x64_s8_nt_wgmma_bias_gelu",
         shared_bytes: 214704,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4591,6 +4749,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_128x64x64_s8_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_128x64x64_s8_nt_wgmma_bias_relu",
         shared_bytes: 214704,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4614,6 +4773,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x128x64_s12_nn_wgmma",
         entry_point: "tg_gemm_f16_16x128x64_s12_nn_wgmma",
         shared_bytes: 226544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4637,6 +4797,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x128x64_s12_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_16x128x64_s12_nn_wgmma_bias_gelu",
         shared_bytes: 227568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4660,6 +4821,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x128x64_s12_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_16x128x64_s12_nn_wgmma_bias_relu",
         shared_bytes: 227568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4683,6 +4845,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x128x64_s12_nt_wgmma",
         entry_point: "tg_gemm_f16_16x128x64_s12_nt_wgmma",
         shared_bytes: 226544,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4706,6 +4869,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x128x64_s12_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_16x128x64_s12_nt_wgmma_bias_gelu",
         shared_bytes: 227568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4729,6 +4893,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x128x64_s12_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_16x128x64_s12_nt_wgmma_bias_relu",
         shared_bytes: 227568,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4752,6 +4917,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x64x64_s16_nn_wgmma",
         entry_point: "tg_gemm_f16_16x64x64_s16_nn_wgmma",
         shared_bytes: 167216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4775,6 +4941,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x64x64_s16_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_16x64x64_s16_nn_wgmma_bias_gelu",
         shared_bytes: 167728,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4798,6 +4965,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x64x64_s16_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_16x64x64_s16_nn_wgmma_bias_relu",
         shared_bytes: 167728,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4821,6 +4989,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x64x64_s16_nt_wgmma",
         entry_point: "tg_gemm_f16_16x64x64_s16_nt_wgmma",
         shared_bytes: 167216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4844,6 +5013,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x64x64_s16_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_16x64x64_s16_nt_wgmma_bias_gelu",
         shared_bytes: 167728,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4867,6 +5037,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_16x64x64_s16_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_16x64x64_s16_nt_wgmma_bias_relu",
         shared_bytes: 167728,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4890,6 +5061,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x128x64_s8_nn_wgmma",
         entry_point: "tg_gemm_f16_64x128x64_s8_nn_wgmma",
         shared_bytes: 214192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4913,6 +5085,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x128x64_s8_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_64x128x64_s8_nn_wgmma_bias_gelu",
         shared_bytes: 215216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4936,6 +5109,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x128x64_s8_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_64x128x64_s8_nn_wgmma_bias_relu",
         shared_bytes: 215216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4959,6 +5133,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x128x64_s8_nt_wgmma",
         entry_point: "tg_gemm_f16_64x128x64_s8_nt_wgmma",
         shared_bytes: 214192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -4982,6 +5157,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x128x64_s8_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_64x128x64_s8_nt_wgmma_bias_gelu",
         shared_bytes: 215216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5005,6 +5181,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x128x64_s8_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_64x128x64_s8_nt_wgmma_bias_relu",
         shared_bytes: 215216,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5028,6 +5205,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x192x64_s6_nn_wgmma",
         entry_point: "tg_gemm_f16_64x192x64_s6_nn_wgmma",
         shared_bytes: 222352,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5051,6 +5229,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x192x64_s6_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_64x192x64_s6_nn_wgmma_bias_gelu",
         shared_bytes: 223888,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5074,6 +5253,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x192x64_s6_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_64x192x64_s6_nn_wgmma_bias_relu",
         shared_bytes: 223888,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5097,6 +5277,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x192x64_s6_nt_wgmma",
         entry_point: "tg_gemm_f16_64x192x64_s6_nt_wgmma",
         shared_bytes: 222352,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5120,6 +5301,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x192x64_s6_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_64x192x64_s6_nt_wgmma_bias_gelu",
         shared_bytes: 223888,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5143,6 +5325,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x192x64_s6_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_64x192x64_s6_nt_wgmma_bias_relu",
         shared_bytes: 223888,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5166,6 +5349,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x64x32_w32x32_s4_nn",
         entry_point: "tg_gemm_f16_64x64x32_w32x32_s4_nn",
         shared_bytes: 38912,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5201,6 +5385,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x64x64_s12_nn_wgmma",
         entry_point: "tg_gemm_f16_64x64x64_s12_nn_wgmma",
         shared_bytes: 206064,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5224,6 +5409,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x64x64_s12_nn_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_64x64x64_s12_nn_wgmma_bias_gelu",
         shared_bytes: 206576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5247,6 +5433,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x64x64_s12_nn_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_64x64x64_s12_nn_wgmma_bias_relu",
         shared_bytes: 206576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5270,6 +5457,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x64x64_s12_nt_wgmma",
         entry_point: "tg_gemm_f16_64x64x64_s12_nt_wgmma",
         shared_bytes: 206064,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5293,6 +5481,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x64x64_s12_nt_wgmma_bias_gelu",
         entry_point: "tg_gemm_f16_64x64x64_s12_nt_wgmma_bias_gelu",
         shared_bytes: 206576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5316,6 +5505,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f16_64x64x64_s12_nt_wgmma_bias_relu",
         entry_point: "tg_gemm_f16_64x64x64_s12_nt_wgmma_bias_relu",
         shared_bytes: 206576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5339,6 +5529,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f32_128x128x16_w64x32_s2_nn",
         entry_point: "tg_gemm_f32_128x128x16_w64x32_s2_nn",
         shared_bytes: 33792,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5378,6 +5569,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f32_128x128x16_w64x32_s2_nn_bias_gelu",
         entry_point: "tg_gemm_f32_128x128x16_w64x32_s2_nn_bias_gelu",
         shared_bytes: 33792,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5417,6 +5609,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f32_128x128x32_w64x32_s3_nn_tf32",
         entry_point: "tg_gemm_f32_128x128x32_w64x32_s3_nn_tf32",
         shared_bytes: 107520,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5456,6 +5649,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f32_128x128x32_w64x32_s3_nt_tf32",
         entry_point: "tg_gemm_f32_128x128x32_w64x32_s3_nt_tf32",
         shared_bytes: 110592,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5495,6 +5689,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_f32_128x128x8_w64x32_s2_nt",
         entry_point: "tg_gemm_f32_128x128x8_w64x32_s2_nt",
         shared_bytes: 16896,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5534,6 +5729,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_residual_bf16_128x128x32_w64x64_s4_nn_scale_bias_residual",
         entry_point: "tg_gemm_residual_bf16_128x128x32_w64x64_s4_nn_scale_bias_residual",
         shared_bytes: 76288,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5573,6 +5769,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_residual_bf16_128x256x64_s3_nn_wgmma_scale_bias_residual",
         entry_point: "tg_gemm_residual_bf16_128x256x64_s3_nn_wgmma_scale_bias_residual",
         shared_bytes: 216160,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90a",
@@ -5596,6 +5793,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_onepass_b1024_i4",
         entry_point: "tg_layernorm_bf16_onepass_b1024_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5635,6 +5833,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_onepass_b256_i2",
         entry_point: "tg_layernorm_bf16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5670,6 +5869,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_onepass_b512_i2_noaffine",
         entry_point: "tg_layernorm_bf16_onepass_b512_i2_noaffine",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5709,6 +5909,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_onepass_b64_i2",
         entry_point: "tg_layernorm_bf16_onepass_b64_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5744,6 +5945,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_staged_s1_b256_i2",
         entry_point: "tg_layernorm_bf16_staged_s1_b256_i2",
         shared_bytes: 8192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5783,6 +5985,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_staged_s1_b512_i8",
         entry_point: "tg_layernorm_bf16_staged_s1_b512_i8",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5822,6 +6025,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_staged_s1_b64_i2",
         entry_point: "tg_layernorm_bf16_staged_s1_b64_i2",
         shared_bytes: 2048,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5861,6 +6065,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_staged_s3_b256_i2",
         entry_point: "tg_layernorm_bf16_staged_s3_b256_i2",
         shared_bytes: 24576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5900,6 +6105,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_staged_s3_b64_i2",
         entry_point: "tg_layernorm_bf16_staged_s3_b64_i2",
         shared_bytes: 6144,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5939,6 +6145,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_bf16_staged_s3_b64_i2_r2_lean",
         entry_point: "tg_layernorm_bf16_staged_s3_b64_i2_r2_lean",
         shared_bytes: 6144,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -5978,6 +6185,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_onepass_b1024_i4",
         entry_point: "tg_layernorm_f16_onepass_b1024_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6013,6 +6221,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_onepass_b256_i2",
         entry_point: "tg_layernorm_f16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6048,6 +6257,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_onepass_b64_i2",
         entry_point: "tg_layernorm_f16_onepass_b64_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6079,6 +6289,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_staged_s1_b256_i2",
         entry_point: "tg_layernorm_f16_staged_s1_b256_i2",
         shared_bytes: 8192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6118,6 +6329,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_staged_s1_b512_i8",
         entry_point: "tg_layernorm_f16_staged_s1_b512_i8",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6157,6 +6369,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_staged_s1_b64_i2",
         entry_point: "tg_layernorm_f16_staged_s1_b64_i2",
         shared_bytes: 2048,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6192,6 +6405,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_staged_s3_b256_i2",
         entry_point: "tg_layernorm_f16_staged_s3_b256_i2",
         shared_bytes: 24576,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6231,6 +6445,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_staged_s3_b64_i2",
         entry_point: "tg_layernorm_f16_staged_s3_b64_i2",
         shared_bytes: 6144,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6266,6 +6481,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_staged_s3_b64_i2_r2_lean",
         entry_point: "tg_layernorm_f16_staged_s3_b64_i2_r2_lean",
         shared_bytes: 6144,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6305,6 +6521,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f32_onepass_b128_i2",
         entry_point: "tg_layernorm_f32_onepass_b128_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6340,6 +6557,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f32_onepass_b512_i2",
         entry_point: "tg_layernorm_f32_onepass_b512_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6375,6 +6593,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f32_onepass_b512_i2_noaffine",
         entry_point: "tg_layernorm_f32_onepass_b512_i2_noaffine",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6414,6 +6633,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f32_staged_s1_b1024_i8",
         entry_point: "tg_layernorm_f32_staged_s1_b1024_i8",
         shared_bytes: 131072,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6453,6 +6673,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_bf16_onepass_b1024_i4",
         entry_point: "tg_rmsnorm_bf16_onepass_b1024_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6488,6 +6709,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_bf16_onepass_b256_i2",
         entry_point: "tg_rmsnorm_bf16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6519,6 +6741,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_bf16_onepass_b64_i2",
         entry_point: "tg_rmsnorm_bf16_onepass_b64_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6550,6 +6773,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_bf16_staged_s1_b256_i2",
         entry_point: "tg_rmsnorm_bf16_staged_s1_b256_i2",
         shared_bytes: 8192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6585,6 +6809,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_bf16_staged_s1_b512_i8",
         entry_point: "tg_rmsnorm_bf16_staged_s1_b512_i8",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6620,6 +6845,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_bf16_staged_s1_b64_i2",
         entry_point: "tg_rmsnorm_bf16_staged_s1_b64_i2",
         shared_bytes: 2048,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6655,6 +6881,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f16_onepass_b1024_i4",
         entry_point: "tg_rmsnorm_f16_onepass_b1024_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6686,6 +6913,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f16_onepass_b256_i2",
         entry_point: "tg_rmsnorm_f16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6717,6 +6945,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f16_onepass_b64_i2",
         entry_point: "tg_rmsnorm_f16_onepass_b64_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6748,6 +6977,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f16_staged_s1_b256_i2",
         entry_point: "tg_rmsnorm_f16_staged_s1_b256_i2",
         shared_bytes: 8192,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6783,6 +7013,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f16_staged_s1_b512_i8",
         entry_point: "tg_rmsnorm_f16_staged_s1_b512_i8",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6818,6 +7049,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f16_staged_s1_b64_i2",
         entry_point: "tg_rmsnorm_f16_staged_s1_b64_i2",
         shared_bytes: 2048,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6849,6 +7081,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f32_onepass_b1024_i8",
         entry_point: "tg_rmsnorm_f32_onepass_b1024_i8",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6880,6 +7113,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f32_onepass_b128_i2",
         entry_point: "tg_rmsnorm_f32_onepass_b128_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6911,6 +7145,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "rmsnorm_f32_onepass_b512_i2",
         entry_point: "tg_rmsnorm_f32_onepass_b512_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6942,6 +7177,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "silu_mul_bf16_b256_i4",
         entry_point: "tg_silu_mul_bf16_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -6973,6 +7209,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "silu_mul_bf16_b512_i4",
         entry_point: "tg_silu_mul_bf16_b512_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7004,6 +7241,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "silu_mul_f16_b256_i4",
         entry_point: "tg_silu_mul_f16_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7035,6 +7273,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "silu_mul_f16_b512_i4",
         entry_point: "tg_silu_mul_f16_b512_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7066,6 +7305,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "silu_mul_f32_b256_i4",
         entry_point: "tg_silu_mul_f32_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7097,6 +7337,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "silu_mul_f32_b512_i4",
         entry_point: "tg_silu_mul_f32_b512_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7128,6 +7369,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_bf16_onepass_b1024_i4",
         entry_point: "tg_softmax_bf16_onepass_b1024_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7163,6 +7405,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_bf16_onepass_b256_i2",
         entry_point: "tg_softmax_bf16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7194,6 +7437,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_bf16_onepass_b64_i2",
         entry_point: "tg_softmax_bf16_onepass_b64_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7225,6 +7469,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_bf16_online_b512_i2",
         entry_point: "tg_softmax_bf16_online_b512_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7256,6 +7501,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_bf16_staged_s1_b512_i8",
         entry_point: "tg_softmax_bf16_staged_s1_b512_i8",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7291,6 +7537,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f16_onepass_b1024_i4",
         entry_point: "tg_softmax_f16_onepass_b1024_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7322,6 +7569,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f16_onepass_b256_i2",
         entry_point: "tg_softmax_f16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7353,6 +7601,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f16_onepass_b64_i2",
         entry_point: "tg_softmax_f16_onepass_b64_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7384,6 +7633,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f16_online_b512_i2",
         entry_point: "tg_softmax_f16_online_b512_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7415,6 +7665,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f16_staged_s1_b512_i8",
         entry_point: "tg_softmax_f16_staged_s1_b512_i8",
         shared_bytes: 65536,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7450,6 +7701,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f32_onepass_b1024_i8",
         entry_point: "tg_softmax_f32_onepass_b1024_i8",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7481,6 +7733,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f32_onepass_b128_i2",
         entry_point: "tg_softmax_f32_onepass_b128_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7512,6 +7765,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f32_onepass_b512_i2",
         entry_point: "tg_softmax_f32_onepass_b512_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7543,6 +7797,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f32_online_b512_i2",
         entry_point: "tg_softmax_f32_online_b512_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7574,6 +7829,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "vector_add_bf16_b256_i4",
         entry_point: "tg_vector_add_bf16_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7605,6 +7861,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "vector_add_bf16_b512_i4",
         entry_point: "tg_vector_add_bf16_b512_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7636,6 +7893,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "vector_add_f16_b256_i4",
         entry_point: "tg_vector_add_f16_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7667,6 +7925,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "vector_add_f16_b512_i4",
         entry_point: "tg_vector_add_f16_b512_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7698,6 +7957,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "vector_add_f32_b256_i4",
         entry_point: "tg_vector_add_f32_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -7729,6 +7989,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "vector_add_f32_b512_i4",
         entry_point: "tg_vector_add_f32_b512_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",

@@ -324,6 +324,7 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
         (Field::RowsPerBlock, p.rows_per_block.is_some()),
         (Field::Lean, p.lean.is_some()),
         (Field::SplitK, p.split_k.is_some()),
+        (Field::Multicast, p.multicast.is_some()),
     ];
     for (f, is_set) in set {
         if is_set && !info.fields.contains(&f) {

@@ -4,8 +4,9 @@ What a host in another language needs, and nothing from tilegen's Rust side: the
 `args` (pointer arguments as 64-bit addresses, scalars by their type), its `tensor_maps`
 (encoded with cuTensorMapEncodeTiled from the manifest's description, passed by value before
 the args), its binary for the device (sha256 checked against the manifest) and its
-`launch` rule. Covers the attention rules (`query_tiles`, `persistent_query_tiles`); the
-README's "Output" section is the reference for every field read here.
+`launch` rule. Covers the attention rules (`query_tiles`, `persistent_query_tiles`) and the
+GEMM's `persistent` one; the README's "Output" section is the reference for every field read
+here.
 """
 import ctypes
 import hashlib
@@ -100,9 +101,32 @@ class Kernel:
         check(cu.cuFuncSetAttribute(
             self.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared))
 
-    def grid(self, v):
-        """Blocks per the instance's launch rule, from the argument values."""
+    def max_active_clusters(self):
+        """How many of the kernel's clusters (its compiled cluster shape) the device holds at
+        once, with the instance's block and shared memory (cuOccupancyMaxActiveClusters)."""
+        cluster = self.inst["launch"]["grid"].get("cluster", 1)
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = cluster, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.threads, 1, 1
+        cfg.sharedMemBytes = self.shared
+        cfg.numAttrs = 0
+        return check(cu.cuOccupancyMaxActiveClusters(self.function, cfg))
+
+    def grid(self, v, hold=True):
+        """Blocks per the instance's launch rule, from the argument values. A persistent GEMM
+        grid in clusters holds at most as many as the device runs at once (`hold=False`: the
+        rule's count before that limit, for comparison)."""
         rule = self.inst["launch"]["grid"]
+        if rule["rule"] == "persistent":
+            tiles = -(-v["m"] // rule["tile_m"]) * -(-v["n"] // rule["tile_n"])
+            cluster = rule.get("cluster", 1)
+            clusters = min(tiles, max(self.lib.sm_count * rule["ctas_per_sm"] // cluster, 1))
+            if cluster > 1 and hold:
+                if not hasattr(self, "held"):
+                    self.held = self.max_active_clusters()
+                if self.held:
+                    clusters = min(clusters, self.held)
+            return (clusters * cluster, 1, 1)
         tiles = -(-v["seq_q"] // rule["tile_q"])
         if rule["rule"] == "query_tiles":
             return (tiles, v["heads_q"], v["batch"])
@@ -129,7 +153,7 @@ class Kernel:
             INTERLEAVE[m["interleave"]], SWIZZLE[m["swizzle"]], L2_PROMOTION[m["l2_promotion"]],
             OOB_FILL[m["oob_fill"]]))
 
-    def prepare(self, v, stream):
+    def prepare(self, v, stream, hold=True):
         """A launch closure for these argument values (pointers as ints, null as 0)."""
         maps = [self.encode(m, v) for m in self.inst.get("tensor_maps", [])]
         vals = []
@@ -140,7 +164,7 @@ class Kernel:
                 vals.append(ctypes.c_uint64(int(v[a["name"]])))
         ptrs = [m.getPtr() for m in maps] + [ctypes.addressof(x) for x in vals]
         params = (ctypes.c_void_p * len(ptrs))(*ptrs)
-        grid, fn, threads, shared = self.grid(v), self.function, self.threads, self.shared
+        grid, fn, threads, shared = self.grid(v, hold), self.function, self.threads, self.shared
         keep = (maps, vals, params)
 
         def launch():

@@ -716,6 +716,14 @@ __device__ __forceinline__ unsigned tg_cluster_addr(unsigned addr, unsigned rank
 __device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned cluster_bar) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
 }
+// Arrives on a barrier of another block of the cluster (an address from tg_cluster_addr) with
+// release at CTA scope only: for "this stage has been read" signals, whose reads (wgmma's) are
+// complete, so there is nothing to publish to that block. A release at cluster scope would
+// wait for this thread's memory operations to reach the cluster on every call: with one per k
+// block it made multicast GEMMs 2-4x slower on the H200 (bench/hopper-gemm/NOTES.md).
+__device__ __forceinline__ void tg_mbar_arrive_remote(unsigned cluster_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
 // Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
 // complete them).
 __device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {

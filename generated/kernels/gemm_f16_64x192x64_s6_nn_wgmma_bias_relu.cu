@@ -518,6 +518,14 @@ __device__ __forceinline__ unsigned tg_cluster_addr(unsigned addr, unsigned rank
 __device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned cluster_bar) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
 }
+// Arrives on a barrier of another block of the cluster (an address from tg_cluster_addr) with
+// release at CTA scope only: for "this stage has been read" signals, whose reads (wgmma's) are
+// complete, so there is nothing to publish to that block. A release at cluster scope would
+// wait for this thread's memory operations to reach the cluster on every call: with one per k
+// block it made multicast GEMMs 2-4x slower on the H200 (bench/hopper-gemm/NOTES.md).
+__device__ __forceinline__ void tg_mbar_arrive_remote(unsigned cluster_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
 // Arrives on `bar` and adds `bytes` to the transactions its phase waits for (TMA loads
 // complete them).
 __device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) {
@@ -563,6 +571,14 @@ __device__ __forceinline__ void tg_tma_load(unsigned dst, const TgTensorMap* map
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+// tg_tma_load into the same offsets of every block of the cluster in `mask` (bit r: rank r),
+// completing each one's `bar` at the same offset.
+__device__ __forceinline__ void tg_tma_load_multicast(unsigned dst, const TgTensorMap* map, unsigned bar, int c0, int c1,
+                                                      unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask) : "memory");
 }
 // 2-D TMA box store from shared memory; parts past the tensor's edges are not written.
 __device__ __forceinline__ void tg_tma_store(const TgTensorMap* map, unsigned src, int c0, int c1) {
@@ -653,6 +669,10 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     // shared memory) to its own and runs the epilogue. (Kernel constants: NVRTC emits a global
     // for each namespace-scope one.)
     constexpr int SPLIT_K = 1;
+    // Multicast: blocks per cluster sharing each B stage (1: none).
+    constexpr int MULTICAST = 1;
+    constexpr bool CLUSTERED = SPLIT_K > 1 || MULTICAST > 1;
+    static_assert(SPLIT_K == 1 || MULTICAST == 1, "a cluster either splits K or shares B");
     constexpr int CONSUMERS = 1;  // warpgroups 1.., 64 rows each
     constexpr unsigned PARTIAL_OFFSET = 222720;
     constexpr unsigned PARTIAL_BYTES = 0;  // per consumer (0 without a split)
@@ -680,10 +700,13 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
+    [[maybe_unused]] const unsigned mc_rank = MULTICAST > 1 ? tg_cluster_rank() : 0u;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             tg_mbar_init(full(s), 1);   // the producer's expect_tx arrive
-            tg_mbar_init(empty(s), CONSUMERS);  // one arrive per consumer warpgroup
+            // One arrive per consumer warpgroup; with multicast rank 0's count those of every
+            // block, whose B stages it fills.
+            tg_mbar_init(empty(s), CONSUMERS * (MULTICAST > 1 && mc_rank == 0 ? MULTICAST : 1));
         }
         tg_mbar_init(c_full(0), 1);
         tg_mbar_init(c_full(1), 1);
@@ -705,8 +728,9 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         if constexpr (TG_HAS_RESIDUAL) tg_prefetch_map(&c_map);
         tg_prefetch_map(&d_map);
     }
-    // With split-K, the other blocks' barriers must be initialised before anyone arrives on them.
-    if constexpr (SPLIT_K > 1) {
+    // In a cluster, the other blocks' barriers must be initialised before anyone arrives on
+    // them (or multicasts into their stages).
+    if constexpr (CLUSTERED) {
         tg_cluster_sync();
     } else {
         __syncthreads();
@@ -715,14 +739,21 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     const int M = (int)m, N = (int)n, K = (int)k;
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
-    const int total = tiles_m * tiles_n;
+    // Multicast: the tile order walks groups of MULTICAST tile rows, one group per cluster,
+    // each block taking the row of its rank (rows past M load zeros and store nothing).
+    const int tiles_mc = (tiles_m + MULTICAST - 1) / MULTICAST;
+    const int total = tiles_mc * tiles_n;
     const int nk = (K + BK - 1) / BK;  // the last k block's tail is zero-filled
     // The tiles this block walks, and its k blocks of each: with split-K, a cluster walks the
     // tiles and its ranks take consecutive shares of k.
-    auto first_tile = [] { return SPLIT_K > 1 ? (int)tg_cluster_id() : (int)blockIdx.x; };
-    auto tile_step = [] { return SPLIT_K > 1 ? (int)tg_cluster_count() : (int)gridDim.x; };
+    auto first_tile = [] { return CLUSTERED ? (int)tg_cluster_id() : (int)blockIdx.x; };
+    auto tile_step = [] { return CLUSTERED ? (int)tg_cluster_count() : (int)gridDim.x; };
+    auto coords = [=](int t, int& tm, int& tn) {
+        tg_tile_coords(t, tiles_mc, tiles_n, tm, tn);
+        tm = tm * MULTICAST + (int)mc_rank;
+    };
     int kb_begin = 0, kb_end = nk;
-    [[maybe_unused]] unsigned rank = 0;
+    [[maybe_unused]] unsigned rank = mc_rank;
     if constexpr (SPLIT_K > 1) {
         rank = tg_cluster_rank();
         const int share = (nk + SPLIT_K - 1) / SPLIT_K;
@@ -738,7 +769,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             unsigned phase = 0;
             for (int t = first_tile(); t < total; t += tile_step()) {
                 int tm, tn;
-                tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+                coords(t, tm, tn);
                 // Split-K (skinny GEMMs), K-major A: only the boxes of A_BOX_ROWS that reach into M.
                 // The stale rows past them feed accumulator rows that are never stored.
                 [[maybe_unused]] const int a_boxes = min(A_LOADS, (M - tm * BM + A_BOX_ROWS - 1) / A_BOX_ROWS);
@@ -763,7 +794,12 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                     }
 #pragma unroll
                     for (int box = 0; box < B_LOADS; ++box) {
-                        if (B_K_MAJOR) {
+                        if (MULTICAST > 1) {
+                            // B_K_MAJOR (multicast serves swap-AB tiles): rank 0 loads for all.
+                            if (rank == 0)
+                                tg_tma_load_multicast(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box,
+                                                      (unsigned short)((1u << MULTICAST) - 1u));
+                        } else if (B_K_MAJOR) {
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box);
                         } else {
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), tn * BN + 64 * box, kb * BK);
@@ -776,7 +812,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 }
             }
         }
-        else if (TG_HAS_BIAS && tid / 32 == 1 && rank == 0) {
+        else if (TG_HAS_BIAS && tid / 32 == 1 && (SPLIT_K == 1 || rank == 0)) {
             // Warp 1: each tile's bias columns, as f32 (0 past N), into a two-slot ring, up to
             // two tiles ahead, so that the epilogue reads them from shared memory instead of
             // waiting on global loads while the tensor cores idle. (Split-K: only rank 0 runs
@@ -786,7 +822,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             unsigned bphase = 0;
             for (int t = first_tile(); t < total; t += tile_step()) {
                 int tm, tn;
-                tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+                coords(t, tm, tn);
                 tg_mbar_wait(bias_empty(slot), bphase ^ 1u);
                 const unsigned dst = sBias + slot * BIAS_SLOT_BYTES;
 #pragma unroll
@@ -816,9 +852,15 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         [[maybe_unused]] int bias_slot = 0;
         [[maybe_unused]] unsigned bias_phase = 0;
         [[maybe_unused]] unsigned partial_phase = 0;
+        // A stage is read: tell this block's producer and, with multicast, rank 0's, which
+        // refills the B part of every block's stage.
+        auto release = [=](int stage) {
+            tg_mbar_arrive(empty(stage));
+            if (MULTICAST > 1 && rank != 0) tg_mbar_arrive_remote(tg_cluster_addr(empty(stage), 0));
+        };
         for (int t = first_tile(); t < total; t += tile_step()) {
             int tm, tn;
-            tg_tile_coords(t, tiles_m, tiles_n, tm, tn);
+            coords(t, tm, tn);
             // Split-K serves skinny GEMMs: a consumer whose 64 rows all lie past M only
             // releases the stages (in every block of the cluster alike: same tile).
             const bool idle = SPLIT_K > 1 && tm * BM + cw * 64 >= M;
@@ -847,7 +889,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                     if (kb > kb_begin) {
                         tg_wgmma_wait<1>();
                         tg_reg_fence(acc);
-                        if (tid == 0) tg_mbar_arrive(empty(prev));
+                        if (tid == 0) release(prev);
                     }
                     prev = s;
                     if (++s == STAGES) {
@@ -869,7 +911,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // (it would inject a wait of its own, C7517).
             tg_wgmma_wait<0>();
             tg_reg_fence(acc);
-            if (!idle && kb_end > kb_begin && tid == 0) tg_mbar_arrive(empty(prev));
+            if (!idle && kb_end > kb_begin && tid == 0) release(prev);
             // K = 0 (or this block's share of it empty): D = epilogue(0), selected in the
             // epilogue rather than by zeroing acc: only wgmma may define the accumulators
             // (ptxas would spill them otherwise).
@@ -979,9 +1021,10 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         }
         if (tid == 0) tg_bulk_wait();
     }
-    // Split-K: no block leaves while another may still read its shared memory or arrive on
-    // its barriers (rank 0 reads the others' partial tiles; they arrive on its barriers).
-    if constexpr (SPLIT_K > 1) tg_cluster_sync();
+    // In a cluster no block leaves while another may still read or write its shared memory or
+    // arrive on its barriers (split-K: rank 0 reads the others' partial tiles and they arrive
+    // on its barriers; multicast: the others release rank 0's stages).
+    if constexpr (CLUSTERED) tg_cluster_sync();
 }
 
 // Bounded as for three warpgroups whatever the consumers: ptxas then allocates 168 registers a

@@ -31,6 +31,7 @@ pub fn kernel_table(
         let name = &inst.name;
         let entry = &inst.entry_point;
         let shared = u32_lit(inst.launch.shared_bytes);
+        let cluster = u32_lit(inst.launch.grid.cluster());
         let mut binaries = Vec::new();
         for t in &inst.targets {
             let arch = t.arch.as_str();
@@ -47,7 +48,7 @@ pub fn kernel_table(
                 bytes: include_bytes!(#ptx)
             }));
         }
-        entries.push(quote!(loader::KernelInfo { name: #name, entry_point: #entry, shared_bytes: #shared, binaries: &[#(#binaries),*] }));
+        entries.push(quote!(loader::KernelInfo { name: #name, entry_point: #entry, shared_bytes: #shared, cluster: #cluster, binaries: &[#(#binaries),*] }));
     }
     let maps = tensor_maps_table(m)?;
     Ok(quote! {

@@ -217,14 +217,9 @@ pub fn bench_case(
         }
         buffers.push(set);
     }
-    let sms = gpu.sm_count;
-    let dims = problem::dims(inst, p, sms).map_err(|e| crate::Error::Gpu(e.to_string()))?;
+    let dims = gpu.dims(inst, p)?;
     let plain = match plain {
-        Some(o) => Some((
-            o,
-            gpu.function(o)?,
-            problem::dims(o, p, sms).map_err(|e| crate::Error::Gpu(e.to_string()))?,
-        )),
+        Some(o) => Some((o, gpu.function(o)?, gpu.dims(o, p)?)),
         None => None,
     };
     // Each set's whole parameter list, tensor maps encoded once per set (the bindings encode

@@ -37,6 +37,8 @@ pub struct Gpu {
     pub lib_dir: PathBuf,
     pub manifest: Manifest,
     functions: HashMap<String, CudaFunction>,
+    /// Per instance with clusters: how many of its clusters the device runs at once.
+    held_clusters: HashMap<String, u32>,
     map_rules: HashMap<String, &'static [crate::tensor_map::TensorMapRule]>,
     /// The limit on each wait for the GPU, where one is set ([`Gpu::limit_waits`]).
     watchdog: Option<watchdog::Watchdog>,
@@ -104,6 +106,7 @@ impl Gpu {
             lib_dir: lib_dir.to_path_buf(),
             manifest,
             functions: HashMap::new(),
+            held_clusters: HashMap::new(),
             map_rules: HashMap::new(),
             watchdog: None,
             activity: std::sync::Mutex::new(String::new()),
@@ -218,6 +221,34 @@ impl Gpu {
         }
         self.functions.insert(inst.name.clone(), f.clone());
         Ok(f)
+    }
+
+    /// Launch geometry for problem `p`: the instance's rule on this device's SMs, a grid in
+    /// clusters held to the clusters the device runs at once, as the bindings' loader does.
+    pub fn dims(&mut self, inst: &InstanceEntry, p: problem::Problem) -> Result<LaunchDims> {
+        let dims = problem::dims(inst, p, self.sm_count).map_err(|e| Error::Gpu(e.to_string()))?;
+        let cluster = inst.launch.grid.cluster();
+        if cluster <= 1 {
+            return Ok(dims);
+        }
+        let held = match self.held_clusters.get(&inst.name) {
+            Some(&h) => h,
+            None => {
+                let f = self.function(inst)?;
+                let config = LaunchConfig {
+                    grid_dim: (cluster, 1, 1),
+                    block_dim: dims.block,
+                    shared_mem_bytes: dims.shared_bytes,
+                };
+                // An unanswered query leaves the rule's grid (0 = unknown).
+                let h = f
+                    .occupancy_max_active_clusters(config, &self.stream)
+                    .unwrap_or(0);
+                self.held_clusters.insert(inst.name.clone(), h);
+                h
+            }
+        };
+        Ok(crate::launch_rules::hold_clusters(dims, cluster, held))
     }
 
     /// Allocates `bytes` of device memory filled with `byte`.

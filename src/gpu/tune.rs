@@ -279,7 +279,7 @@ fn time_members(gpu: &mut Gpu, members: &[&InstanceEntry], p: Problem) -> Result
     let mut kernels = Vec::new();
     for inst in members {
         let f = gpu.function(inst)?;
-        let dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| Error::Gpu(e.to_string()))?;
+        let dims = gpu.dims(inst, p)?;
         let mut args = Vec::with_capacity(sets);
         for set in &buffers {
             let call = call_args(inst, p, set);

@@ -352,7 +352,7 @@ fn try_case(
             *v = ArgValue::I64(ld as i64);
         }
     }
-    let mut dims = problem::dims(inst, p, gpu.sm_count).map_err(|e| e.to_string())?;
+    let mut dims = gpu.dims(inst, p).map_err(|e| e.to_string())?;
     let args = super::with_tensor_maps(gpu, inst, args).map_err(|e| e.to_string())?;
     if let Some(cap) = case.grid_cap {
         // In whole clusters: a grid that is no multiple of the compiled cluster cannot launch.

@@ -107,6 +107,7 @@ pub enum Field {
     RowsPerBlock,
     Lean,
     SplitK,
+    Multicast,
 }
 
 impl Field {
@@ -130,6 +131,7 @@ impl Field {
         Field::RowsPerBlock,
         Field::Lean,
         Field::SplitK,
+        Field::Multicast,
     ];
     pub fn key(self) -> &'static str {
         match self {
@@ -152,6 +154,7 @@ impl Field {
             Field::RowsPerBlock => "rows_per_block",
             Field::Lean => "lean",
             Field::SplitK => "split_k",
+            Field::Multicast => "multicast",
         }
     }
     pub fn from_key(key: &str) -> Option<Field> {
@@ -263,6 +266,7 @@ fn unset(p: &mut Params, field: Field) -> bool {
         rows_per_block: _,
         lean: _,
         split_k: _,
+        multicast: _,
     } = p;
     match field {
         Field::Block => p.block.take().is_some(),
@@ -282,6 +286,7 @@ fn unset(p: &mut Params, field: Field) -> bool {
         Field::RowsPerBlock => p.rows_per_block.take().is_some(),
         Field::Lean => p.lean.take().is_some(),
         Field::SplitK => p.split_k.take().is_some(),
+        Field::Multicast => p.multicast.take().is_some(),
         // Not parameters: the instance holds them.
         Field::OutDtype | Field::Epilogue => false,
     }
@@ -333,6 +338,10 @@ pub fn name_suffix(inst: &Instance) -> String {
     // Only above 1 (gemm::resolved leaves 1 unset).
     if let Some(k) = p.split_k {
         s += &format!("_split{k}");
+    }
+    // Only above 1, likewise.
+    if let Some(c) = p.multicast {
+        s += &format!("_mc{c}");
     }
     for e in &inst.epilogue {
         s += "_";

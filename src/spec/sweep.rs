@@ -67,6 +67,7 @@ const SWEPT: &[Field] = &[
     Field::RowsPerBlock,
     Field::Lean,
     Field::SplitK,
+    Field::Multicast,
 ];
 
 /// The values of one swept field: `None` is the dtype. A field the kernel does not give has
@@ -107,6 +108,7 @@ impl Val {
             (Some(Field::RowsPerBlock), Val::Int(v)) => p.rows_per_block = Some(*v),
             (Some(Field::Lean), Val::Bool(v)) => p.lean = Some(*v),
             (Some(Field::SplitK), Val::Int(v)) => p.split_k = Some(*v),
+            (Some(Field::Multicast), Val::Int(v)) => p.multicast = Some(*v),
             (Some(Field::Affine), Val::Bool(v)) => p.affine = Some(*v),
             (Some(Field::Tf32), Val::Bool(v)) => p.tf32 = Some(*v),
             (Some(Field::Causal), Val::Bool(v)) => p.causal = Some(*v),
@@ -630,7 +632,10 @@ impl<'a> FileContext<'a> {
             | Field::TileQ
             | Field::TileKv
             | Field::RowsPerBlock
-            | Field::SplitK => self.optional_sweep(n, key, |c, n| c.integer(n, key).map(Val::Int)),
+            | Field::SplitK
+            | Field::Multicast => {
+                self.optional_sweep(n, key, |c, n| c.integer(n, key).map(Val::Int))
+            }
             Field::Affine | Field::Tf32 | Field::Causal | Field::Lean => {
                 self.optional_sweep(n, key, |c, n| c.boolean(n, key).map(Val::Bool))
             }

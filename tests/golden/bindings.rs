@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 6434355ed8cd2aa7
+// content sha256 00e48311624b6082
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -33,6 +33,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "bias_gelu_bf16_b256_i4_bias_gelu",
         entry_point: "tg_bias_gelu_bf16_b256_i4_bias_gelu",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -56,6 +57,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_128x128x32_w32x32_s3_nn",
         entry_point: "tg_gemm_bf16_128x128x32_w32x32_s3_nn",
         shared_bytes: 56832,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -79,6 +81,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_bf16_64x64x32_w32x32_s3_nn",
         entry_point: "tg_gemm_bf16_64x64x32_w32x32_s3_nn",
         shared_bytes: 29184,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -102,6 +105,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual",
         entry_point: "tg_gemm_fused_bf16_64x64x32_w32x32_s3_nn_scale_bias_gelu_residual",
         shared_bytes: 29440,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -125,6 +129,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_onepass_b256_i2",
         entry_point: "tg_layernorm_f16_onepass_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -146,6 +151,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "layernorm_f16_onepass_b256_i2_noaffine",
         entry_point: "tg_layernorm_f16_onepass_b256_i2_noaffine",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -169,6 +175,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f32_onepass_b128_i2",
         entry_point: "tg_softmax_f32_onepass_b128_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -188,6 +195,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f32_onepass_b512_i2",
         entry_point: "tg_softmax_f32_onepass_b512_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -207,6 +215,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "softmax_f32_online_b256_i2",
         entry_point: "tg_softmax_f32_online_b256_i2",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_90",
@@ -226,6 +235,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "vector_add_f32_b256_i4",
         entry_point: "tg_vector_add_f32_b256_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",
@@ -257,6 +267,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         name: "vector_add_f32_b512_i4",
         entry_point: "tg_vector_add_f32_b512_i4",
         shared_bytes: 0,
+        cluster: 1,
         binaries: &[
             loader::Binary {
                 arch: "sm_80",

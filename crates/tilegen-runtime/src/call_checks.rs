@@ -480,18 +480,21 @@ mod tests {
             name: "gemm_128x128",
             entry_point: "tg_a",
             shared_bytes: 0,
+            cluster: 1,
             binaries: &[cubin("sm_80"), ptx("sm_80"), cubin("sm_90"), ptx("sm_90")],
         },
         KernelInfo {
             name: "gemm_128x256",
             entry_point: "tg_b",
             shared_bytes: 0,
+            cluster: 1,
             binaries: &[cubin("sm_80"), ptx("sm_80"), cubin("sm_90"), ptx("sm_90")],
         },
         KernelInfo {
             name: "gemm_128x256_wgmma",
             entry_point: "tg_c",
             shared_bytes: 0,
+            cluster: 1,
             binaries: &[cubin("sm_90a"), ptx("sm_90a")],
         },
     ];

@@ -128,6 +128,9 @@ impl Drop for Module {
 pub struct Function {
     handle: sys::CUfunction,
     _module: Arc<Module>,
+    /// How many of its clusters the device runs at once (kernels with clusters; 0 when the
+    /// driver did not say), asked on first launch.
+    held_clusters: OnceLock<u32>,
 }
 
 // SAFETY: as for `Module`: a function handle is usable from any thread in its context.
@@ -180,6 +183,35 @@ impl Function {
         Ok(Function {
             handle,
             _module: module,
+            held_clusters: OnceLock::new(),
+        })
+    }
+
+    /// How many clusters of `cluster` blocks of `block` threads and `shared_bytes` of dynamic
+    /// shared memory the device runs at once (cuOccupancyMaxActiveClusters; the cluster shape
+    /// is the one compiled into the kernel). Asked once; 0 when the driver does not say.
+    fn held_clusters(&self, cluster: u32, block: (u32, u32, u32), shared_bytes: u32) -> u32 {
+        *self.held_clusters.get_or_init(|| {
+            let config = sys::CUlaunchConfig {
+                gridDimX: cluster,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: block.0,
+                blockDimY: block.1,
+                blockDimZ: block.2,
+                sharedMemBytes: shared_bytes,
+                hStream: std::ptr::null_mut(),
+                attrs: std::ptr::null_mut(),
+                numAttrs: 0,
+            };
+            let mut clusters: std::ffi::c_int = 0;
+            // SAFETY: plain out-parameter and a config that lives across the call; `handle`
+            // is a function of the live module.
+            match unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, self.handle, &config) }
+            {
+                sys::CUresult::CUDA_SUCCESS => clusters.max(0) as u32,
+                _ => 0,
+            }
         })
     }
 
@@ -409,6 +441,13 @@ impl Loader {
         self.same_context("stream", stream.context())?;
         let function = self.function(index)?;
         self.ctx.bind_to_thread()?;
+        let cluster = self.table[index].cluster;
+        let dims = if cluster > 1 {
+            let held = function.held_clusters(cluster, dims.block, dims.shared_bytes);
+            crate::launch_rules::hold_clusters(dims, cluster, held)
+        } else {
+            dims
+        };
         let mut params: Vec<*mut c_void> = args.iter().map(|a| a.value as *mut c_void).collect();
         // SAFETY: the caller's contract; the driver only reads the parameter values.
         unsafe {

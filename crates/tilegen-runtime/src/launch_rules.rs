@@ -213,6 +213,23 @@ pub fn persistent_dims(
     })
 }
 
+/// A persistent grid in clusters of `cluster` blocks held to `held` clusters: how many of the
+/// kernel's clusters the device runs at once (cuOccupancyMaxActiveClusters). Clusters do not
+/// span a GPC, so that can be fewer than [`persistent_dims`]'s SMs / `cluster` (on an H100 or
+/// H200: 39 clusters of 3, not 44; 30 of 4, not 33), and clusters past it would wait for a
+/// second round. The kernel loops over its tiles, so fewer clusters still cover them all.
+/// Grids without clusters, and a `held` of 0 (the device did not say), are left as they are.
+pub fn hold_clusters(dims: LaunchDims, cluster: u32, held: u32) -> LaunchDims {
+    if cluster <= 1 || held == 0 {
+        return dims;
+    }
+    let most = held.saturating_mul(cluster);
+    LaunchDims {
+        grid: (dims.grid.0.min(most), dims.grid.1, dims.grid.2),
+        ..dims
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +272,15 @@ mod tests {
         assert_eq!(c(16, 11008, 131), 130);
         assert_eq!(c(1, 1, 132), 2);
         assert_eq!(c(4096, 4096, 1), 2);
+        // Held to the clusters the device runs at once, in whole clusters; a grid already
+        // under it, one without clusters and an unknown count are left alone.
+        let three = persistent_dims(16, 11008, 16, 128, 1, 3, 132, 384, 0).unwrap();
+        assert_eq!(three.grid.0, 132);
+        assert_eq!(hold_clusters(three, 3, 39).grid.0, 117);
+        assert_eq!(hold_clusters(three, 3, 50).grid.0, 132);
+        assert_eq!(hold_clusters(three, 3, 0).grid.0, 132);
+        let one = persistent_dims(4096, 4096, 128, 256, 1, 1, 132, 384, 0).unwrap();
+        assert_eq!(hold_clusters(one, 1, 7), one);
     }
 
     #[test]

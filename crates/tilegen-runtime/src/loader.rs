@@ -314,14 +314,18 @@ impl Binary {
     }
 }
 
-/// One kernel of the library: its instance name, entry point, dynamic shared memory and
-/// binaries.
+/// One kernel of the library: its instance name, entry point, dynamic shared memory, cluster
+/// shape and binaries.
 #[derive(Debug, Clone, Copy)]
 pub struct KernelInfo {
     pub name: &'static str,
     pub entry_point: &'static str,
     /// Dynamic shared memory per block, in bytes.
     pub shared_bytes: u32,
+    /// Blocks per cluster, compiled into the kernel (1: no clusters). Kernels with clusters
+    /// have persistent grids, which the loader holds to the clusters the device runs at once
+    /// ([`crate::launch_rules::hold_clusters`]).
+    pub cluster: u32,
     pub binaries: &'static [Binary],
 }
 

@@ -28,6 +28,7 @@ pub static GEMM: OpInfo = OpInfo {
         Field::Epilogue,
         Field::Engine,
         Field::SplitK,
+        Field::Multicast,
     ],
     epilogues: &[
         Epilogue::Scale,
@@ -131,6 +132,7 @@ pub fn resolved(inst: &Instance) -> Params {
         p.stages = Some(sm90::stages(&p));
         // One block per cluster is no split: never stored, so names and hashes stay.
         p.split_k = p.split_k.filter(|&k| k != 1);
+        p.multicast = p.multicast.filter(|&c| c != 1);
     } else {
         p.stages = Some(stages(inst));
     }
@@ -357,6 +359,12 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             format!(
                 "split_k {k} needs engine wgmma (its blocks sum partial tiles through a cluster)"
             ),
+        ));
+    }
+    if let Some(c) = inst.params.multicast.filter(|&c| c != 1) {
+        out.push((
+            Field::Multicast,
+            format!("multicast {c} needs engine wgmma (TMA multicast within a cluster)"),
         ));
     }
     let [tm, tn, tk] = inst.params.tile.unwrap_or([128, 128, 32]);

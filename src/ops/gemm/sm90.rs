@@ -86,6 +86,8 @@ struct Plan {
     has_bias: bool,
     /// Blocks per cluster, each summing a share of K (1: no split).
     split_k: u32,
+    /// Blocks of a cluster sharing each B stage (TMA multicast; swap-AB tiles), 1 for none.
+    multicast: u32,
     /// Split-K: the partial tiles live where the staging buffers are. Ranks other than 0
     /// never run the epilogue and rank 0 never writes a partial tile, so one region serves
     /// both. Used where separate buffers would not fit (wide tiles: 128×192 keeps 3 stages);
@@ -114,6 +116,7 @@ impl Plan {
         };
         let layout = p.layout.unwrap_or(Layout::Nn);
         let split_k = p.split_k.unwrap_or(1);
+        let multicast = p.multicast.unwrap_or(1);
         let out_elem = inst.out_dtype.size();
         let (a_k_major, b_k_major) = if swap {
             (layout.b_transposed(), true)
@@ -162,6 +165,7 @@ impl Plan {
             epi_rounds,
             has_bias: inst.has_epilogue(Epilogue::Bias),
             split_k,
+            multicast,
             partial_in_staging: false,
         };
         plan.partial_in_staging =
@@ -269,6 +273,10 @@ impl Plan {
             self.bias_end() + self.consumers() * self.partial_bytes()
         }
     }
+    /// Blocks per cluster: a split's or a multicast's (1: no clusters).
+    fn cluster(&self) -> u32 {
+        self.split_k.max(self.multicast)
+    }
     fn barriers(&self) -> u32 {
         2 * self.stages + 6 + if self.split_k > 1 { 4 } else { 0 }
     }
@@ -374,6 +382,35 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             ));
         }
     }
+    if let Some(c) = p.multicast.filter(|&c| c != 1) {
+        let [tile_m, _, _] = p.tile.unwrap_or([TILE_M, 256, TILE_K]);
+        if !(2..=MAX_CLUSTER).contains(&c) {
+            out.push((
+                Field::Multicast,
+                format!(
+                    "multicast must be from 1 to {MAX_CLUSTER} (blocks in a portable cluster), not {c}"
+                ),
+            ));
+        } else if !SWAP_TILE_MS.contains(&tile_m) {
+            out.push((
+                Field::Multicast,
+                format!(
+                    "multicast {c} serves the swap-AB tiles (tile m {}), whose blocks share the \
+                     few rows of A; not tile m {tile_m}",
+                    SWAP_TILE_MS
+                        .iter()
+                        .map(|m| m.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ),
+            ));
+        } else if p.split_k.is_some_and(|k| k != 1) {
+            out.push((
+                Field::Multicast,
+                "multicast and split_k both need the cluster: give one of them".into(),
+            ));
+        }
+    }
     out
 }
 
@@ -457,7 +494,7 @@ pub fn launch(inst: &Instance) -> Launch {
             tile_m: plan.d_tile()[0],
             tile_n: plan.d_tile()[1],
             ctas_per_sm: 1,
-            cluster: plan.split_k,
+            cluster: plan.cluster(),
         },
         shared_bytes: plan.shared_bytes(),
     }
@@ -485,9 +522,20 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     let grid = if plan.split_k > 1 {
         let s = plan.split_k;
         format!(
-            "grid = (min(ceil(M / {}) * ceil(N / {}), max(floor(SMs / {s}), 1)) * {s}, 1, 1) in \
-             clusters of ({s}, 1, 1), compiled into the kernel (persistent: each cluster loops over \
-             tiles; its {s} blocks split K and rank 0 sums their partial tiles)",
+            "grid = (min(ceil(M / {}) * ceil(N / {}), max(floor(SMs / {s}), 1), C) * {s}, 1, 1) in \
+             clusters of ({s}, 1, 1), compiled into the kernel, C = the clusters the device runs at \
+             once (cuOccupancyMaxActiveClusters) (persistent: each cluster loops over tiles; its \
+             {s} blocks split K and rank 0 sums their partial tiles)",
+            plan.d_tile()[0],
+            plan.d_tile()[1]
+        )
+    } else if plan.multicast > 1 {
+        let s = plan.multicast;
+        format!(
+            "grid = (min(ceil(M / {}) * ceil(N / {}), max(floor(SMs / {s}), 1), C) * {s}, 1, 1) in \
+             clusters of ({s}, 1, 1), compiled into the kernel, C = the clusters the device runs at \
+             once (cuOccupancyMaxActiveClusters) (persistent: each cluster loops over groups of {s} \
+             tiles along N that share A, which rank 0 loads once for the {s} blocks by TMA multicast)",
             plan.d_tile()[0],
             plan.d_tile()[1]
         )
@@ -611,6 +659,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("bias_offset", plan.bias_offset().into()),
         ("bias_slot_bytes", plan.bias_slot_bytes().into()),
         ("split_k", plan.split_k.into()),
+        ("multicast", plan.multicast.into()),
         ("partial_offset", plan.partial_offset().into()),
         ("partial_bytes", plan.partial_bytes().into()),
         ("barrier_offset", plan.barrier_offset().into()),
@@ -797,6 +846,74 @@ mod tests {
         );
         crate::ops::apply_defaults(crate::spec::model::Op::Gemm, &mut m.params);
         has(&m, "needs engine wgmma");
+    }
+
+    #[test]
+    fn multicast_clusters() {
+        // Swap-AB 16x128 tiles in clusters of 2 sharing the activations' stages: the cluster
+        // in the grid rule and the name, shared memory as without it.
+        let mut i = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
+        i.params.tile = Some([16, 128, TILE_K]);
+        i.params.stages = Some(12);
+        let plain = launch(&i);
+        i.params.multicast = Some(2);
+        assert_eq!(crate::ops::check(&i), vec![]);
+        let l = launch(&i);
+        assert_eq!(l.shared_bytes, plain.shared_bytes);
+        assert_eq!(
+            l.grid,
+            GridRule::Persistent {
+                tile_m: 16,
+                tile_n: 128,
+                ctas_per_sm: 1,
+                cluster: 2
+            }
+        );
+        assert!(crate::ops::name_suffix(&i).ends_with("_s12_nn_wgmma_mc2"));
+        assert!(runtime_requirements(&i)
+            .iter()
+            .any(|r| r.contains("cuOccupancyMaxActiveClusters") && r.contains("multicast")));
+        // multicast 1 is none: the same instance as leaving it out.
+        let mut one = i.clone();
+        one.params.multicast = Some(1);
+        let mut none = i.clone();
+        none.params.multicast = None;
+        assert_eq!(crate::ops::canonical(&one), crate::ops::canonical(&none));
+        let has = |i: &Instance, needle: &str| {
+            let p = crate::ops::check(i);
+            assert!(
+                p.iter()
+                    .any(|(f, m)| *f == Field::Multicast && m.contains(needle)),
+                "{needle:?} not in {p:?}"
+            );
+        };
+        for bad in [0, 9] {
+            let mut b = i.clone();
+            b.params.multicast = Some(bad);
+            has(&b, "from 1 to 8");
+        }
+        // Only swap-AB tiles share A's rows; a cluster either splits K or multicasts.
+        let mut wide = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
+        wide.params.multicast = Some(2);
+        has(&wide, "swap-AB");
+        let mut both = i.clone();
+        both.params.split_k = Some(2);
+        has(&both, "give one of them");
+        let mut m = Instance::for_test(
+            crate::spec::model::Op::Gemm,
+            DType::Bf16,
+            Params {
+                multicast: Some(2),
+                ..Default::default()
+            },
+        );
+        crate::ops::apply_defaults(crate::spec::model::Op::Gemm, &mut m.params);
+        let p = crate::ops::check(&m);
+        assert!(
+            p.iter()
+                .any(|(f, msg)| *f == Field::Multicast && msg.contains("needs engine wgmma")),
+            "{p:?}"
+        );
     }
 
     #[test]
