@@ -668,6 +668,9 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     constexpr int SPLIT_K = 1;
     // Multicast: blocks per cluster sharing each B stage (1: none).
     constexpr int MULTICAST = 1;
+    // Which of wgmma's operands holds D's rows, shared by a multicast cluster: A, or with a
+    // swap B.
+    constexpr bool SHARE_A = true;
     constexpr bool CLUSTERED = SPLIT_K > 1 || MULTICAST > 1;
     static_assert(SPLIT_K == 1 || MULTICAST == 1, "a cluster either splits K or shares B");
     constexpr int CONSUMERS = 1;  // warpgroups 1.., 64 rows each
@@ -698,6 +701,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
     [[maybe_unused]] const unsigned mc_rank = MULTICAST > 1 ? tg_cluster_rank() : 0u;
+    [[maybe_unused]] constexpr unsigned short mc_mask = (unsigned short)((1u << MULTICAST) - 1u);  // every block
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             tg_mbar_init(full(s), 1);   // the producer's expect_tx arrive
@@ -736,18 +740,24 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     const int M = (int)m, N = (int)n, K = (int)k;
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
-    // Multicast: the tile order walks groups of MULTICAST tile rows, one group per cluster,
-    // each block taking the row of its rank (rows past M load zeros and store nothing).
-    const int tiles_mc = (tiles_m + MULTICAST - 1) / MULTICAST;
-    const int total = tiles_mc * tiles_n;
+    // Multicast: the tile order walks groups of MULTICAST tiles along the unshared operand's
+    // side, one group per cluster, each block taking the tile of its rank (tiles past the
+    // edge load zeros and store nothing).
+    const int tiles_mc = SHARE_A ? tiles_m : (tiles_m + MULTICAST - 1) / MULTICAST;
+    const int tiles_nc = SHARE_A ? (tiles_n + MULTICAST - 1) / MULTICAST : tiles_n;
+    const int total = tiles_mc * tiles_nc;
     const int nk = (K + BK - 1) / BK;  // the last k block's tail is zero-filled
     // The tiles this block walks, and its k blocks of each: with split-K, a cluster walks the
     // tiles and its ranks take consecutive shares of k.
     auto first_tile = [] { return CLUSTERED ? (int)tg_cluster_id() : (int)blockIdx.x; };
     auto tile_step = [] { return CLUSTERED ? (int)tg_cluster_count() : (int)gridDim.x; };
     auto coords = [=](int t, int& tm, int& tn) {
-        tg_tile_coords(t, tiles_mc, tiles_n, tm, tn);
-        tm = tm * MULTICAST + (int)mc_rank;
+        tg_tile_coords(t, tiles_mc, tiles_nc, tm, tn);
+        if (SHARE_A) {
+            tn = tn * MULTICAST + (int)mc_rank;
+        } else {
+            tm = tm * MULTICAST + (int)mc_rank;
+        }
     };
     int kb_begin = 0, kb_end = nk;
     [[maybe_unused]] unsigned rank = mc_rank;
@@ -782,20 +792,27 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             if constexpr (SPLIT_K > 1) {
                                 if (box < a_boxes)
                                     tg_tma_load(a_dst + box * A_BOX_BYTES, &a_map, full(s), kb * BK, tm * BM + box * A_BOX_ROWS);
+                            } else if (MULTICAST > 1 && SHARE_A) {
+                                if (rank == 0)
+                                    tg_tma_load_multicast(a_dst, &a_map, full(s), kb * BK, tm * BM, mc_mask);
                             } else {
                                 tg_tma_load(a_dst, &a_map, full(s), kb * BK, tm * BM);  // {64 k, BM rows}
                             }
+                        } else if (MULTICAST > 1 && SHARE_A) {
+                            if (rank == 0)
+                                tg_tma_load_multicast(a_dst + box * BOX_BYTES, &a_map, full(s), tm * BM + 64 * box, kb * BK,
+                                                      mc_mask);
                         } else {
                             tg_tma_load(a_dst + box * BOX_BYTES, &a_map, full(s), tm * BM + 64 * box, kb * BK);
                         }
                     }
 #pragma unroll
                     for (int box = 0; box < B_LOADS; ++box) {
-                        if (MULTICAST > 1) {
-                            // B_K_MAJOR (multicast serves swap-AB tiles): rank 0 loads for all.
+                        if (MULTICAST > 1 && !SHARE_A) {
+                            // Swap-AB tiles' B (D's rows) is K-major: rank 0 loads it for all.
                             if (rank == 0)
                                 tg_tma_load_multicast(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box,
-                                                      (unsigned short)((1u << MULTICAST) - 1u));
+                                                      mc_mask);
                         } else if (B_K_MAJOR) {
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box);
                         } else {

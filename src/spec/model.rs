@@ -260,8 +260,8 @@ pub struct Params {
     /// the others' partial tiles); unset means 1 (never stored).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub split_k: Option<u32>,
-    /// GEMM, engine wgmma, swap-AB tiles: the blocks of a cluster that share each B stage,
-    /// loaded once for all of them (TMA multicast); unset means 1 (never stored).
+    /// GEMM, engine wgmma: the blocks of a cluster, on tiles side by side along N, that share
+    /// A's rows, loaded once for all of them (TMA multicast); unset means 1 (never stored).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub multicast: Option<u32>,
 }
