@@ -810,29 +810,35 @@ mod tests {
             inst(DType::Bf16, DType::Bf16, 64, Layout::Nn).params
         );
         // Out of range; and the mma_sync engine has no clusters.
-        let has = |i: &Instance, needle: &str| {
-            let p = crate::ops::check(i);
-            assert!(
-                p.iter()
-                    .any(|(f, m)| *f == Field::SplitK && m.contains(needle)),
-                "{needle:?} not in {p:?}"
-            );
-        };
+        let has = |i: &Instance, needle: &str| has_problem(i, Field::SplitK, needle);
         for bad in [0, 9] {
             let mut b = i.clone();
             b.params.split_k = Some(bad);
             has(&b, "from 1 to 8");
         }
-        let mut m = Instance::for_test(
-            crate::spec::model::Op::Gemm,
-            DType::Bf16,
-            Params {
+        has(
+            &mma_sync(Params {
                 split_k: Some(2),
                 ..Default::default()
-            },
+            }),
+            "needs engine wgmma",
         );
+    }
+
+    /// `check` reports a problem with `field` whose message contains `needle`.
+    fn has_problem(i: &Instance, field: Field, needle: &str) {
+        let p = crate::ops::check(i);
+        assert!(
+            p.iter().any(|(f, m)| *f == field && m.contains(needle)),
+            "{needle:?} not in {p:?}"
+        );
+    }
+
+    /// A GEMM instance with `params` on the default (mma_sync) engine.
+    fn mma_sync(params: Params) -> Instance {
+        let mut m = Instance::for_test(crate::spec::model::Op::Gemm, DType::Bf16, params);
         crate::ops::apply_defaults(crate::spec::model::Op::Gemm, &mut m.params);
-        has(&m, "needs engine wgmma");
+        m
     }
 
     #[test]
@@ -866,14 +872,7 @@ mod tests {
         let mut none = i.clone();
         none.params.multicast = None;
         assert_eq!(crate::ops::canonical(&one), crate::ops::canonical(&none));
-        let has = |i: &Instance, needle: &str| {
-            let p = crate::ops::check(i);
-            assert!(
-                p.iter()
-                    .any(|(f, m)| *f == Field::Multicast && m.contains(needle)),
-                "{needle:?} not in {p:?}"
-            );
-        };
+        let has = |i: &Instance, needle: &str| has_problem(i, Field::Multicast, needle);
         for bad in [0, 9] {
             let mut b = i.clone();
             b.params.multicast = Some(bad);
@@ -887,20 +886,12 @@ mod tests {
         let mut both = i.clone();
         both.params.split_k = Some(2);
         has(&both, "give one of them");
-        let mut m = Instance::for_test(
-            crate::spec::model::Op::Gemm,
-            DType::Bf16,
-            Params {
+        has(
+            &mma_sync(Params {
                 multicast: Some(2),
                 ..Default::default()
-            },
-        );
-        crate::ops::apply_defaults(crate::spec::model::Op::Gemm, &mut m.params);
-        let p = crate::ops::check(&m);
-        assert!(
-            p.iter()
-                .any(|(f, msg)| *f == Field::Multicast && msg.contains("needs engine wgmma")),
-            "{p:?}"
+            }),
+            "needs engine wgmma",
         );
     }
 
