@@ -98,6 +98,7 @@ class Kernel:
         self.function = check(cu.cuModuleGetFunction(self.module, inst["entry_point"].encode()))
         launch = inst["launch"]
         self.threads, self.shared = launch["threads"], launch["shared_bytes"]
+        self.held = None  # clusters the device runs at once (kernels with clusters), asked once
         check(cu.cuFuncSetAttribute(
             self.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared))
 
@@ -122,7 +123,7 @@ class Kernel:
             cluster = rule.get("cluster", 1)
             clusters = min(tiles, max(self.lib.sm_count * rule["ctas_per_sm"] // cluster, 1))
             if cluster > 1 and hold:
-                if not hasattr(self, "held"):
+                if self.held is None:
                     self.held = self.max_active_clusters()
                 if self.held:
                     clusters = min(clusters, self.held)
