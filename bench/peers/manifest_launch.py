@@ -98,20 +98,24 @@ class Kernel:
         self.function = check(cu.cuModuleGetFunction(self.module, inst["entry_point"].encode()))
         launch = inst["launch"]
         self.threads, self.shared = launch["threads"], launch["shared_bytes"]
-        self.held = None  # clusters the device runs at once (kernels with clusters), asked once
+        self._held = None
         check(cu.cuFuncSetAttribute(
             self.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared))
 
     def max_active_clusters(self):
         """How many of the kernel's clusters (its compiled cluster shape) the device holds at
-        once, with the instance's block and shared memory (cuOccupancyMaxActiveClusters)."""
+        once, with the instance's block and shared memory (cuOccupancyMaxActiveClusters); asked
+        once."""
+        if self._held is not None:
+            return self._held
         cluster = self.inst["launch"]["grid"].get("cluster", 1)
         cfg = cu.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = cluster, 1, 1
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.threads, 1, 1
         cfg.sharedMemBytes = self.shared
         cfg.numAttrs = 0
-        return check(cu.cuOccupancyMaxActiveClusters(self.function, cfg))
+        self._held = check(cu.cuOccupancyMaxActiveClusters(self.function, cfg))
+        return self._held
 
     def grid(self, v, hold=True):
         """Blocks per the instance's launch rule, from the argument values. A persistent GEMM
@@ -123,10 +127,9 @@ class Kernel:
             cluster = rule.get("cluster", 1)
             clusters = min(tiles, max(self.lib.sm_count * rule["ctas_per_sm"] // cluster, 1))
             if cluster > 1 and hold:
-                if self.held is None:
-                    self.held = self.max_active_clusters()
-                if self.held:
-                    clusters = min(clusters, self.held)
+                held = self.max_active_clusters()
+                if held:
+                    clusters = min(clusters, held)
             return (clusters * cluster, 1, 1)
         tiles = -(-v["seq_q"] // rule["tile_q"])
         if rule["rule"] == "query_tiles":

@@ -506,32 +506,26 @@ pub fn runtime_requirements(inst: &Instance) -> Vec<String> {
     } else {
         ("B (K x N) is row-major", "ldb >= N")
     };
-    let grid = if plan.split_k > 1 {
-        let s = plan.split_k;
+    let [tile_rows, tile_cols] = plan.d_tile();
+    let s = plan.cluster();
+    let grid = if s > 1 {
+        let walk = if plan.split_k > 1 {
+            format!("loops over tiles; its {s} blocks split K and rank 0 sums their partial tiles")
+        } else {
+            format!(
+                "loops over groups of {s} tiles along N that share A, which rank 0 loads once for \
+                 the {s} blocks by TMA multicast"
+            )
+        };
         format!(
-            "grid = (min(ceil(M / {}) * ceil(N / {}), max(floor(SMs / {s}), 1), C) * {s}, 1, 1) in \
-             clusters of ({s}, 1, 1), compiled into the kernel, C = the clusters the device runs at \
-             once (cuOccupancyMaxActiveClusters) (persistent: each cluster loops over tiles; its \
-             {s} blocks split K and rank 0 sums their partial tiles)",
-            plan.d_tile()[0],
-            plan.d_tile()[1]
-        )
-    } else if plan.multicast > 1 {
-        let s = plan.multicast;
-        format!(
-            "grid = (min(ceil(M / {}) * ceil(N / {}), max(floor(SMs / {s}), 1), C) * {s}, 1, 1) in \
-             clusters of ({s}, 1, 1), compiled into the kernel, C = the clusters the device runs at \
-             once (cuOccupancyMaxActiveClusters) (persistent: each cluster loops over groups of {s} \
-             tiles along N that share A, which rank 0 loads once for the {s} blocks by TMA multicast)",
-            plan.d_tile()[0],
-            plan.d_tile()[1]
+            "grid = (min(ceil(M / {tile_rows}) * ceil(N / {tile_cols}), max(floor(SMs / {s}), 1), C) \
+             * {s}, 1, 1) in clusters of ({s}, 1, 1), compiled into the kernel, C = the clusters the \
+             device runs at once (cuOccupancyMaxActiveClusters) (persistent: each cluster {walk})"
         )
     } else {
         format!(
-            "grid = (min(ceil(M / {}) * ceil(N / {}), SMs), 1, 1) (persistent: each block loops \
-             over tiles)",
-            plan.d_tile()[0],
-            plan.d_tile()[1]
+            "grid = (min(ceil(M / {tile_rows}) * ceil(N / {tile_cols}), SMs), 1, 1) (persistent: each \
+             block loops over tiles)"
         )
     };
     let mut r = vec![
