@@ -325,6 +325,7 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
         (Field::Lean, p.lean.is_some()),
         (Field::SplitK, p.split_k.is_some()),
         (Field::Multicast, p.multicast.is_some()),
+        (Field::Pingpong, p.pingpong.is_some()),
     ];
     for (f, is_set) in set {
         if is_set && !info.fields.contains(&f) {

@@ -179,9 +179,6 @@ __device__ __forceinline__ void tg_cp_async_arrive(unsigned bar) {
 __device__ __forceinline__ void tg_mbar_arrive_count(unsigned bar, unsigned count) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-__device__ __forceinline__ void tg_bar_arrive(unsigned id, unsigned threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 // A 4-D TMA box load (coordinates innermost first) into shared memory; completes `bar`'s
 // transaction bytes. Elements past the tensor's dims arrive as zeros (and still count).
 __device__ __forceinline__ void tg_tma_load_4d(unsigned dst, const TgTensorMap* map, unsigned bar, int c0, int c1, int c2, int c3) {

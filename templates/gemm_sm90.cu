@@ -3,11 +3,17 @@
 // gemm, engine wgmma (sm_90a only): D = epilogue(A . B) with A M x K and B K x N ({{ dtype }} in,
 // {{ out_dtype }} out, f32 accumulation), layout {{ layout }}, epilogue = [{{ epilogue | join(sep=", ") }}].
 // Block tile {{ tile_m }}x{{ tile_n }}x{{ tile_k }}: warpgroup 0 issues TMA loads into a {{ stages }}-stage ring of shared
-// memory (128-byte swizzle, full/empty mbarriers); {% if consumers == 1 %}warpgroup 1 owns the{% else %}warpgroups 1 and 2 each own{% endif %} 64 rows x {{ tile_n }} columns
+// memory (128-byte swizzle, full/empty mbarriers); {% if pingpong %}warpgroups 1 and 2 each own whole tiles, {{ tile_m }} rows x {{ tile_n }} columns,
+{%- elif consumers == 1 %}warpgroup 1 owns the 64 rows x {{ tile_n }} columns{% else %}warpgroups 1 and 2 each own 64 rows x {{ tile_n }} columns{% endif %}
 // and run wgmma.mma_async m64n{{ tile_n }}k16 from shared-memory descriptors. Persistent: each block
 // loops over output tiles in groups of {{ group_m }} tile rows. Epilogue: registers -> swizzled shared
 // memory -> TMA store ({{ epi_rounds }} round(s) of {{ epi_cols }} columns per consumer), while the producer
 // already loads the next tile.{% if has_bias %} Producer warp 1 stages each tile's bias in shared memory.{% endif %}
+{%- if pingpong %}
+// Ping-pong: the two consumer warpgroups take the block's tiles in turn, so that one's epilogue
+// runs while the other's wgmmas keep the tensor cores busy; the ring holds the tiles' stages in
+// order and each consumer steps over the other's.
+{%- endif %}
 {%- if swap %}
 // Swap-AB (skinny GEMMs): D's tile is {{ tile_n }} rows x {{ tile_m }} columns and wgmma computes its transpose, B's
 // columns (the weights) on wgmma's m and A's {{ tile_n }} rows (the tokens) on its n, so a stage holds {{ tile_m }}
@@ -254,14 +260,18 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             tg_mbar_init(full(s), 1);   // the producer's expect_tx arrive
             // One arrive per consumer warpgroup; with multicast rank 0's count those of every
             // block, whose B stages it fills.
+{%- if pingpong %}
+            tg_mbar_init(empty(s), 1);  // ping-pong: the consumer whose tile the stage holds
+{%- else %}
             tg_mbar_init(empty(s), CONSUMERS * (MULTICAST > 1 && mc_rank == 0 ? MULTICAST : 1));
+{%- endif %}
         }
         tg_mbar_init(c_full(0), 1);
         tg_mbar_init(c_full(1), 1);
         if constexpr (TG_HAS_BIAS) {
             for (int slot = 0; slot < 2; ++slot) {
                 tg_mbar_init(bias_full(slot), 32);                // every lane of producer warp 1
-                tg_mbar_init(bias_empty(slot), 128 * CONSUMERS);  // every consumer thread
+                tg_mbar_init(bias_empty(slot), 128 * {% if pingpong %}1{% else %}CONSUMERS{% endif %});  // every consumer thread{% if pingpong %} of the slot's tile{% endif %}
             }
         }
         if constexpr (SPLIT_K > 1) {
@@ -413,10 +423,18 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         const unsigned staging = sC + cw * STAGING_BYTES;
         const float alpha_v = TG_HAS_SCALE ? alpha : 1.0f;
         float acc[ACC];
+{%- if units > 1 %}
+        float acc1[ACC];  // the tile's second 64 rows
+{%- endif %}
         int s = 0;
         unsigned phase = 0;
         [[maybe_unused]] unsigned c_phase = 0;
+{%- if pingpong %}
+        // Tile i of the block fills bias slot i % 2: consumer cw's tiles use slot cw.
+        [[maybe_unused]] int bias_slot = cw;
+{%- else %}
         [[maybe_unused]] int bias_slot = 0;
+{%- endif %}
         [[maybe_unused]] unsigned bias_phase = 0;
         [[maybe_unused]] unsigned partial_phase = 0;
         // A stage is read: tell this block's producer and, with multicast, rank 0's, which
@@ -425,9 +443,29 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             tg_mbar_arrive(empty(stage));
             if (MULTICAST > 1 && rank != 0) tg_mbar_arrive_remote(tg_cluster_addr(empty(stage), 0));
         };
+{%- if pingpong %}
+        // Ping-pong: step the ring over the stages of one tile of the other consumer.
+        auto skip_tile = [&] {
+            const int next = s + (kb_end - kb_begin);
+            s = next % STAGES;
+            phase ^= (unsigned)(next / STAGES) & 1u;
+        };
+        if (cw == 1) skip_tile();  // the block's first tile is consumer 0's
+        // The consumers' main loops take turns (named barrier 3 + cw: consumer cw's turn), each
+        // starting once the other has waited for every stage of its tile. Beyond ordering the
+        // tensor cores' work, the turn keeps a consumer from waiting on a stage's barrier more
+        // than one phase ahead, which a parity wait could not tell from the phase before.
+        bool first_turn = cw == 0;
+        for (int t = first_tile() + cw * tile_step(); t < total; t += 2 * tile_step()) {
+{%- else %}
         for (int t = first_tile(); t < total; t += tile_step()) {
+{%- endif %}
             int tm, tn;
             coords(t, tm, tn);
+{%- if pingpong %}
+            if (!first_turn) tg_named_barrier(3 + cw, 256);
+            first_turn = false;
+{%- endif %}
             // Split-K serves skinny GEMMs: a consumer whose 64 rows all lie past M only
             // releases the stages (in every block of the cluster alike: same tile).
             const bool idle = SPLIT_K > 1 && tm * BM + cw * 64 >= M;
@@ -436,6 +474,9 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 for (int kb = kb_begin; kb < kb_end; ++kb) {
                     tg_mbar_wait(full(s), phase);
                     tg_reg_fence(acc);
+{%- if units > 1 %}
+                    tg_reg_fence(acc1);
+{%- endif %}
                     tg_wgmma_fence();
                     const unsigned a_s = sA + s * A_STAGE_BYTES, b_s = sB + s * B_STAGE_BYTES;
 #pragma unroll
@@ -443,19 +484,32 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         // K-major: rows of 128 bytes, k16 = +32 bytes, 8-row atoms 1024 apart.
                         // MN-major: k16 = 16 rows of 128 bytes, 64-wide chunks BOX_BYTES apart.
                         const unsigned long long da = A_K_MAJOR
-                            ? tg_desc(a_s + cw * 64 * 128 + kk * 32, 16, 1024)
-                            : tg_desc(a_s + cw * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
+                            ? tg_desc(a_s + {{ a_slice }} * 64 * 128 + kk * 32, 16, 1024)
+                            : tg_desc(a_s + {{ a_slice }} * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         const unsigned long long db = B_K_MAJOR
                             ? tg_desc(b_s + kk * 32, 16, 1024)
                             : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
                         tg_wgmma(acc, da, db, ((kb - kb_begin) | kk) != 0);
+{%- if units > 1 %}
+                        // The tile's second 64 rows of A, against the same B.
+                        const unsigned long long da1 = A_K_MAJOR
+                            ? tg_desc(a_s + 64 * 128 + kk * 32, 16, 1024)
+                            : tg_desc(a_s + BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
+                        tg_wgmma(acc1, da1, db, ((kb - kb_begin) | kk) != 0);
+{%- endif %}
                     }
                     tg_wgmma_commit();
                     tg_reg_fence(acc);
+{%- if units > 1 %}
+                    tg_reg_fence(acc1);
+{%- endif %}
                     // Keep one k block of wgmma in flight; release the stage the previous one read.
                     if (kb > kb_begin) {
                         tg_wgmma_wait<1>();
                         tg_reg_fence(acc);
+{%- if units > 1 %}
+                        tg_reg_fence(acc1);
+{%- endif %}
                         if (tid == 0) release(prev);
                     }
                     prev = s;
@@ -474,11 +528,20 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                     }
                 }
             }
+{%- if pingpong %}
+            if (t + tile_step() < total) tg_bar_arrive(4 - cw, 256);  // the other's next tile: its turn
+{%- endif %}
             // Unconditional, so that ptxas sees no wgmma in flight past this point on any path
             // (it would inject a wait of its own, C7517).
             tg_wgmma_wait<0>();
             tg_reg_fence(acc);
+{%- if units > 1 %}
+            tg_reg_fence(acc1);
+{%- endif %}
             if (!idle && kb_end > kb_begin && tid == 0) release(prev);
+{%- if pingpong %}
+            skip_tile();  // the other consumer's next tile
+{%- endif %}
             // K = 0 (or this block's share of it empty): D = epilogue(0), selected in the
             // epilogue rather than by zeroing acc: only wgmma may define the accumulators
             // (ptxas would spill them otherwise).
@@ -576,10 +639,14 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // ---------------- epilogue ----------------
             // Thread layout of an m64nBN accumulator: acc[4g + 2h + e] is row warp*16 + lane/4 + 8h,
             // column 8g + 2(lane%4) + e.
-            const int row0 = tm * BM + cw * 64;
+            const int row0 = tm * BM + {{ a_slice }} * 64;
             const int r_local = warp * 16 + lane / 4;
             if constexpr (TG_HAS_BIAS) tg_mbar_wait(bias_full(bias_slot), bias_phase);
             [[maybe_unused]] const unsigned bias_s = sBias + bias_slot * BIAS_SLOT_BYTES;
+{%- for unit in range(end=units) %}
+{%- if unit == 0 %}{% set acc_u = "acc" %}{% set row_u = "row0" %}{% else %}{% set acc_u = "acc1" %}{% set row_u = "(row0 + 64)" %}
+            // The tile's second 64 rows (ping-pong), through the same staging buffer.
+{%- endif %}
 #pragma unroll
             for (int round = 0; round < EPI_ROUNDS; ++round) {
                 if (idle) break;  // no rows of D here
@@ -592,7 +659,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
 #pragma unroll
                         for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
-                            tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + round * EPI_COLS + box * D_BOX_COLS, row0);
+                            tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + round * EPI_COLS + box * D_BOX_COLS, {{ row_u }});
                     }
                     tg_mbar_wait(c_full(cw), c_phase);
                     c_phase ^= 1u;
@@ -613,32 +680,37 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         const unsigned at = tg_staging_addr(staging, rs, col_s, BOX_BYTES);
                         float r0 = 0.0f, r1 = 0.0f;
                         if constexpr (TG_HAS_RESIDUAL) tg_ld_shared_pair<OT>(at, r0, r1);  // zeros past M and N
-                        const float v0 = tg_epilogue(has_k ? acc[4 * g + 2 * h] : 0.0f, b0, r0, alpha_v);
-                        const float v1 = tg_epilogue(has_k ? acc[4 * g + 2 * h + 1] : 0.0f, b1, r1, alpha_v);
+                        const float v0 = tg_epilogue(has_k ? {{ acc_u }}[4 * g + 2 * h] : 0.0f, b0, r0, alpha_v);
+                        const float v1 = tg_epilogue(has_k ? {{ acc_u }}[4 * g + 2 * h + 1] : 0.0f, b1, r1, alpha_v);
                         tg_st_shared_pair(at, v0, v1);
                     }
                 }
                 tg_fence_async_smem();
                 tg_named_barrier(1 + cw, 128);
-                if (tid == 0 && row0 < M) {
+                if (tid == 0 && {{ row_u }} < M) {
 #pragma unroll
                     for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box) {
                         const int col0 = tn * BN + round * EPI_COLS + box * D_BOX_COLS;
-                        if (col0 < N) tg_tma_store(&d_map, staging + box * BOX_BYTES, col0, row0);
+                        if (col0 < N) tg_tma_store(&d_map, staging + box * BOX_BYTES, col0, {{ row_u }});
                     }
                     tg_bulk_commit();
                 }
             }
+{%- endfor %}
 {%- endif %}
             if constexpr (TG_HAS_BIAS) {
                 // Each thread releases the slot itself after its last read, so the hand-over
                 // does not hang on the named barrier before it (released by one thread for the
                 // warpgroup, racecheck reported the slot's next fill as a race).
                 tg_mbar_arrive(bias_empty(bias_slot));
+{%- if pingpong %}
+                bias_phase ^= 1u;  // this consumer's next tile: the same slot
+{%- else %}
                 if (++bias_slot == 2) {
                     bias_slot = 0;
                     bias_phase ^= 1u;
                 }
+{%- endif %}
             }
         }
         if (tid == 0) tg_bulk_wait();

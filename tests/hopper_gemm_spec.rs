@@ -102,6 +102,42 @@ fn wgmma_spec_errors() {
         &with(&["dtype: f16", "epilogue: [bias, gelu_erf]"]),
         &["gelu_erf on engine wgmma needs tile n 128 or less"],
     );
+    // Ping-pong: one consumer holds a whole tile (at most 128 accumulators a thread), never
+    // beside a swap, a split or a multicast; the mma.sync engine has no consumers to alternate.
+    bad(
+        &with(&["dtype: bf16", "pingpong: true"]),
+        &[
+            "with pingpong",
+            "at most 64 × 256 or 128 × 128",
+            "not 128 × 256",
+        ],
+    );
+    bad(
+        &with(&["dtype: bf16", "tile: [16, 64, 64]", "pingpong: true"]),
+        &["pingpong", "not with a swap-AB tile"],
+    );
+    bad(
+        &with(&[
+            "dtype: bf16",
+            "tile: [128, 128, 64]",
+            "split_k: 2",
+            "pingpong: true",
+        ]),
+        &["not with a swap-AB tile (m 16 or 32), split_k or multicast"],
+    );
+    bad(
+        &with(&[
+            "dtype: f16",
+            "tile: [128, 128, 64]",
+            "pingpong: true",
+            "epilogue: [bias, gelu_erf]",
+        ]),
+        &["with pingpong, tile m 64", "beside 128 accumulators"],
+    );
+    bad(
+        &["dtype: bf16", "archs: [sm_80]", "pingpong: true"],
+        &["pingpong needs engine wgmma"],
+    );
     bad(
         &with(&["dtype: bf16", "stages: 5"]),
         &["shared memory per block, over sm_90a's limit"],
@@ -123,6 +159,16 @@ fn wgmma_spec_errors() {
             "dtype: f16",
             "tile: [128, 128, 64]",
             "epilogue: [scale, bias, residual, gelu_erf]",
+        ]),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = check(
+        t,
+        &with(&[
+            "dtype: bf16",
+            "tile: [64, 128, 64]",
+            "pingpong: [false, true]",
+            "epilogue: [bias, gelu_erf]",
         ]),
     );
     assert_eq!(code, Some(0), "{err}");

@@ -332,6 +332,12 @@ fn documented_name(kernel: &str, x: &Value) -> String {
     if let Some(k) = p["split_k"].as_u64().filter(|&k| k != 1) {
         n += &format!("_split{k}");
     }
+    if let Some(c) = p["multicast"].as_u64().filter(|&c| c != 1) {
+        n += &format!("_mc{c}");
+    }
+    if p["pingpong"].as_bool() == Some(true) {
+        n += "_pp";
+    }
     for e in x["epilogue"].as_array().unwrap() {
         n += &format!("_{}", e.as_str().unwrap());
     }

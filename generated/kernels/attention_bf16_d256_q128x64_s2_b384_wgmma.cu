@@ -734,6 +734,10 @@ __device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.prox
 __device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives on named barrier `id` without waiting (the `threads` counted include those that wait).
+__device__ __forceinline__ void tg_bar_arrive(unsigned id, unsigned threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 __device__ __forceinline__ void tg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void tg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -876,9 +880,6 @@ __device__ __forceinline__ void tg_cp_async_arrive(unsigned bar) {
 // `count` arrivals on `bar` at once (a consumer releasing a stage for those that skip the tile).
 __device__ __forceinline__ void tg_mbar_arrive_count(unsigned bar, unsigned count) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void tg_bar_arrive(unsigned id, unsigned threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 // A 4-D TMA box load (coordinates innermost first) into shared memory; completes `bar`'s
 // transaction bytes. Elements past the tensor's dims arrive as zeros (and still count).

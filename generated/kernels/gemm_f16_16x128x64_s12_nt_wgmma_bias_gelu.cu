@@ -540,6 +540,10 @@ __device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.prox
 __device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives on named barrier `id` without waiting (the `threads` counted include those that wait).
+__device__ __forceinline__ void tg_bar_arrive(unsigned id, unsigned threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 __device__ __forceinline__ void tg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void tg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }

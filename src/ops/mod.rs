@@ -108,6 +108,7 @@ pub enum Field {
     Lean,
     SplitK,
     Multicast,
+    Pingpong,
 }
 
 impl Field {
@@ -132,6 +133,7 @@ impl Field {
         Field::Lean,
         Field::SplitK,
         Field::Multicast,
+        Field::Pingpong,
     ];
     pub fn key(self) -> &'static str {
         match self {
@@ -155,6 +157,7 @@ impl Field {
             Field::Lean => "lean",
             Field::SplitK => "split_k",
             Field::Multicast => "multicast",
+            Field::Pingpong => "pingpong",
         }
     }
     pub fn from_key(key: &str) -> Option<Field> {
@@ -267,6 +270,7 @@ fn unset(p: &mut Params, field: Field) -> bool {
         lean: _,
         split_k: _,
         multicast: _,
+        pingpong: _,
     } = p;
     match field {
         Field::Block => p.block.take().is_some(),
@@ -287,6 +291,7 @@ fn unset(p: &mut Params, field: Field) -> bool {
         Field::Lean => p.lean.take().is_some(),
         Field::SplitK => p.split_k.take().is_some(),
         Field::Multicast => p.multicast.take().is_some(),
+        Field::Pingpong => p.pingpong.take().is_some(),
         // Not parameters: the instance holds them.
         Field::OutDtype | Field::Epilogue => false,
     }
@@ -342,6 +347,9 @@ pub fn name_suffix(inst: &Instance) -> String {
     // Only above 1, likewise.
     if let Some(c) = p.multicast {
         s += &format!("_mc{c}");
+    }
+    if p.pingpong == Some(true) {
+        s += "_pp";
     }
     for e in &inst.epilogue {
         s += "_";

@@ -264,6 +264,11 @@ pub struct Params {
     /// A's rows, loaded once for all of them (TMA multicast); unset means 1 (never stored).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub multicast: Option<u32>,
+    /// GEMM, engine wgmma: the two consumer warpgroups take alternate tiles of their own
+    /// (one's epilogue runs under the other's main loop) instead of halves of one tile;
+    /// unset means off (`false` is never stored).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pingpong: Option<bool>,
 }
 
 /// Where an instance came from, for headers and messages.

@@ -68,6 +68,7 @@ const SWEPT: &[Field] = &[
     Field::Lean,
     Field::SplitK,
     Field::Multicast,
+    Field::Pingpong,
 ];
 
 /// The values of one swept field: `None` is the dtype. A field the kernel does not give has
@@ -109,6 +110,7 @@ impl Val {
             (Some(Field::Lean), Val::Bool(v)) => p.lean = Some(*v),
             (Some(Field::SplitK), Val::Int(v)) => p.split_k = Some(*v),
             (Some(Field::Multicast), Val::Int(v)) => p.multicast = Some(*v),
+            (Some(Field::Pingpong), Val::Bool(v)) => p.pingpong = Some(*v),
             (Some(Field::Affine), Val::Bool(v)) => p.affine = Some(*v),
             (Some(Field::Tf32), Val::Bool(v)) => p.tf32 = Some(*v),
             (Some(Field::Causal), Val::Bool(v)) => p.causal = Some(*v),
@@ -636,7 +638,7 @@ impl<'a> FileContext<'a> {
             | Field::Multicast => {
                 self.optional_sweep(n, key, |c, n| c.integer(n, key).map(Val::Int))
             }
-            Field::Affine | Field::Tf32 | Field::Causal | Field::Lean => {
+            Field::Affine | Field::Tf32 | Field::Causal | Field::Lean | Field::Pingpong => {
                 self.optional_sweep(n, key, |c, n| c.boolean(n, key).map(Val::Bool))
             }
             Field::Variant => self.optional_sweep(n, key, |c, n| {

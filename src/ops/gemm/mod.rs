@@ -29,6 +29,7 @@ pub static GEMM: OpInfo = OpInfo {
         Field::Engine,
         Field::SplitK,
         Field::Multicast,
+        Field::Pingpong,
     ],
     epilogues: &[
         Epilogue::Scale,
@@ -133,6 +134,7 @@ pub fn resolved(inst: &Instance) -> Params {
         // One block per cluster is no split: never stored, so names and hashes stay.
         p.split_k = p.split_k.filter(|&k| k != 1);
         p.multicast = p.multicast.filter(|&c| c != 1);
+        p.pingpong = p.pingpong.filter(|&on| on);
     } else {
         p.stages = Some(stages(inst));
     }
@@ -365,6 +367,12 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         out.push((
             Field::Multicast,
             format!("multicast {c} needs engine wgmma (TMA multicast within a cluster)"),
+        ));
+    }
+    if inst.params.pingpong == Some(true) {
+        out.push((
+            Field::Pingpong,
+            "pingpong needs engine wgmma (consumer warpgroups on alternate tiles)".into(),
         ));
     }
     let [tm, tn, tk] = inst.params.tile.unwrap_or([128, 128, 32]);

@@ -3,7 +3,8 @@
 //! warpgroup per 64 rows of wgmma's tile (`setmaxnreg` moves registers to the consumers),
 //! `wgmma.mma_async` from shared-memory descriptors, a persistent grid walking the output tiles
 //! in a grouped order, and the epilogue through swizzled shared memory and TMA stores. Tiles
-//! shorter than 64 rows are computed transposed (swap-AB): see [`SWAP_TILE_MS`].
+//! shorter than 64 rows are computed transposed (swap-AB): see [`SWAP_TILE_MS`]. With
+//! `pingpong` the two consumers take whole tiles in turn instead (see `Plan::pingpong`).
 //!
 //! Same op, arguments and epilogue chain as the mma.sync path (`gemm.rs`); the kernel also
 //! takes the tensor maps listed here, which the host encodes per call.
@@ -42,6 +43,9 @@ const STAGING_BYTES: u32 = 32 * 1024;
 const SPAN: u32 = 128;
 /// Widest tile whose consumers have registers left for `gelu_erf` (erfcf).
 const MAX_TILE_N_GELU_ERF: u32 = 128;
+/// Ping-pong: the most columns of 64-row wgmma slices one consumer holds (slices × n): 128
+/// f32 accumulators a thread, as a cooperative 128×256 tile's consumers hold.
+const MAX_PINGPONG_ACC_COLS: u32 = 256;
 /// Slack to align the dynamic shared memory to 1024 bytes (128-byte swizzle atoms).
 const ALIGN_SLACK: u32 = 1024;
 /// Rows of A's TMA box (K-major A) in split-K instances, which serve skinny GEMMs: 32 measured
@@ -95,6 +99,10 @@ struct Plan {
     /// where they fit, the separate layout the split instances were verified with on the
     /// H200 (2026-12-01) stays.
     partial_in_staging: bool,
+    /// Ping-pong: the two consumer warpgroups take alternate tiles, each all of its tile's
+    /// rows, so one's epilogue runs while the other's wgmmas keep the tensor cores busy
+    /// (cooperative, the default: both take 64 rows of every tile and finish together).
+    pingpong: bool,
 }
 
 impl Plan {
@@ -168,6 +176,7 @@ impl Plan {
             split_k,
             multicast,
             partial_in_staging: false,
+            pingpong: p.pingpong == Some(true),
         };
         plan.partial_in_staging =
             split_k > 1 && plan.shared_bytes() > Arch::Sm90a.max_shared_per_block();
@@ -198,9 +207,23 @@ impl Plan {
             [self.tile_m, self.tile_n]
         }
     }
-    /// Consumer warpgroups, one per 64 rows of the tile.
+    /// Consumer warpgroups: one per 64 rows of the tile, or with ping-pong two, each on
+    /// tiles of its own.
     fn consumers(&self) -> u32 {
-        self.tile_m / CONSUMER_ROWS
+        if self.pingpong {
+            2
+        } else {
+            self.tile_m / CONSUMER_ROWS
+        }
+    }
+    /// The 64-row wgmma slices a consumer computes of each of its tiles: one, or with ping-pong
+    /// all of the tile's (each with its own accumulators and staging buffer).
+    fn units(&self) -> u32 {
+        if self.pingpong {
+            self.tile_m / CONSUMER_ROWS
+        } else {
+            1
+        }
     }
     /// One producer warpgroup and the consumers.
     fn threads(&self) -> u32 {
@@ -220,7 +243,8 @@ impl Plan {
             CONSUMER_ROWS
         }
     }
-    /// One consumer's output staging buffer.
+    /// One consumer's output staging buffer (64 rows; a ping-pong consumer stages its
+    /// slices one after the other).
     fn staging_bytes(&self) -> u32 {
         self.staging_rows() * self.epi_cols * self.out_elem
     }
@@ -353,17 +377,41 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             ),
         ));
     }
+    let pingpong = p.pingpong == Some(true);
+    // A ping-pong consumer holds all of its tile's rows: 64 accumulators per thread for each
+    // 64 rows of an n-128 tile.
+    let slices = if pingpong { tm / CONSUMER_ROWS } else { 1 };
     // erfc's code beside 128 accumulators per thread spills (ptxas allocates the consumers
     // within the launch's 168 registers); 64 accumulators leave room.
-    if inst.has_epilogue(Epilogue::GeluErf) && tn > MAX_TILE_N_GELU_ERF {
+    if inst.has_epilogue(Epilogue::GeluErf) && slices * tn > MAX_TILE_N_GELU_ERF {
         out.push((
             Field::Epilogue,
             format!(
-                "gelu_erf on engine wgmma needs tile n {MAX_TILE_N_GELU_ERF} or less (erfc beside {} \
-                 accumulators per thread would spill), not {tn}; or use gelu (tanh form)",
-                tn / 2
+                "gelu_erf on engine wgmma needs tile n {MAX_TILE_N_GELU_ERF} or less{} (erfc beside {} \
+                 accumulators per thread would spill), not [{tm}, {tn}, {tk}]; or use gelu (tanh form)",
+                if pingpong { " and, with pingpong, tile m 64" } else { "" },
+                slices * tn / 2
             ),
         ));
+    }
+    if pingpong {
+        if swap || p.split_k.is_some_and(|k| k != 1) || p.multicast.is_some_and(|c| c != 1) {
+            out.push((
+                Field::Pingpong,
+                "pingpong gives each consumer warpgroup whole tiles of its own: not with a swap-AB \
+                 tile (m 16 or 32), split_k or multicast"
+                    .into(),
+            ));
+        } else if tile_ok && slices * tn > MAX_PINGPONG_ACC_COLS {
+            out.push((
+                Field::Tile,
+                format!(
+                    "with pingpong one consumer warpgroup holds the whole tile's accumulators: \
+                     tile m × n at most 64 × 256 or 128 × 128 ({} f32 a thread), not {tm} × {tn}",
+                    MAX_PINGPONG_ACC_COLS / 2
+                ),
+            ));
+        }
     }
     if let Some(s) = p.stages {
         if !(2..=MAX_STAGES).contains(&s) {
@@ -618,6 +666,11 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("out_f32", (inst.out_dtype == DType::F32).into()),
         ("tile_m", plan.tile_m.into()),
         ("consumers", plan.consumers().into()),
+        ("pingpong", plan.pingpong.into()),
+        ("units", plan.units().into()),
+        // The 64-row slice of each stage's A that a consumer's first accumulators take: its own
+        // (cooperative), or the tile's first (ping-pong).
+        ("a_slice", if plan.pingpong { "0" } else { "cw" }.into()),
         ("tile_n", plan.tile_n.into()),
         ("tile_k", TILE_K.into()),
         ("stages", plan.stages.into()),
@@ -676,6 +729,33 @@ mod tests {
         i.out_dtype = out;
         i.archs = vec![Arch::Sm90a];
         i
+    }
+
+    #[test]
+    fn pingpong_plan() {
+        // Two consumers on whole 128x128 tiles: the stages of the cooperative 128x128 tile, one
+        // 64x128 staging buffer per consumer (each stages its two slices in turn), 18 barriers.
+        let mut i = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
+        i.params.pingpong = Some(true);
+        i.params.stages = Some(6);
+        assert!(crate::ops::check(&i).is_empty());
+        let l = launch(&i);
+        assert_eq!(l.threads, 384);
+        assert_eq!(l.shared_bytes, 1024 + 6 * 32768 + 2 * 16384 + 8 * 18);
+        let v: std::collections::HashMap<_, _> = template_values(&i).into_iter().collect();
+        assert_eq!(v["units"], 2);
+        assert_eq!(v["acc_regs"], 64);
+        assert_eq!(v["a_slice"], "0");
+        assert!(crate::ops::name_suffix(&i).ends_with("_nn_wgmma_pp"));
+        // 64 rows: one slice of 128 accumulators, as a cooperative 128x256 consumer holds.
+        let mut w = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
+        w.params.tile = Some([64, 256, TILE_K]);
+        w.params.pingpong = Some(true);
+        let v: std::collections::HashMap<_, _> = template_values(&w).into_iter().collect();
+        assert_eq!(
+            (v["units"].clone(), v["consumers"].clone()),
+            (1.into(), 2.into())
+        );
     }
 
     #[test]
