@@ -424,7 +424,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         const float alpha_v = TG_HAS_SCALE ? alpha : 1.0f;
         float acc[ACC];
 {%- if units > 1 %}
-        float acc1[ACC];  // the tile's second 64 rows
+        float acc1[ACC];  // the consumer's second 64 rows
 {%- endif %}
         int s = 0;
         unsigned phase = 0;
@@ -491,10 +491,10 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
                         tg_wgmma(acc, da, db, ((kb - kb_begin) | kk) != 0);
 {%- if units > 1 %}
-                        // The tile's second 64 rows of A, against the same B.
+                        // The consumer's second 64 rows of A, against the same B.
                         const unsigned long long da1 = A_K_MAJOR
-                            ? tg_desc(a_s + 64 * 128 + kk * 32, 16, 1024)
-                            : tg_desc(a_s + BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
+                            ? tg_desc(a_s + {{ a_slice1 }} * 64 * 128 + kk * 32, 16, 1024)
+                            : tg_desc(a_s + {{ a_slice1 }} * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         tg_wgmma(acc1, da1, db, ((kb - kb_begin) | kk) != 0);
 {%- endif %}
                     }
@@ -645,7 +645,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             [[maybe_unused]] const unsigned bias_s = sBias + bias_slot * BIAS_SLOT_BYTES;
 {%- for unit in range(end=units) %}
 {%- if unit == 0 %}{% set acc_u = "acc" %}{% set row_u = "row0" %}{% else %}{% set acc_u = "acc1" %}{% set row_u = "(row0 + 64)" %}
-            // The tile's second 64 rows (ping-pong), through the same staging buffer.
+            // The consumer's second 64 rows, through the same staging buffer.
 {%- endif %}
 #pragma unroll
             for (int round = 0; round < EPI_ROUNDS; ++round) {

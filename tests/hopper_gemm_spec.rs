@@ -91,8 +91,8 @@ fn wgmma_spec_errors() {
         &["hg.yaml:", "swap-AB", "layout nn or nt, not tn"],
     );
     bad(
-        &with(&["dtype: bf16", "tile: [256, 128, 64]"]),
-        &["not [256, 128, 64]"],
+        &with(&["dtype: bf16", "tile: [512, 128, 64]"]),
+        &["m one of 64, 128, 256", "not [512, 128, 64]"],
     );
     bad(
         &with(&["dtype: bf16", "warp: [64, 64]"]),
@@ -132,7 +132,19 @@ fn wgmma_spec_errors() {
             "pingpong: true",
             "epilogue: [bias, gelu_erf]",
         ]),
-        &["with pingpong, tile m 64", "beside 128 accumulators"],
+        &[
+            "one 64-row slice per consumer (tile m 128, or 64 with pingpong)",
+            "beside 128 accumulators",
+        ],
+    );
+    // 256-row tiles: two slices a consumer, so n 128 at most, and no split or multicast.
+    bad(
+        &with(&["dtype: bf16", "tile: [256, 256, 64]"]),
+        &["tile m 256 gives each consumer warpgroup 2 slices of 64 rows: tile n 128"],
+    );
+    bad(
+        &with(&["dtype: bf16", "tile: [256, 128, 64]", "multicast: 2"]),
+        &["tile m 256 takes no split_k or multicast"],
     );
     bad(
         &["dtype: bf16", "archs: [sm_80]", "pingpong: true"],

@@ -867,7 +867,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         const unsigned staging = sC + cw * STAGING_BYTES;
         const float alpha_v = TG_HAS_SCALE ? alpha : 1.0f;
         float acc[ACC];
-        float acc1[ACC];  // the tile's second 64 rows
+        float acc1[ACC];  // the consumer's second 64 rows
         int s = 0;
         unsigned phase = 0;
         [[maybe_unused]] unsigned c_phase = 0;
@@ -920,10 +920,10 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             ? tg_desc(b_s + kk * 32, 16, 1024)
                             : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
                         tg_wgmma(acc, da, db, ((kb - kb_begin) | kk) != 0);
-                        // The tile's second 64 rows of A, against the same B.
+                        // The consumer's second 64 rows of A, against the same B.
                         const unsigned long long da1 = A_K_MAJOR
-                            ? tg_desc(a_s + 64 * 128 + kk * 32, 16, 1024)
-                            : tg_desc(a_s + BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
+                            ? tg_desc(a_s + 1 * 64 * 128 + kk * 32, 16, 1024)
+                            : tg_desc(a_s + 1 * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         tg_wgmma(acc1, da1, db, ((kb - kb_begin) | kk) != 0);
                     }
                     tg_wgmma_commit();
@@ -1056,7 +1056,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                     tg_bulk_commit();
                 }
             }
-            // The tile's second 64 rows (ping-pong), through the same staging buffer.
+            // The consumer's second 64 rows, through the same staging buffer.
 #pragma unroll
             for (int round = 0; round < EPI_ROUNDS; ++round) {
                 if (idle) break;  // no rows of D here

@@ -16,8 +16,9 @@ use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
 /// Rows of the block tile by default: two consumer warpgroups of one m64 wgmma row each.
 pub const TILE_M: u32 = 128;
 /// Tile heights: one consumer warpgroup (64 rows, for skinny GEMMs: half the A per stage, so
-/// a deeper ring and twice the tiles over M) or two.
-pub const TILE_MS: &[u32] = &[64, 128];
+/// a deeper ring and twice the tiles over M), two, or two of 128 rows each (256: two m64
+/// slices a consumer, so n 128 at most).
+pub const TILE_MS: &[u32] = &[64, 128, 256];
 /// Tile heights below wgmma's 64 rows: swap-AB for decode-shaped GEMMs. wgmma computes the
 /// tile's transpose, B's columns (the weights) on its m and A's few rows (the tokens) on its n,
 /// so a stage holds a tile of weights beside a sliver of activations.
@@ -43,9 +44,10 @@ const STAGING_BYTES: u32 = 32 * 1024;
 const SPAN: u32 = 128;
 /// Widest tile whose consumers have registers left for `gelu_erf` (erfcf).
 const MAX_TILE_N_GELU_ERF: u32 = 128;
-/// Ping-pong: the most columns of 64-row wgmma slices one consumer holds (slices × n): 128
-/// f32 accumulators a thread, as a cooperative 128×256 tile's consumers hold.
-const MAX_PINGPONG_ACC_COLS: u32 = 256;
+/// The most columns of 64-row wgmma slices one consumer holds (slices × n; ping-pong and
+/// 256-row tiles): 128 f32 accumulators a thread, as a cooperative 128×256 tile's consumers
+/// hold.
+const MAX_CONSUMER_ACC_COLS: u32 = 256;
 /// Slack to align the dynamic shared memory to 1024 bytes (128-byte swizzle atoms).
 const ALIGN_SLACK: u32 = 1024;
 /// Rows of A's TMA box (K-major A) in split-K instances, which serve skinny GEMMs: 32 measured
@@ -213,16 +215,26 @@ impl Plan {
         if self.pingpong {
             2
         } else {
-            self.tile_m / CONSUMER_ROWS
+            (self.tile_m / CONSUMER_ROWS).min(2)
         }
     }
-    /// The 64-row wgmma slices a consumer computes of each of its tiles: one, or with ping-pong
-    /// all of the tile's (each with its own accumulators and staging buffer).
+    /// The 64-row wgmma slices a consumer computes of each of its tiles (each with its own
+    /// accumulators, staged one after the other): one, two of a 256-row tile, or with ping-pong
+    /// all of the tile's.
     fn units(&self) -> u32 {
         if self.pingpong {
             self.tile_m / CONSUMER_ROWS
         } else {
-            1
+            (self.tile_m / CONSUMER_ROWS / self.consumers()).max(1)
+        }
+    }
+    /// The stage's 64-row slices of A that a consumer's first and second accumulators take
+    /// (C++ expressions of `cw`): its own, its own pair, or with ping-pong the tile's first two.
+    fn a_slices(&self) -> (&'static str, &'static str) {
+        match (self.pingpong, self.units()) {
+            (true, _) => ("0", "1"),
+            (false, 1) => ("cw", "cw"),
+            (false, _) => ("(2 * cw)", "(2 * cw + 1)"),
         }
     }
     /// One producer warpgroup and the consumers.
@@ -378,9 +390,13 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         ));
     }
     let pingpong = p.pingpong == Some(true);
-    // A ping-pong consumer holds all of its tile's rows: 64 accumulators per thread for each
-    // 64 rows of an n-128 tile.
-    let slices = if pingpong { tm / CONSUMER_ROWS } else { 1 };
+    // The 64-row slices a consumer holds, 64 accumulators per thread each at n 128: a
+    // ping-pong consumer holds all of its tile's rows, a 256-row tile's consumers two each.
+    let slices = match (pingpong, swap) {
+        (true, _) => tm / CONSUMER_ROWS,
+        (false, false) => (tm / CONSUMER_ROWS / 2).max(1),
+        (false, true) => 1,
+    };
     // erfc's code beside 128 accumulators per thread spills (ptxas allocates the consumers
     // within the launch's 168 registers); 64 accumulators leave room.
     if inst.has_epilogue(Epilogue::GeluErf) && slices * tn > MAX_TILE_N_GELU_ERF {
@@ -389,7 +405,11 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             format!(
                 "gelu_erf on engine wgmma needs tile n {MAX_TILE_N_GELU_ERF} or less{} (erfc beside {} \
                  accumulators per thread would spill), not [{tm}, {tn}, {tk}]; or use gelu (tanh form)",
-                if pingpong { " and, with pingpong, tile m 64" } else { "" },
+                if slices > 1 {
+                    " and one 64-row slice per consumer (tile m 128, or 64 with pingpong)"
+                } else {
+                    ""
+                },
                 slices * tn / 2
             ),
         ));
@@ -402,14 +422,33 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
                  tile (m 16 or 32), split_k or multicast"
                     .into(),
             ));
-        } else if tile_ok && slices * tn > MAX_PINGPONG_ACC_COLS {
+        } else if tile_ok && slices * tn > MAX_CONSUMER_ACC_COLS {
             out.push((
                 Field::Tile,
                 format!(
                     "with pingpong one consumer warpgroup holds the whole tile's accumulators: \
                      tile m × n at most 64 × 256 or 128 × 128 ({} f32 a thread), not {tm} × {tn}",
-                    MAX_PINGPONG_ACC_COLS / 2
+                    MAX_CONSUMER_ACC_COLS / 2
                 ),
+            ));
+        }
+    }
+    if !pingpong && !swap && slices > 1 {
+        if tile_ok && slices * tn > MAX_CONSUMER_ACC_COLS {
+            out.push((
+                Field::Tile,
+                format!(
+                    "tile m {tm} gives each consumer warpgroup {slices} slices of 64 rows: tile n {} \
+                     at most ({} f32 a thread), not {tn}",
+                    MAX_CONSUMER_ACC_COLS / slices,
+                    MAX_CONSUMER_ACC_COLS / 2
+                ),
+            ));
+        }
+        if p.split_k.is_some_and(|k| k != 1) || p.multicast.is_some_and(|c| c != 1) {
+            out.push((
+                Field::Tile,
+                format!("tile m {tm} takes no split_k or multicast (their paths hold one slice)"),
             ));
         }
     }
@@ -668,9 +707,8 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("consumers", plan.consumers().into()),
         ("pingpong", plan.pingpong.into()),
         ("units", plan.units().into()),
-        // The 64-row slice of each stage's A that a consumer's first accumulators take: its own
-        // (cooperative), or the tile's first (ping-pong).
-        ("a_slice", if plan.pingpong { "0" } else { "cw" }.into()),
+        ("a_slice", plan.a_slices().0.into()),
+        ("a_slice1", plan.a_slices().1.into()),
         ("tile_n", plan.tile_n.into()),
         ("tile_k", TILE_K.into()),
         ("stages", plan.stages.into()),
@@ -756,6 +794,29 @@ mod tests {
             (v["units"].clone(), v["consumers"].clone()),
             (1.into(), 2.into())
         );
+    }
+
+    #[test]
+    fn tile_256_rows() {
+        // Two consumers of two slices each; a stage holds 32 KiB of A beside 16 of B.
+        let mut i = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
+        i.params.tile = Some([256, 128, TILE_K]);
+        i.params.stages = Some(4);
+        assert!(crate::ops::check(&i).is_empty());
+        assert_eq!(
+            launch(&i).shared_bytes,
+            1024 + 4 * 49152 + 2 * 16384 + 8 * 14
+        );
+        let v: std::collections::HashMap<_, _> = template_values(&i).into_iter().collect();
+        assert_eq!(
+            (v["consumers"].clone(), v["units"].clone()),
+            (2.into(), 2.into())
+        );
+        assert_eq!(
+            (v["a_slice"].clone(), v["a_slice1"].clone()),
+            ("(2 * cw)".into(), "(2 * cw + 1)".into())
+        );
+        assert_eq!(v["a_loads"], 1); // K-major A: one 256-row box
     }
 
     #[test]
