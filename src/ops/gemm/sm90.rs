@@ -107,6 +107,27 @@ struct Plan {
     pingpong: bool,
 }
 
+/// Consumer warpgroups of a tile of `tile_m` wgmma rows: one per 64 rows, at most two, or
+/// with ping-pong two, each on tiles of its own.
+fn consumers(tile_m: u32, pingpong: bool) -> u32 {
+    if pingpong {
+        2
+    } else {
+        (tile_m / CONSUMER_ROWS).min(2)
+    }
+}
+
+/// The 64-row wgmma slices a consumer computes of each of its tiles (each with its own
+/// accumulators, staged one after the other): one, two of a 256-row tile, or with ping-pong
+/// all of the tile's.
+fn consumer_slices(tile_m: u32, pingpong: bool) -> u32 {
+    if pingpong {
+        tile_m / CONSUMER_ROWS
+    } else {
+        (tile_m / CONSUMER_ROWS / consumers(tile_m, pingpong)).max(1)
+    }
+}
+
 impl Plan {
     fn new(inst: &Instance) -> Plan {
         let p = &inst.params;
@@ -209,24 +230,11 @@ impl Plan {
             [self.tile_m, self.tile_n]
         }
     }
-    /// Consumer warpgroups: one per 64 rows of the tile, or with ping-pong two, each on
-    /// tiles of its own.
     fn consumers(&self) -> u32 {
-        if self.pingpong {
-            2
-        } else {
-            (self.tile_m / CONSUMER_ROWS).min(2)
-        }
+        consumers(self.tile_m, self.pingpong)
     }
-    /// The 64-row wgmma slices a consumer computes of each of its tiles (each with its own
-    /// accumulators, staged one after the other): one, two of a 256-row tile, or with ping-pong
-    /// all of the tile's.
     fn units(&self) -> u32 {
-        if self.pingpong {
-            self.tile_m / CONSUMER_ROWS
-        } else {
-            (self.tile_m / CONSUMER_ROWS / self.consumers()).max(1)
-        }
+        consumer_slices(self.tile_m, self.pingpong)
     }
     /// The stage's 64-row slices of A that a consumer's first and second accumulators take
     /// (C++ expressions of `cw`): its own, its own pair, or with ping-pong the tile's first two.
@@ -390,12 +398,12 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         ));
     }
     let pingpong = p.pingpong == Some(true);
-    // The 64-row slices a consumer holds, 64 accumulators per thread each at n 128: a
-    // ping-pong consumer holds all of its tile's rows, a 256-row tile's consumers two each.
-    let slices = match (pingpong, swap) {
-        (true, _) => tm / CONSUMER_ROWS,
-        (false, false) => (tm / CONSUMER_ROWS / 2).max(1),
-        (false, true) => 1,
+    // The 64-row slices a consumer holds, 64 accumulators per thread each at n 128 (a swap
+    // holds one: its tile's few rows are wgmma's n).
+    let slices = if swap {
+        1
+    } else {
+        consumer_slices(tm, pingpong)
     };
     // erfc's code beside 128 accumulators per thread spills (ptxas allocates the consumers
     // within the launch's 168 registers); 64 accumulators leave room.
