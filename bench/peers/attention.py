@@ -172,7 +172,13 @@ def main():
     ap.add_argument("--lib", help="a generated folder: launch its instances from manifest.json, turn about")
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--json-out")
+    ap.add_argument("--head-dims", help="only these head_dims' shapes, e.g. 128 or 64,128")
     args = ap.parse_args()
+    if args.head_dims:
+        keep = {int(d) for d in args.head_dims.split(",")}
+        for d in list(SHAPES):
+            if d not in keep:
+                del SHAPES[d]
     if args.lib:
         return turn_about(args)
     ours = {}

@@ -492,6 +492,9 @@ static_assert(BN % 16 == 0 && STAGES >= 2, "K/V tile of 16-key steps, at least 2
 static_assert(THREADS % CPR == 0 && BM % RPP == 0 && BN % RPP == 0, "copies split evenly over the threads");
 
 template <bool B> struct tg_bool { static constexpr bool value = B; };
+// Row sums of the kernels that keep them in shared memory (LEAN in the kernel), a slot per
+// thread; unreferenced, and so absent from the PTX, in the others.
+static __shared__ float tg_row_sum[MI * 2][THREADS];
 
 // ---- PTX helpers (sm_80+) ----
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) {
@@ -691,13 +694,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
         for (int n = 0; n < ND; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mi][n][e] = 0.0f;
-    float row_max[MI][2], row_sum[MI][2];
+    // Two slices' scores and accumulators at head_dim 128 and 64 keys (192 registers a thread)
+    // leave ptxas too few for the rest at 255 (it spilled): there the row sums live in shared
+    // memory (this thread's own slots, read and written once per K/V tile, off the softmax's
+    // critical path) and the copy coordinates are recomputed at each K/V load instead of kept
+    // live across the loop. (A local constant: NVRTC emits namespace-scope ones into the PTX.)
+    constexpr bool LEAN = MI * (ND + NS) * 4 > 160;
+    float row_max[MI][2], row_sum_r[MI][2];
+    // This thread's running sum of row hh of slice mi.
+    auto row_sum = [&](int mi, int hh) -> float& {
+        if constexpr (LEAN) return tg_row_sum[mi * 2 + hh][tid];
+        else return row_sum_r[mi][hh];
+    };
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             row_max[mi][hh] = TG_NEG_INF;
-            row_sum[mi][hh] = 0.0f;
+            row_sum(mi, hh) = 0.0f;
         }
     const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
 
@@ -708,16 +722,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
         else tg_copy_tile<BM, true>(q_s, qg + r0 * q_ss + cc * 8, q_ss, r0, cc, q_rows, q);
         tg_cp_async_commit();
         auto load_kv = [&](int j) {
+            int kr = r0, kc = cc;
+            if constexpr (LEAN) {  // from an opaque read of %tid.x: nothing kept live for them
+                unsigned tid_x;
+                asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid_x));
+                kr = (int)tid_x / CPR;
+                kc = (int)tid_x % CPR;
+            }
             const unsigned st = kv_s + (unsigned)((j % STAGES) * STAGE_BYTES);
             const int n0 = j * BN;
             const T* ks = kg + n0 * k_ss + kv_chunk_k;
             const T* vs = vg + n0 * v_ss + kv_chunk_v;
             if (n0 + BN <= skv) {
-                tg_copy_tile<BN, false>(st, ks, k_ss, r0, cc, BN, k);
-                tg_copy_tile<BN, false>(st + KV_BYTES, vs, v_ss, r0, cc, BN, v);
+                tg_copy_tile<BN, false>(st, ks, k_ss, kr, kc, BN, k);
+                tg_copy_tile<BN, false>(st + KV_BYTES, vs, v_ss, kr, kc, BN, v);
             } else {
-                tg_copy_tile<BN, true>(st, ks, k_ss, r0, cc, skv - n0, k);
-                tg_copy_tile<BN, true>(st + KV_BYTES, vs, v_ss, r0, cc, skv - n0, v);
+                tg_copy_tile<BN, true>(st, ks, k_ss, kr, kc, skv - n0, k);
+                tg_copy_tile<BN, true>(st + KV_BYTES, vs, v_ss, kr, kc, skv - n0, v);
             }
         };
 #pragma unroll
@@ -817,7 +838,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
                             s[mi][n][2 * hh + e] = p;
                             sum += p;
                         }
-                    row_sum[mi][hh] = row_sum[mi][hh] * alpha + sum;
+                    row_sum(mi, hh) = row_sum(mi, hh) * alpha + sum;
 #pragma unroll
                     for (int n = 0; n < ND; ++n) {
                         acc[mi][n][2 * hh] *= alpha;
@@ -865,7 +886,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            float l = row_sum[mi][hh];
+            float l = row_sum(mi, hh);
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use tilegen::Error;
 
-use super::gpu::{LibraryArgs, Select, WaitLimit};
+use super::gpu::{LibraryArgs, Select, Timing, WaitLimit};
 use super::report::Reporter;
 
 #[derive(clap::Args)]
@@ -15,6 +15,8 @@ pub struct BenchArgs {
     library: LibraryArgs,
     #[command(flatten)]
     wait_limit: WaitLimit,
+    #[command(flatten)]
+    timing: Timing,
     /// Write the results as JSON here.
     #[arg(long)]
     json_out: Option<PathBuf>,
@@ -34,12 +36,16 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let BenchArgs {
         library: LibraryArgs { lib, filter, op },
         wait_limit,
+        timing,
         json_out,
         dispatch,
         shapes,
     } = args;
     if dispatch {
-        return super::tune::run(super::tune::TuneArgs::report(lib, filter, wait_limit), rep);
+        return super::tune::run(
+            super::tune::TuneArgs::report(lib, filter, wait_limit, timing),
+            rep,
+        );
     }
     let shapes = match &shapes {
         Some(path) => Some(tilegen::__internal::gpu::tune::read_shapes(path)?),
@@ -47,10 +53,15 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     };
     let select = Select::new(filter, op)?;
     let mut gpu = super::gpu::open(&lib, wait_limit, *rep)?;
+    timing.apply(&mut gpu);
     let ceiling = bench::copy_ceiling(&gpu, 1 << 30)?;
     rep.text(|| {
+        let settled = match timing.settle_ms {
+            0 => String::new(),
+            ms => format!("; each turn timed after {ms} ms of its launches"),
+        };
         format!(
-            "bench {} on {} (sm_{}, {} SMs); device copy: {ceiling:.0} GB/s\n{:<44} {:<18} {:>10} {:>10} {:>8}",
+            "bench {} on {} (sm_{}, {} SMs); device copy: {ceiling:.0} GB/s{settled}\n{:<44} {:<18} {:>10} {:>10} {:>8}",
             lib.display(),
             gpu.name,
             gpu.sm,
@@ -128,6 +139,7 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     if let Some(path) = json_out {
         let doc = serde_json::json!({
             "gpu": gpu.name, "sm": gpu.sm, "sm_count": gpu.sm_count, "copy_gb_per_s": ceiling,
+            "settle_ms": timing.settle_ms,
             "tilegen_version": tilegen::VERSION, "results": results,
         });
         let mut doc = doc;

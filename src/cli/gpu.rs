@@ -57,6 +57,23 @@ pub struct WaitLimit {
     pub seconds: f64,
 }
 
+/// How `bench` and `tune` time: from a brief warm-up, or after the clock has settled.
+#[derive(clap::Args, Clone, Copy)]
+pub struct Timing {
+    /// Before timing each turn, run its launches for this many milliseconds, so that the GPU's
+    /// clock settles where it stays under sustained load (a power-limited chip such as the
+    /// H200 boosts through short bursts and slows under long ones, and instances can rank
+    /// differently in the two regimes); 0 times right after a brief warm-up.
+    #[arg(long = "settle-ms", value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub settle_ms: u64,
+}
+
+impl Timing {
+    pub fn apply(self, gpu: &mut tilegen::__internal::gpu::Gpu) {
+        gpu.settle = std::time::Duration::from_millis(self.settle_ms);
+    }
+}
+
 fn seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.0..=1e6).contains(&v) => Ok(v),

@@ -48,6 +48,8 @@ pub struct TuneArgs {
     seed: Option<u64>,
     #[command(flatten)]
     wait_limit: super::gpu::WaitLimit,
+    #[command(flatten)]
+    timing: super::gpu::Timing,
 }
 
 /// Writes this run's table so far, laid over `earlier` when given, in place of the file at
@@ -80,6 +82,7 @@ impl TuneArgs {
         lib: PathBuf,
         filter: Option<String>,
         wait_limit: super::gpu::WaitLimit,
+        timing: super::gpu::Timing,
     ) -> TuneArgs {
         TuneArgs {
             lib,
@@ -92,6 +95,7 @@ impl TuneArgs {
             max_verify_elements: MAX_VERIFY_ELEMENTS,
             seed: None,
             wait_limit,
+            timing,
         }
     }
 }
@@ -104,6 +108,7 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     };
     let started = std::time::Instant::now();
     let mut gpu = super::gpu::open(&args.lib, args.wait_limit, *rep)?;
+    args.timing.apply(&mut gpu);
     if let Some(dir) = &args.tuning {
         let (tables, _) = tilegen::__internal::tuning::load_dir(dir)?;
         let (tables, dropped) = tilegen::__internal::tuning::attach(tables, &gpu.manifest);

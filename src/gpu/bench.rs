@@ -73,7 +73,8 @@ pub fn time_ms(gpu: &Gpu, body: impl FnMut(usize) -> Result<()>) -> Result<(f64,
 
 /// Times several launches turn about (run i of each, then run i + 1 of each, ...), so that
 /// clock and temperature drift during the measurement reach all of them alike and their
-/// ratios stay fair: median and minimum milliseconds of each over RUNS after WARMUP.
+/// ratios stay fair: median and minimum milliseconds of each over RUNS after WARMUP, and after
+/// [`Gpu::settle`] of further turns where that is set.
 ///
 /// Each call of a body gets the launch's number counted over all bodies (0, 1, 2, ... in the
 /// order they run). A body that reads input set `number % sets` thus never reads the set the
@@ -84,9 +85,30 @@ pub fn time_interleaved(
     bodies: &mut [&mut dyn FnMut(usize) -> Result<()>],
 ) -> Result<Vec<(f64, f64)>> {
     let turn = bodies.len();
-    for i in 0..WARMUP {
-        for (k, body) in bodies.iter_mut().enumerate() {
-            body(launch_number(i, turn, k))?;
+    // Turns run so far: every launch gets its number from it.
+    let mut run = 0;
+    for _ in 0..WARMUP {
+        untimed_turn(bodies, run)?;
+        run += 1;
+    }
+    gpu.sync()?;
+    // Settling: the same turns for `gpu.settle`. The host waits for the turn before the one
+    // it has just queued, so the GPU always has work and the queue never runs far past the
+    // time asked for.
+    let settle_start = std::time::Instant::now();
+    let mut queued = std::collections::VecDeque::new();
+    while settle_start.elapsed() < gpu.settle {
+        untimed_turn(bodies, run)?;
+        run += 1;
+        queued.push_back(
+            gpu.stream
+                .record_event(None)
+                .map_err(|e| gpu_err("event", e))?,
+        );
+        if queued.len() > 2 {
+            let done = queued.pop_front().expect("three queued");
+            gpu.wait(|| done.synchronize())
+                .map_err(|e| gpu_err("kernel failed", e))?;
         }
     }
     gpu.sync()?;
@@ -94,19 +116,20 @@ pub fn time_interleaved(
     // so each measured span holds its launch alone, not the host's launch latency too.
     let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     let mut spans = Vec::with_capacity(RUNS * bodies.len());
-    for i in 0..RUNS {
+    for _ in 0..RUNS {
         for (k, body) in bodies.iter_mut().enumerate() {
             let start = gpu
                 .stream
                 .record_event(flags)
                 .map_err(|e| gpu_err("event", e))?;
-            body(launch_number(WARMUP + i, turn, k))?;
+            body(launch_number(run, turn, k))?;
             let end = gpu
                 .stream
                 .record_event(flags)
                 .map_err(|e| gpu_err("event", e))?;
             spans.push((k, start, end));
         }
+        run += 1;
     }
     gpu.sync()?;
     let mut times = vec![Vec::with_capacity(RUNS); bodies.len()];
@@ -124,6 +147,15 @@ pub fn time_interleaved(
             (t[t.len() / 2], t[0])
         })
         .collect())
+}
+
+/// One launch of each body, the `run`-th turn, untimed.
+fn untimed_turn(bodies: &mut [&mut dyn FnMut(usize) -> Result<()>], run: usize) -> Result<()> {
+    let turn = bodies.len();
+    for (k, body) in bodies.iter_mut().enumerate() {
+        body(launch_number(run, turn, k))?;
+    }
+    Ok(())
 }
 
 /// The number `time_interleaved` gives body `k` of `turn` bodies on its `run`-th turn: launches

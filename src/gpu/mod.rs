@@ -44,6 +44,10 @@ pub struct Gpu {
     watchdog: Option<watchdog::Watchdog>,
     /// What the GPU is running, for the watchdog's message ([`Gpu::doing`]).
     activity: std::sync::Mutex<String>,
+    /// How long timing runs a turn's launches before it measures them, so that the clock
+    /// reaches what the chip holds under sustained load (zero: from a brief warm-up, where a
+    /// power-limited GPU still runs at its boost clock).
+    pub settle: std::time::Duration,
 }
 
 pub fn gpu_err(what: &str, e: impl std::fmt::Debug) -> Error {
@@ -110,6 +114,7 @@ impl Gpu {
             map_rules: HashMap::new(),
             watchdog: None,
             activity: std::sync::Mutex::new(String::new()),
+            settle: std::time::Duration::ZERO,
         })
     }
 

@@ -491,6 +491,9 @@ pub fn check(
 pub struct AttnOption {
     pub causal: bool,
     pub tile_q: u32,
+    /// Keys per K/V tile: between instances of one query tile the larger wins (fewer barriers
+    /// and softmax rescales per key; on the H200, 128×64 beats 128×32 at head_dim 128).
+    pub tile_kv: u32,
     /// Whether it runs on the device ([`crate::loader::KernelInfo::runs_on`]).
     pub runs: bool,
     /// A Hopper (wgmma) instance: where it runs it is preferred to the portable ones. It takes
@@ -501,7 +504,8 @@ pub struct AttnOption {
 /// The instance a call runs: one with the call's mask that runs on the device (and, for a
 /// Hopper instance, `seq_kv` ≥ 1); among those a Hopper instance first, then the largest query
 /// tile that `seq_q` fills at least once, else the smallest tile (least wasted work on short
-/// sequences). `options` are in the family's table order.
+/// sequences); between equal query tiles the larger key tile, then the first in `options` (the
+/// family's table order).
 pub fn pick(
     causal: bool,
     seq_q: usize,
@@ -513,13 +517,13 @@ pub fn pick(
         .iter()
         .enumerate()
         .filter(|(_, o)| fit(o) && seq_q as u64 >= o.tile_q as u64)
-        .max_by_key(|(i, o)| (o.hopper, o.tile_q, usize::MAX - i));
+        .max_by_key(|(i, o)| (o.hopper, o.tile_q, o.tile_kv, usize::MAX - i));
     let smallest = || {
         options
             .iter()
             .enumerate()
             .filter(|(_, o)| fit(o))
-            .min_by_key(|(i, o)| (o.tile_q, *i))
+            .min_by_key(|(i, o)| (o.tile_q, std::cmp::Reverse(o.tile_kv), *i))
     };
     filled
         .or_else(smallest)
@@ -779,6 +783,7 @@ mod tests {
         let o = |causal, tile_q| AttnOption {
             causal,
             tile_q,
+            tile_kv: 64,
             runs: true,
             hopper: false,
         };
@@ -791,10 +796,29 @@ mod tests {
     }
 
     #[test]
+    fn pick_takes_the_larger_key_tile_between_equal_query_tiles() {
+        let o = |tile_kv, runs| AttnOption {
+            causal: false,
+            tile_q: 128,
+            tile_kv,
+            runs,
+            hopper: false,
+        };
+        // The default library at head_dim 128: 128x32 for every arch, 128x64 for sm_90 only.
+        let on_h200 = [o(32, true), o(64, true)];
+        assert_eq!(pick(false, 4096, 4096, &on_h200), Ok(1));
+        assert_eq!(pick(false, 10, 10, &on_h200), Ok(1));
+        let on_a100 = [o(32, true), o(64, false)];
+        assert_eq!(pick(false, 4096, 4096, &on_a100), Ok(0));
+        assert_eq!(pick(false, 10, 10, &on_a100), Ok(0));
+    }
+
+    #[test]
     fn pick_prefers_hopper_instances_where_they_run() {
         let o = |tile_q, runs, hopper| AttnOption {
             causal: false,
             tile_q,
+            tile_kv: 128,
             runs,
             hopper,
         };

@@ -146,9 +146,11 @@ pub fn plan_fns(m: &Manifest, g: &Group) -> Result<TokenStream> {
         let tq = Literal::u32_unsuffixed(inst.launch.grid.query_tile().unwrap_or(1));
         let hopper = ops::attention::wgmma(&inst.params);
         let maps = !inst.tensor_maps.is_empty();
+        let tkv = Literal::u32_unsuffixed(ops::attention::Plan::new(&inst.params).tile_kv);
         options.push(quote!(::tilegen_runtime::attention::AttnOption {
             causal: #causal,
             tile_q: #tq,
+            tile_kv: #tkv,
             runs: super::KERNELS[#index].runs_on(device, #maps),
             hopper: #hopper,
         }));
