@@ -56,16 +56,13 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     timing.apply(&mut gpu);
     let ceiling = bench::copy_ceiling(&gpu, 1 << 30)?;
     rep.text(|| {
-        let settled = match timing.settle_ms {
-            0 => String::new(),
-            ms => format!("; each turn timed after {ms} ms of its launches"),
-        };
         format!(
-            "bench {} on {} (sm_{}, {} SMs); device copy: {ceiling:.0} GB/s{settled}\n{:<44} {:<18} {:>10} {:>10} {:>8}",
+            "bench {} on {} (sm_{}, {} SMs); device copy: {ceiling:.0} GB/s{}\n{:<44} {:<18} {:>10} {:>10} {:>8}",
             lib.display(),
             gpu.name,
             gpu.sm,
             gpu.sm_count,
+            timing.describe(),
             "instance",
             "shape",
             "ms",

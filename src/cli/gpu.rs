@@ -72,6 +72,14 @@ impl Timing {
     pub fn apply(self, gpu: &mut tilegen::__internal::gpu::Gpu) {
         gpu.settle = std::time::Duration::from_millis(self.settle_ms);
     }
+
+    /// For a command's header: how the turns were timed, where it is not the default.
+    pub fn describe(self) -> String {
+        match self.settle_ms {
+            0 => String::new(),
+            ms => format!("; each turn timed after {ms} ms of its launches"),
+        }
+    }
 }
 
 fn seconds(s: &str) -> Result<f64, String> {

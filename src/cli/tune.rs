@@ -146,12 +146,13 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let ceiling = tilegen::__internal::gpu::bench::copy_ceiling(&gpu, 1 << 30)?;
     rep.text(|| {
         format!(
-            "tune {} on {} (sm_{}, {} SMs), {} methods, seed {seed}; device copy {ceiling:.0} GB/s\n{:<34} {:<16} {:<44} {:>9} {:>7} {:>7} {:>7} {:>7}",
+            "tune {} on {} (sm_{}, {} SMs), {} methods, seed {seed}; device copy {ceiling:.0} GB/s{}\n{:<34} {:<16} {:<44} {:>9} {:>7} {:>7} {:>7} {:>7}",
             args.lib.display(),
             gpu.name,
             gpu.sm,
             gpu.sm_count,
             methods.len(),
+            args.timing.describe(),
             "method",
             "shape",
             "fastest",
