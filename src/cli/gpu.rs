@@ -60,10 +60,11 @@ pub struct WaitLimit {
 /// How `bench` and `tune` time: from a brief warm-up, or after the clock has settled.
 #[derive(clap::Args, Clone, Copy)]
 pub struct Timing {
-    /// Before timing each turn, run its launches for this many milliseconds, so that the GPU's
-    /// clock settles where it stays under sustained load (a power-limited chip such as the
-    /// H200 boosts through short bursts and slows under long ones, and instances can rank
-    /// differently in the two regimes); 0 times right after a brief warm-up.
+    /// Before each timed comparison (an instance beside its peers, or a method's instances),
+    /// run the same launches for this many milliseconds, so that the GPU's clock settles where
+    /// it stays under sustained load (a power-limited chip such as the H200 boosts through
+    /// short bursts and slows under long ones, and instances can rank differently in the two
+    /// regimes); 0 times right after a brief warm-up.
     #[arg(long = "settle-ms", value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub settle_ms: u64,
 }
@@ -77,7 +78,7 @@ impl Timing {
     pub fn describe(self) -> String {
         match self.settle_ms {
             0 => String::new(),
-            ms => format!("; each turn timed after {ms} ms of its launches"),
+            ms => format!("; each comparison timed after {ms} ms of its launches"),
         }
     }
 }

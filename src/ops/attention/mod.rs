@@ -282,10 +282,10 @@ impl Plan {
         let q = if s == 1 { self.head_dim / 4 } else { 0 };
         s * self.head_dim / 2 + s * self.tile_kv / 2 + q
     }
-    /// The one portable tile over [`MAX_FRAGMENT_REGS`] that builds without spills, with its
-    /// row sums in shared memory: head_dim 128, 128×64, 128 threads, 2 stages, on sm_90 (on
-    /// sm_80 ptxas spills 4 bytes; other stages and thread counts spill too; measured
-    /// 2026-12-03, `bench/flash-attn/NOTES.md`).
+    /// The portable tile over [`MAX_FRAGMENT_REGS`] that is known to build without spills, with
+    /// its row sums in shared memory: head_dim 128, 128×64, 128 threads, 2 stages, on sm_90 (on
+    /// sm_80 ptxas spills 4 bytes; with 3 stages, or 64 threads, it spills on sm_90 too;
+    /// measured 2026-12-03, `bench/flash-attn/NOTES.md`).
     fn lean_measured(&self) -> bool {
         !self.wgmma
             && self.head_dim == 128
@@ -480,7 +480,8 @@ pub fn arch_problem(inst: &Instance, arch: Arch) -> Option<String> {
     let plan = Plan::new(&inst.params);
     (plan.fragment_regs() > MAX_FRAGMENT_REGS && arch.sm() < 90).then(|| {
         format!(
-            "tile {}x{} with head_dim {} builds without spills on sm_90 only (on {arch} ptxas spills):              give `archs: [sm_90]`, or tile_kv 32 for {arch}",
+            "tile {}x{} with head_dim {} builds without spills on sm_90 only (on {arch} ptxas spills): \
+             give `archs: [sm_90]`, or tile_kv 32 for {arch}",
             plan.tile_q, plan.tile_kv, plan.head_dim
         )
     })
