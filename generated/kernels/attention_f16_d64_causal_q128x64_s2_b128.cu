@@ -698,7 +698,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, TG_MIN_BLOCKS) TG_KERNEL(T
     // leave ptxas too few for the rest at 255 (it spilled): there the row sums live in shared
     // memory (this thread's own slots, read and written once per K/V tile, off the softmax's
     // critical path) and the copy coordinates are recomputed at each K/V load instead of kept
-    // live across the loop. (A local constant: NVRTC emits namespace-scope ones into the PTX.)
+    // live across the loop. (A local constant: NVRTC emits namespace-scope ones into the PTX.
+    // 160 is MAX_FRAGMENT_REGS of src/ops/attention, whose check admits one such tile.)
     constexpr bool LEAN = MI * (ND + NS) * 4 > 160;
     float row_max[MI][2], row_sum_r[MI][2];
     // This thread's running sum of row hh of slice mi.

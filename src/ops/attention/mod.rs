@@ -787,6 +787,19 @@ mod tests {
             let on_80 = arch_problem(&inst, Arch::Sm80).expect("refused on sm_80");
             assert!(on_80.contains("archs: [sm_90]"), "{on_80}");
         }
+        // The template's LEAN switch (`MI * (ND + NS) * 4 > 160`) is this limit: on for the
+        // lean tile, off for the default library's other portable tiles.
+        assert!(
+            Plan::new(&params(128, false, 128, 64, 128, 2)).fragment_regs() > MAX_FRAGMENT_REGS
+        );
+        for (d, c, tq, tkv) in [
+            (128, false, 128, 32),
+            (128, true, 64, 64),
+            (64, false, 128, 64),
+        ] {
+            let regs = Plan::new(&params(d, c, tq, tkv, 128, 2)).fragment_regs();
+            assert!(regs <= MAX_FRAGMENT_REGS, "{d} {tq}x{tkv}: {regs}");
+        }
         // Tiles under the limit build for every arch.
         let inst = Instance::for_test(
             Op::Attention,
