@@ -75,10 +75,6 @@ pub struct TuningEntry {
     /// What the fixed rules pick at this shape, and its time: the gain of tuning.
     pub rule: String,
     pub rule_us: f64,
-    /// Measured after this many milliseconds of load (`tune --settle-ms`), in the clock a
-    /// sustained workload runs at; absent: right after a brief warm-up.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub settle_ms: Option<u64>,
 }
 
 /// The size arguments that key a method's entries, by family; None for families that
@@ -497,7 +493,6 @@ mod tests {
             runner_up_us: None,
             rule: instance.into(),
             rule_us: us,
-            settle_ms: None,
         }
     }
 

@@ -61,7 +61,6 @@ fn entry(m: &Manifest, instance: &str, shape: &[u64]) -> TuningEntry {
         runner_up_us: None,
         rule: instance.into(),
         rule_us: 70.0,
-        settle_ms: None,
     }
 }
 

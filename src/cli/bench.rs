@@ -42,10 +42,16 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
         shapes,
     } = args;
     if dispatch {
-        return super::tune::run(
-            super::tune::TuneArgs::report(lib, filter, wait_limit, timing),
-            rep,
-        );
+        if timing.settle_ms > 0 {
+            // Tune's comparisons hold a method's every instance, whose slower members lower
+            // the power draw: settling them would not reach the sustained clock.
+            return Err(Error::Usage(
+                "--settle-ms times bench's own comparisons (an instance beside its peers), not \
+                 --dispatch's, whose turns hold every instance of a method"
+                    .into(),
+            ));
+        }
+        return super::tune::run(super::tune::TuneArgs::report(lib, filter, wait_limit), rep);
     }
     let shapes = match &shapes {
         Some(path) => Some(tilegen::__internal::gpu::tune::read_shapes(path)?),

@@ -57,14 +57,14 @@ pub struct WaitLimit {
     pub seconds: f64,
 }
 
-/// How `bench` and `tune` time: from a brief warm-up, or after the clock has settled.
+/// How `bench` times: from a brief warm-up, or after the clock has settled.
 #[derive(clap::Args, Clone, Copy)]
 pub struct Timing {
-    /// Before each timed comparison (an instance beside its peers, or a method's instances),
-    /// run the same launches for this many milliseconds, so that the GPU's clock settles where
-    /// it stays under sustained load (a power-limited chip such as the H200 boosts through
-    /// short bursts and slows under long ones, and instances can rank differently in the two
-    /// regimes); 0 times right after a brief warm-up.
+    /// Before each timed comparison (an instance beside its peers), run the same launches for
+    /// this many milliseconds, so that the GPU's clock settles where it stays under sustained
+    /// load (a power-limited chip such as the H200 boosts through short bursts and slows under
+    /// long ones, and instances can rank differently in the two regimes); 0 times right after
+    /// a brief warm-up.
     #[arg(long = "settle-ms", value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub settle_ms: u64,
 }

@@ -48,8 +48,6 @@ pub struct TuneArgs {
     seed: Option<u64>,
     #[command(flatten)]
     wait_limit: super::gpu::WaitLimit,
-    #[command(flatten)]
-    timing: super::gpu::Timing,
 }
 
 /// Writes this run's table so far, laid over `earlier` when given, in place of the file at
@@ -82,7 +80,6 @@ impl TuneArgs {
         lib: PathBuf,
         filter: Option<String>,
         wait_limit: super::gpu::WaitLimit,
-        timing: super::gpu::Timing,
     ) -> TuneArgs {
         TuneArgs {
             lib,
@@ -95,7 +92,6 @@ impl TuneArgs {
             max_verify_elements: MAX_VERIFY_ELEMENTS,
             seed: None,
             wait_limit,
-            timing,
         }
     }
 }
@@ -108,7 +104,6 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     };
     let started = std::time::Instant::now();
     let mut gpu = super::gpu::open(&args.lib, args.wait_limit, *rep)?;
-    args.timing.apply(&mut gpu);
     if let Some(dir) = &args.tuning {
         let (tables, _) = tilegen::__internal::tuning::load_dir(dir)?;
         let (tables, dropped) = tilegen::__internal::tuning::attach(tables, &gpu.manifest);
@@ -146,13 +141,12 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let ceiling = tilegen::__internal::gpu::bench::copy_ceiling(&gpu, 1 << 30)?;
     rep.text(|| {
         format!(
-            "tune {} on {} (sm_{}, {} SMs), {} methods, seed {seed}; device copy {ceiling:.0} GB/s{}\n{:<34} {:<16} {:<44} {:>9} {:>7} {:>7} {:>7} {:>7}",
+            "tune {} on {} (sm_{}, {} SMs), {} methods, seed {seed}; device copy {ceiling:.0} GB/s\n{:<34} {:<16} {:<44} {:>9} {:>7} {:>7} {:>7} {:>7}",
             args.lib.display(),
             gpu.name,
             gpu.sm,
             gpu.sm_count,
             methods.len(),
-            args.timing.describe(),
             "method",
             "shape",
             "fastest",

@@ -377,7 +377,6 @@ pub fn table(gpu: &Gpu, measured: &[Measured]) -> TuningTable {
                 runner_up_us: runner.map(|r| round2(r.1)),
                 rule: rule.to_string(),
                 rule_us: round2(rule_us),
-                settle_ms: (!gpu.settle.is_zero()).then_some(gpu.settle.as_millis() as u64),
             })
         })
         .collect();
