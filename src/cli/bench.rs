@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use tilegen::Error;
 
-use super::gpu::{LibraryArgs, Select, Timing, WaitLimit};
+use super::gpu::{LibraryArgs, Select, WaitLimit};
 use super::report::Reporter;
 
 #[derive(clap::Args)]
@@ -15,8 +15,14 @@ pub struct BenchArgs {
     library: LibraryArgs,
     #[command(flatten)]
     wait_limit: WaitLimit,
-    #[command(flatten)]
-    timing: Timing,
+    /// Before each timed comparison (an instance beside its peers), run the same launches for
+    /// this many milliseconds, so that the GPU's clock settles where it stays under sustained
+    /// load (a power-limited chip such as the H200 boosts through short bursts and slows under
+    /// long ones, and instances can rank differently in the two regimes); 0 times right after
+    /// a brief warm-up. Not with `--dispatch`, whose turns hold every instance of a method.
+    #[arg(long = "settle-ms", value_name = "MS", default_value_t = 0, conflicts_with = "dispatch",
+          value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    settle_ms: u64,
     /// Write the results as JSON here.
     #[arg(long)]
     json_out: Option<PathBuf>,
@@ -36,21 +42,12 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let BenchArgs {
         library: LibraryArgs { lib, filter, op },
         wait_limit,
-        timing,
+        settle_ms,
         json_out,
         dispatch,
         shapes,
     } = args;
     if dispatch {
-        if timing.settle_ms > 0 {
-            // Tune's comparisons hold a method's every instance, whose slower members lower
-            // the power draw: settling them would not reach the sustained clock.
-            return Err(Error::Usage(
-                "--settle-ms times bench's own comparisons (an instance beside its peers), not \
-                 --dispatch's, whose turns hold every instance of a method"
-                    .into(),
-            ));
-        }
         return super::tune::run(super::tune::TuneArgs::report(lib, filter, wait_limit), rep);
     }
     let shapes = match &shapes {
@@ -59,7 +56,11 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     };
     let select = Select::new(filter, op)?;
     let mut gpu = super::gpu::open(&lib, wait_limit, *rep)?;
-    timing.apply(&mut gpu);
+    gpu.settle = std::time::Duration::from_millis(settle_ms);
+    let settled = match settle_ms {
+        0 => String::new(),
+        ms => format!("; each comparison timed after {ms} ms of its launches"),
+    };
     let ceiling = bench::copy_ceiling(&gpu, 1 << 30)?;
     rep.text(|| {
         format!(
@@ -68,7 +69,7 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
             gpu.name,
             gpu.sm,
             gpu.sm_count,
-            timing.describe(),
+            settled,
             "instance",
             "shape",
             "ms",
@@ -142,7 +143,7 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     if let Some(path) = json_out {
         let doc = serde_json::json!({
             "gpu": gpu.name, "sm": gpu.sm, "sm_count": gpu.sm_count, "copy_gb_per_s": ceiling,
-            "settle_ms": timing.settle_ms,
+            "settle_ms": settle_ms,
             "tilegen_version": tilegen::VERSION, "results": results,
         });
         let mut doc = doc;

@@ -57,32 +57,6 @@ pub struct WaitLimit {
     pub seconds: f64,
 }
 
-/// How `bench` times: from a brief warm-up, or after the clock has settled.
-#[derive(clap::Args, Clone, Copy)]
-pub struct Timing {
-    /// Before each timed comparison (an instance beside its peers), run the same launches for
-    /// this many milliseconds, so that the GPU's clock settles where it stays under sustained
-    /// load (a power-limited chip such as the H200 boosts through short bursts and slows under
-    /// long ones, and instances can rank differently in the two regimes); 0 times right after
-    /// a brief warm-up.
-    #[arg(long = "settle-ms", value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600_000))]
-    pub settle_ms: u64,
-}
-
-impl Timing {
-    pub fn apply(self, gpu: &mut tilegen::__internal::gpu::Gpu) {
-        gpu.settle = std::time::Duration::from_millis(self.settle_ms);
-    }
-
-    /// For a command's header: how the turns were timed, where it is not the default.
-    pub fn describe(self) -> String {
-        match self.settle_ms {
-            0 => String::new(),
-            ms => format!("; each comparison timed after {ms} ms of its launches"),
-        }
-    }
-}
-
 fn seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.0..=1e6).contains(&v) => Ok(v),
