@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 16ccd5b8e953edf2
+// content sha256 4a0e6ec324ea38af
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -8450,7 +8450,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -8492,7 +8492,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -8539,7 +8539,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -8581,7 +8581,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -8628,7 +8628,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -8670,7 +8670,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -8717,7 +8717,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -8759,7 +8759,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -8806,7 +8806,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -8848,7 +8848,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -8895,7 +8895,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -8937,7 +8937,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -8984,7 +8984,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -9026,7 +9026,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -9073,7 +9073,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -9115,7 +9115,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -9162,7 +9162,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -9204,7 +9204,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -9251,7 +9251,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -9293,7 +9293,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -9340,7 +9340,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -9382,7 +9382,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -9429,7 +9429,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -9471,7 +9471,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128, 1, 1],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::None,
                 oob_fill: tensor_map::OobFill::Zero,
             },
         ],
@@ -12633,7 +12633,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -12662,7 +12662,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -12725,7 +12725,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -12754,7 +12754,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -12817,7 +12817,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -12846,7 +12846,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -12909,7 +12909,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -12938,7 +12938,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13001,7 +13001,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13030,7 +13030,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13093,7 +13093,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13122,7 +13122,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13185,7 +13185,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13214,7 +13214,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13277,7 +13277,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13306,7 +13306,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13369,7 +13369,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13398,7 +13398,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13461,7 +13461,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13490,7 +13490,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13553,7 +13553,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13582,7 +13582,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13645,7 +13645,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13674,7 +13674,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18245,7 +18245,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18274,7 +18274,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18337,7 +18337,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18366,7 +18366,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18429,7 +18429,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18458,7 +18458,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18521,7 +18521,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18550,7 +18550,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18613,7 +18613,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18642,7 +18642,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18705,7 +18705,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18734,7 +18734,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 128],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18797,7 +18797,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18826,7 +18826,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18889,7 +18889,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18918,7 +18918,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -18981,7 +18981,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19010,7 +19010,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19073,7 +19073,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19102,7 +19102,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19165,7 +19165,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19194,7 +19194,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19257,7 +19257,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 16],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19286,7 +19286,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {

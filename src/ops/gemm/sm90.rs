@@ -9,7 +9,7 @@
 //! Same op, arguments and epilogue chain as the mma.sync path (`gemm.rs`); the kernel also
 //! takes the tensor maps listed here, which the host encodes per call.
 
-use crate::launch::{GridRule, Launch, Swizzle, TensorMap, MAX_CLUSTER};
+use crate::launch::{GridRule, L2Promotion, Launch, Swizzle, TensorMap, MAX_CLUSTER};
 use crate::ops::Field;
 use crate::spec::model::{Arch, DType, Epilogue, Instance, Layout, Params};
 
@@ -522,10 +522,16 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
         } else {
             n_major_b
         };
-        (
-            map("a_map", "a", t, ["k", "m"], "lda", [TILE_K, plan.tile_n]),
-            b,
-        )
+        // Swap-AB (decode) tiles stream their weights from DRAM in boxes of 128-byte rows:
+        // promoting each L2 miss to 256 bytes measured 0-4 % slower than 128 on the H200 and
+        // faster nowhere; the other tiles read alike with either (bench/hopper-gemm/NOTES.md,
+        // 2026-12-03) and keep 256.
+        let promote = |m: TensorMap| TensorMap {
+            l2_promotion: L2Promotion::B128,
+            ..m
+        };
+        let a = map("a_map", "a", t, ["k", "m"], "lda", [TILE_K, plan.tile_n]);
+        (promote(a), promote(b))
     } else {
         let a = if plan.a_k_major {
             map(
@@ -1127,6 +1133,11 @@ mod tests {
                 ("d_map".into(), "n,m".into(), vec![64, 16]),
             ]
         );
+        let promotion: Vec<_> = tensor_maps(&i).iter().map(|m| m.l2_promotion).collect();
+        assert_eq!(
+            promotion,
+            [L2Promotion::B128, L2Promotion::B128, L2Promotion::B256]
+        );
         // The kernel hands wgmma B's map and N first.
         let args = template_values(&i)
             .into_iter()
@@ -1233,6 +1244,7 @@ mod tests {
                 assert_eq!(m.box_dims[0] * m.dtype.size(), 128, "{}", m.name);
                 assert!(m.box_dims.iter().all(|&b| b <= 256));
                 assert_eq!(m.swizzle, Swizzle::B128);
+                assert_eq!(m.l2_promotion, L2Promotion::B256, "{}", m.name);
             }
         }
         // A bf16 output box is 64 columns.
