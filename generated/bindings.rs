@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 4a0e6ec324ea38af
+// content sha256 b5664fffa4fb9af2
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -13737,7 +13737,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13766,7 +13766,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13829,7 +13829,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13858,7 +13858,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13921,7 +13921,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -13950,7 +13950,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14013,7 +14013,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14042,7 +14042,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14105,7 +14105,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14134,7 +14134,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14197,7 +14197,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14226,7 +14226,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14289,7 +14289,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14318,7 +14318,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14381,7 +14381,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14410,7 +14410,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14473,7 +14473,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14502,7 +14502,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14565,7 +14565,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14594,7 +14594,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14657,7 +14657,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14686,7 +14686,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14749,7 +14749,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14778,7 +14778,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14841,7 +14841,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14870,7 +14870,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14933,7 +14933,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -14962,7 +14962,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -15025,7 +15025,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -15054,7 +15054,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -15117,7 +15117,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -15146,7 +15146,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -15209,7 +15209,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -15238,7 +15238,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -15301,7 +15301,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -15330,7 +15330,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19349,7 +19349,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19378,7 +19378,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19441,7 +19441,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19470,7 +19470,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19533,7 +19533,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19562,7 +19562,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19625,7 +19625,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19654,7 +19654,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19717,7 +19717,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19746,7 +19746,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19809,7 +19809,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19838,7 +19838,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19901,7 +19901,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19930,7 +19930,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -19993,7 +19993,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20022,7 +20022,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20085,7 +20085,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20114,7 +20114,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20177,7 +20177,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20206,7 +20206,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20269,7 +20269,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20298,7 +20298,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20361,7 +20361,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20390,7 +20390,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20453,7 +20453,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20482,7 +20482,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20545,7 +20545,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20574,7 +20574,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20637,7 +20637,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20666,7 +20666,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20729,7 +20729,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20758,7 +20758,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20821,7 +20821,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20850,7 +20850,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20913,7 +20913,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {
@@ -20942,7 +20942,7 @@ pub static TENSOR_MAPS: &[tensor_map::KernelMaps] = &[
                 box_dims: &[64, 64],
                 swizzle: tensor_map::Swizzle::B128,
                 interleave: tensor_map::Interleave::None,
-                l2_promotion: tensor_map::L2Promotion::B256,
+                l2_promotion: tensor_map::L2Promotion::B128,
                 oob_fill: tensor_map::OobFill::Zero,
             },
             tensor_map::TensorMapRule {

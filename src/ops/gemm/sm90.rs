@@ -522,16 +522,8 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
         } else {
             n_major_b
         };
-        // Swap-AB (decode) tiles stream their weights from DRAM in boxes of 128-byte rows:
-        // promoting each L2 miss to 256 bytes measured 0-4 % slower than 128 on the H200 and
-        // faster nowhere; the other tiles read alike with either (bench/hopper-gemm/NOTES.md,
-        // 2026-12-03) and keep 256.
-        let promote = |m: TensorMap| TensorMap {
-            l2_promotion: L2Promotion::B128,
-            ..m
-        };
         let a = map("a_map", "a", t, ["k", "m"], "lda", [TILE_K, plan.tile_n]);
-        (promote(a), promote(b))
+        (a, b)
     } else {
         let a = if plan.a_k_major {
             map(
@@ -553,6 +545,20 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
                 n_major_b
             },
         )
+    };
+    // Skinny tiles (swap-AB, and one consumer's 64 rows) stream their weights from DRAM in
+    // boxes of 128-byte rows: promoting each L2 miss to 256 bytes measured up to 4 % slower
+    // than 128 on the H200 at decode and M = 64 shapes, and clearly faster nowhere; the
+    // two-consumer tiles read alike with either and keep 256 (bench/hopper-gemm/NOTES.md,
+    // 2026-12-03).
+    let (a, b) = if plan.swap || plan.consumers() == 1 {
+        let promote = |m: TensorMap| TensorMap {
+            l2_promotion: L2Promotion::B128,
+            ..m
+        };
+        (promote(a), promote(b))
+    } else {
+        (a, b)
     };
     let o = inst.out_dtype;
     let out_map = |name: &str, tensor: &str, ld: &str| {
@@ -1250,6 +1256,19 @@ mod tests {
         // A bf16 output box is 64 columns.
         let i = inst(DType::Bf16, DType::Bf16, 128, Layout::Nn);
         assert_eq!(tensor_maps(&i)[2].box_dims, vec![64, 64]);
+        // One consumer's 64 rows: the operands' L2 promotion is 128 bytes, D's stays 256.
+        let mut skinny = i.clone();
+        skinny.params.tile = Some([64, 192, TILE_K]);
+        skinny.params.stages = Some(6);
+        assert_eq!(crate::ops::check(&skinny), vec![]);
+        let promotion: Vec<_> = tensor_maps(&skinny)
+            .iter()
+            .map(|m| m.l2_promotion)
+            .collect();
+        assert_eq!(
+            promotion,
+            [L2Promotion::B128, L2Promotion::B128, L2Promotion::B256]
+        );
     }
 
     #[test]
