@@ -522,8 +522,10 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
         } else {
             n_major_b
         };
-        let a = map("a_map", "a", t, ["k", "m"], "lda", [TILE_K, plan.tile_n]);
-        (a, b)
+        (
+            map("a_map", "a", t, ["k", "m"], "lda", [TILE_K, plan.tile_n]),
+            b,
+        )
     } else {
         let a = if plan.a_k_major {
             map(
