@@ -233,6 +233,18 @@ impl Plan {
     fn consumers(&self) -> u32 {
         consumers(self.tile_m, self.pingpong)
     }
+    /// L2 promotion of the A and B maps. Skinny tiles (swap-AB, and one consumer's 64 rows)
+    /// stream their weights from DRAM in boxes of 128-byte rows: promoting each L2 miss to 256
+    /// bytes measured up to 4 % slower than 128 on the H200 at decode and M = 64 shapes, and
+    /// clearly faster nowhere; the two-consumer tiles read alike with either and keep 256
+    /// (bench/hopper-gemm/NOTES.md, 2026-12-03).
+    fn operand_l2_promotion(&self) -> L2Promotion {
+        if self.swap || self.consumers() == 1 {
+            L2Promotion::B128
+        } else {
+            L2Promotion::B256
+        }
+    }
     fn units(&self) -> u32 {
         consumer_slices(self.tile_m, self.pingpong)
     }
@@ -548,20 +560,11 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
             },
         )
     };
-    // Skinny tiles (swap-AB, and one consumer's 64 rows) stream their weights from DRAM in
-    // boxes of 128-byte rows: promoting each L2 miss to 256 bytes measured up to 4 % slower
-    // than 128 on the H200 at decode and M = 64 shapes, and clearly faster nowhere; the
-    // two-consumer tiles read alike with either and keep 256 (bench/hopper-gemm/NOTES.md,
-    // 2026-12-03).
-    let (a, b) = if plan.swap || plan.consumers() == 1 {
-        let promote = |m: TensorMap| TensorMap {
-            l2_promotion: L2Promotion::B128,
-            ..m
-        };
-        (promote(a), promote(b))
-    } else {
-        (a, b)
+    let operand = |m: TensorMap| TensorMap {
+        l2_promotion: plan.operand_l2_promotion(),
+        ..m
     };
+    let (a, b) = (operand(a), operand(b));
     let o = inst.out_dtype;
     let out_map = |name: &str, tensor: &str, ld: &str| {
         map(
