@@ -324,7 +324,11 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         kb_begin = min(nk, (int)rank * share);
         kb_end = min(nk, kb_begin + share);
     }
-
+{% if inflight_budget > 0 %}
+    // The ring positions in use: enough for the grid to keep {{ inflight_budget }} bytes of loads in
+    // flight, at least {{ min_depth }}. More than that over many blocks made the DRAM slower.
+    const int depth = min(STAGES, max({{ min_depth }}, (int)({{ inflight_budget }}u / (gridDim.x * STAGE_BYTES))));
+{% endif %}
     if (wg == 0) {
         // ---------------- producer: one thread issues every TMA load ----------------
         asm volatile("setmaxnreg.dec.sync.aligned.u32 {{ producer_regs }};");
@@ -376,7 +380,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), tn * BN + 64 * box, kb * BK);
                         }
                     }
-                    if (++s == STAGES) {
+                    if (++s == {% if inflight_budget > 0 %}depth{% else %}STAGES{% endif %}) {
                         s = 0;
                         phase ^= 1u;
                     }
@@ -513,7 +517,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         if (tid == 0) release(prev);
                     }
                     prev = s;
-                    if (++s == STAGES) {
+                    if (++s == {% if inflight_budget > 0 %}depth{% else %}STAGES{% endif %}) {
                         s = 0;
                         phase ^= 1u;
                     }
@@ -522,7 +526,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 for (int kb = kb_begin; kb < kb_end; ++kb) {
                     tg_mbar_wait(full(s), phase);
                     if (tid == 0) tg_mbar_arrive(empty(s));
-                    if (++s == STAGES) {
+                    if (++s == {% if inflight_budget > 0 %}depth{% else %}STAGES{% endif %}) {
                         s = 0;
                         phase ^= 1u;
                     }

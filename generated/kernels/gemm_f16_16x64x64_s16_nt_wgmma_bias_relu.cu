@@ -804,6 +804,10 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         kb_end = min(nk, kb_begin + share);
     }
 
+    // The ring positions in use: enough for the grid to keep 11534336 bytes of loads in
+    // flight, at least 6. More than that over many blocks made the DRAM slower.
+    const int depth = min(STAGES, max(6, (int)(11534336u / (gridDim.x * STAGE_BYTES))));
+
     if (wg == 0) {
         // ---------------- producer: one thread issues every TMA load ----------------
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
@@ -855,7 +859,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), tn * BN + 64 * box, kb * BK);
                         }
                     }
-                    if (++s == STAGES) {
+                    if (++s == depth) {
                         s = 0;
                         phase ^= 1u;
                     }
@@ -942,7 +946,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         if (tid == 0) release(prev);
                     }
                     prev = s;
-                    if (++s == STAGES) {
+                    if (++s == depth) {
                         s = 0;
                         phase ^= 1u;
                     }
@@ -951,7 +955,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 for (int kb = kb_begin; kb < kb_end; ++kb) {
                     tg_mbar_wait(full(s), phase);
                     if (tid == 0) tg_mbar_arrive(empty(s));
-                    if (++s == STAGES) {
+                    if (++s == depth) {
                         s = 0;
                         phase ^= 1u;
                     }

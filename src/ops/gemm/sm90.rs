@@ -27,6 +27,11 @@ pub const SWAP_TILE_MS: &[u32] = &[16, 32];
 pub const SWAP_TILE_NS: &[u32] = &[64, 128];
 /// k per stage: one 128-byte swizzle row of 16-bit elements.
 pub const TILE_K: u32 = 64;
+/// Swap-AB tiles: the TMA bytes in flight over the whole grid that the ring depth aims at
+/// (see `Plan::inflight_budget`), and the depth it never goes below (6 of 16×128's 18 KiB
+/// stages: 4 ran 10 % slower than 6-12 with 132 blocks at 16×22016×4096).
+const INFLIGHT_BUDGET_BYTES: u32 = 11 << 20;
+const MIN_RING_DEPTH: u32 = 6;
 /// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256.
 pub const TILE_NS: &[u32] = &[64, 128, 192, 256];
 const CONSUMER_ROWS: u32 = 64;
@@ -243,6 +248,19 @@ impl Plan {
             L2Promotion::B128
         } else {
             L2Promotion::B256
+        }
+    }
+    /// Bytes of TMA loads that the whole grid keeps in flight, for tiles that cap it (0: every
+    /// block fills its ring). Swap-AB tiles stream weights that nothing else reads from DRAM,
+    /// and past about this much in flight over the grid the H200's DRAM delivered less: 16×128
+    /// tiles at 16×11008×4096 (86 blocks) ran 25.7 µs with 7 of their 12 stages in use and 28.1
+    /// with all 12, while 43 blocks (N = 5504) ran fastest with all 12
+    /// (bench/hopper-gemm/NOTES.md, 2026-12-03). So the ring's depth in use follows the grid.
+    fn inflight_budget(&self) -> u32 {
+        if self.swap {
+            INFLIGHT_BUDGET_BYTES
+        } else {
+            0
         }
     }
     fn units(&self) -> u32 {
@@ -737,6 +755,8 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("tile_n", plan.tile_n.into()),
         ("tile_k", TILE_K.into()),
         ("stages", plan.stages.into()),
+        ("inflight_budget", plan.inflight_budget().into()),
+        ("min_depth", MIN_RING_DEPTH.into()),
         ("group_m", GROUP_M.into()),
         (
             "layout",
@@ -1148,6 +1168,17 @@ mod tests {
         assert_eq!(
             promotion,
             [L2Promotion::B128, L2Promotion::B128, L2Promotion::B256]
+        );
+        // The ring's depth in use follows the grid (the bytes in flight it aims at); the
+        // two-consumer tiles of 64 rows and more fill their whole ring.
+        let budget = |i: &Instance| {
+            let v: std::collections::HashMap<_, _> = template_values(i).into_iter().collect();
+            (v["inflight_budget"].clone(), v["min_depth"].clone())
+        };
+        assert_eq!(budget(&i), (INFLIGHT_BUDGET_BYTES.into(), 6.into()));
+        assert_eq!(
+            budget(&inst(DType::Bf16, DType::Bf16, 256, Layout::Nn)).0,
+            0
         );
         // The kernel hands wgmma B's map and N first.
         let args = template_values(&i)
