@@ -326,7 +326,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     }
 {% if inflight_budget > 0 %}
     // The ring positions in use: enough for the grid to keep {{ inflight_budget }} bytes of loads in
-    // flight, at least {{ min_depth }}. More than that over many blocks made the DRAM slower.
+    // flight, at least {{ min_depth }}. More than that over many blocks made the DRAM slower. Any
+    // depth from 1 to STAGES is correct (all threads compute the same); it only sets the speed.
     const int depth = min(STAGES, max({{ min_depth }}, (int)({{ inflight_budget }}u / (gridDim.x * STAGE_BYTES))));
 {% endif %}
     if (wg == 0) {
@@ -380,7 +381,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), tn * BN + 64 * box, kb * BK);
                         }
                     }
-                    if (++s == {% if inflight_budget > 0 %}depth{% else %}STAGES{% endif %}) {
+                    if (++s == {{ ring_end }}) {
                         s = 0;
                         phase ^= 1u;
                     }
@@ -517,7 +518,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         if (tid == 0) release(prev);
                     }
                     prev = s;
-                    if (++s == {% if inflight_budget > 0 %}depth{% else %}STAGES{% endif %}) {
+                    if (++s == {{ ring_end }}) {
                         s = 0;
                         phase ^= 1u;
                     }
@@ -526,7 +527,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 for (int kb = kb_begin; kb < kb_end; ++kb) {
                     tg_mbar_wait(full(s), phase);
                     if (tid == 0) tg_mbar_arrive(empty(s));
-                    if (++s == {% if inflight_budget > 0 %}depth{% else %}STAGES{% endif %}) {
+                    if (++s == {{ ring_end }}) {
                         s = 0;
                         phase ^= 1u;
                     }

@@ -802,7 +802,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
     }
 
     // The ring positions in use: enough for the grid to keep 11534336 bytes of loads in
-    // flight, at least 6. More than that over many blocks made the DRAM slower.
+    // flight, at least 6. More than that over many blocks made the DRAM slower. Any
+    // depth from 1 to STAGES is correct (all threads compute the same); it only sets the speed.
     const int depth = min(STAGES, max(6, (int)(11534336u / (gridDim.x * STAGE_BYTES))));
 
     if (wg == 0) {

@@ -263,6 +263,14 @@ impl Plan {
             0
         }
     }
+    /// The C++ name of the ring positions in use: the kernel's `depth` where the budget caps it.
+    fn ring_end(&self) -> &'static str {
+        if self.inflight_budget() > 0 {
+            "depth"
+        } else {
+            "STAGES"
+        }
+    }
     fn units(&self) -> u32 {
         consumer_slices(self.tile_m, self.pingpong)
     }
@@ -757,6 +765,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("stages", plan.stages.into()),
         ("inflight_budget", plan.inflight_budget().into()),
         ("min_depth", MIN_RING_DEPTH.into()),
+        ("ring_end", plan.ring_end().into()),
         ("group_m", GROUP_M.into()),
         (
             "layout",
@@ -1175,10 +1184,12 @@ mod tests {
             let v: std::collections::HashMap<_, _> = template_values(i).into_iter().collect();
             (v["inflight_budget"].clone(), v["min_depth"].clone())
         };
+        let wide = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
         assert_eq!(budget(&i), (INFLIGHT_BUDGET_BYTES.into(), 6.into()));
+        assert_eq!(budget(&wide).0, 0);
         assert_eq!(
-            budget(&inst(DType::Bf16, DType::Bf16, 256, Layout::Nn)).0,
-            0
+            (p.ring_end(), Plan::new(&wide).ring_end()),
+            ("depth", "STAGES")
         );
         // The kernel hands wgmma B's map and N first.
         let args = template_values(&i)
