@@ -546,14 +546,15 @@ pub fn arch_problem(arch: Arch) -> Option<String> {
 /// The maps the kernel takes before its arguments: A, B, D (see `TensorMap` for the terms).
 pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
     let plan = Plan::new(inst);
-    let map = |name: &str, tensor: &str, dtype: DType, dims: [&str; 2], ld: &str, box_dims| {
-        TensorMap::tiled_2d(name, tensor, dtype, dims, ld, box_dims, Swizzle::B128)
+    // A and B: the input dtype, with the L2 promotion the plan picks for its operands.
+    let operand = |name: &str, tensor: &str, dims: [&str; 2], ld: &str, box_dims| TensorMap {
+        l2_promotion: plan.operand_l2_promotion(),
+        ..TensorMap::tiled_2d(name, tensor, inst.dtype, dims, ld, box_dims, Swizzle::B128)
     };
-    let t = inst.dtype;
     // K-major operands come in boxes of the rows a stage needs, MN-major ones in boxes of 64 k
     // rows by 64 of m (or n). With a swap, B's columns are wgmma's m and A's rows its n.
-    let k_major_b = |rows| map("b_map", "b", t, ["k", "n"], "ldb", [TILE_K, rows]);
-    let n_major_b = map("b_map", "b", t, ["n", "k"], "ldb", [64, TILE_K]);
+    let k_major_b = |rows| operand("b_map", "b", ["k", "n"], "ldb", [TILE_K, rows]);
+    let n_major_b = operand("b_map", "b", ["n", "k"], "ldb", [64, TILE_K]);
     let (a, b) = if plan.swap {
         let b = if plan.a_k_major {
             k_major_b(plan.a_box_outer)
@@ -561,21 +562,14 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
             n_major_b
         };
         (
-            map("a_map", "a", t, ["k", "m"], "lda", [TILE_K, plan.tile_n]),
+            operand("a_map", "a", ["k", "m"], "lda", [TILE_K, plan.tile_n]),
             b,
         )
     } else {
         let a = if plan.a_k_major {
-            map(
-                "a_map",
-                "a",
-                t,
-                ["k", "m"],
-                "lda",
-                [TILE_K, plan.a_box_outer],
-            )
+            operand("a_map", "a", ["k", "m"], "lda", [TILE_K, plan.a_box_outer])
         } else {
-            map("a_map", "a", t, ["m", "k"], "lda", [64, TILE_K])
+            operand("a_map", "a", ["m", "k"], "lda", [64, TILE_K])
         };
         (
             a,
@@ -586,20 +580,16 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
             },
         )
     };
-    let operand = |m: TensorMap| TensorMap {
-        l2_promotion: plan.operand_l2_promotion(),
-        ..m
-    };
-    let (a, b) = (operand(a), operand(b));
-    let o = inst.out_dtype;
+    // C and D: the output dtype, tiled_2d's 256-byte promotion.
     let out_map = |name: &str, tensor: &str, ld: &str| {
-        map(
+        TensorMap::tiled_2d(
             name,
             tensor,
-            o,
+            inst.out_dtype,
             ["n", "m"],
             ld,
             [plan.d_box_cols, plan.staging_rows()],
+            Swizzle::B128,
         )
     };
     let mut maps = vec![a, b];
