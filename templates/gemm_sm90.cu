@@ -37,7 +37,7 @@
 //   - {{ r }}
 {%- endfor %}
 // Tensor maps (cuTensorMapEncodeTiled; dims innermost first, strides in elements; 128-byte
-// swizzle, no interleave, 256-byte L2 promotion, zero fill):
+// swizzle{% if b_sw64 or d_sw64 %} (64-byte for the boxes of 32 16-bit columns){% endif %}, no interleave, 256-byte L2 promotion, zero fill):
 {%- for m in tensor_maps %}
 //   - {{ m }}
 {%- endfor %}
@@ -77,6 +77,12 @@ constexpr unsigned STAGING_BYTES = {{ staging_bytes }};  // per consumer
 constexpr unsigned BIAS_OFFSET = {{ bias_offset }};  // two slots of a tile's bias as f32 (bias only)
 constexpr unsigned BIAS_SLOT_BYTES = {{ bias_slot_bytes }};
 constexpr unsigned BARRIER_OFFSET = {{ barrier_offset }};
+{%- if b_sw64 %}
+constexpr unsigned B_BOX_BYTES = 32 * 2 * 64;  // N-major B: a box of 32 columns by 64 k rows (64-byte rows)
+{%- endif %}
+{%- if d_sw64 %}
+constexpr unsigned D_BOX_BYTES = 64 * 64;  // a D (C) box of 64 rows of 32 16-bit columns (64-byte rows)
+{%- endif %}
 static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * {{ a_box_outer }}u * 128u, "A boxes fill the stage");
 static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * {{ b_box_rows }}u * 128u, "B boxes fill the stage");
 {%- if swap %}
@@ -208,6 +214,23 @@ __device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int 
     return base + box * box_bytes + (unsigned)row * 128u + chunk * 16u + within % 16u;
 }
 {% endraw %}
+{%- if d_sw64 %}
+// The same for boxes of 64-byte rows (32 16-bit columns) in 64-byte swizzle: 16-byte chunks
+// XOR-swizzled by row / 2, the pattern repeating every 8 rows (512 bytes).
+__device__ __forceinline__ unsigned tg_staging_addr_sw64(unsigned base, int row, int col) {
+    const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
+    const unsigned box = byte / 64u, within = byte % 64u;
+    const unsigned chunk = (within / 16u) ^ (((unsigned)row >> 1) & 3u);
+    return base + box * cfg::D_BOX_BYTES + (unsigned)row * 64u + chunk * 16u + within % 16u;
+}
+{%- endif %}
+{%- if b_sw64 %}
+// wgmma shared-memory descriptor of an operand in 64-byte swizzle (layout type 2).
+__device__ __forceinline__ unsigned long long tg_desc_sw64(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32) | (2ull << 62);
+}
+{%- endif %}
 // The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`
 // is null, without `scale` `alpha` is 1.
 __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgTensorMap& b_map, const TgTensorMap& c_map,
@@ -378,7 +401,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         } else if (B_K_MAJOR) {
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box);
                         } else {
-                            tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), tn * BN + 64 * box, kb * BK);
+                            tg_tma_load(b_dst + box * {% if b_sw64 %}B_BOX_BYTES{% else %}BOX_BYTES{% endif %}, &b_map, full(s), tn * BN + {% if b_sw64 %}32{% else %}64{% endif %} * box, kb * BK);
                         }
                     }
                     if (++s == {{ ring_end }}) {
@@ -493,7 +516,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             : tg_desc(a_s + {{ a_slice }} * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         const unsigned long long db = B_K_MAJOR
                             ? tg_desc(b_s + kk * 32, 16, 1024)
-                            : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
+                            : {% if b_sw64 %}tg_desc_sw64(b_s + kk * 1024, B_BOX_BYTES, 512){% else %}tg_desc(b_s + kk * 2048, BOX_BYTES, 1024){% endif %};
                         tg_wgmma(acc, da, db, ((kb - kb_begin) | kk) != 0);
 {%- if units > 1 %}
                         // The consumer's second 64 rows of A, against the same B.
@@ -664,7 +687,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
 #pragma unroll
                         for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
-                            tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + round * EPI_COLS + box * D_BOX_COLS, {{ row_u }});
+                            tg_tma_load(staging + box * {% if d_sw64 %}D_BOX_BYTES{% else %}BOX_BYTES{% endif %}, &c_map, c_full(cw), tn * BN + round * EPI_COLS + box * D_BOX_COLS, {{ row_u }});
                     }
                     tg_mbar_wait(c_full(cw), c_phase);
                     c_phase ^= 1u;
@@ -682,7 +705,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int rs = r_local + 8 * h;
-                        const unsigned at = tg_staging_addr(staging, rs, col_s, BOX_BYTES);
+                        const unsigned at = {% if d_sw64 %}tg_staging_addr_sw64(staging, rs, col_s){% else %}tg_staging_addr(staging, rs, col_s, BOX_BYTES){% endif %};
                         float r0 = 0.0f, r1 = 0.0f;
                         if constexpr (TG_HAS_RESIDUAL) tg_ld_shared_pair<OT>(at, r0, r1);  // zeros past M and N
                         const float v0 = tg_epilogue(has_k ? {{ acc_u }}[4 * g + 2 * h] : 0.0f, b0, r0, alpha_v);
@@ -696,7 +719,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                     for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box) {
                         const int col0 = tn * BN + round * EPI_COLS + box * D_BOX_COLS;
-                        if (col0 < N) tg_tma_store(&d_map, staging + box * BOX_BYTES, col0, {{ row_u }});
+                        if (col0 < N) tg_tma_store(&d_map, staging + box * {% if d_sw64 %}D_BOX_BYTES{% else %}BOX_BYTES{% endif %}, col0, {{ row_u }});
                     }
                     tg_bulk_commit();
                 }

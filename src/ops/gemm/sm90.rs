@@ -32,8 +32,17 @@ pub const TILE_K: u32 = 64;
 /// stages: 4 ran 10 % slower than 6-12 with 132 blocks at 16×22016×4096).
 const INFLIGHT_BUDGET_BYTES: u32 = 11 << 20;
 const MIN_RING_DEPTH: u32 = 6;
-/// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256.
-pub const TILE_NS: &[u32] = &[64, 128, 192, 256];
+/// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256, and the narrow
+/// 96 (see [`NARROW_TILE_N`]).
+pub const TILE_NS: &[u32] = &[64, 96, 128, 192, 256];
+/// The one tile width that is not a multiple of 64 columns. With 128 rows it reads B once per
+/// tile where 64×192 tiles read it twice, and each block fills 1.75 MB of shared memory per 4096
+/// of K against 2 MB (cuBLAS runs 128×96 tiles at M = 128, N = 5632 … 11008 on the H200,
+/// bench/hopper-gemm/NOTES.md). Its B boxes (N-major) and its D boxes (16-bit outputs) are 32
+/// columns wide, in 64-byte swizzle, and a K-major B comes in one box of 96 rows.
+pub const NARROW_TILE_N: u32 = 96;
+/// Columns of a narrow tile's N-major B box and of its D box.
+const NARROW_BOX_COLS: u32 = 32;
 const CONSUMER_ROWS: u32 = 64;
 /// The deepest ring a spec may ask for (shared memory bounds it before this does).
 const MAX_STAGES: u32 = 16;
@@ -169,7 +178,12 @@ impl Plan {
             (true, true) => SKINNY_A_BOX_ROWS,
             (false, _) => TILE_K,
         };
-        let d_box_cols = SPAN / out_elem;
+        let narrow = !swap && tile_n == NARROW_TILE_N;
+        let d_box_cols = if narrow {
+            NARROW_BOX_COLS
+        } else {
+            SPAN / out_elem
+        };
         // Fewest rounds whose staging fits the budget and whose columns are whole boxes; with
         // a swap one round of each consumer's 64 columns of D over the tile's few rows.
         let mut epi_rounds = 1;
@@ -220,9 +234,40 @@ impl Plan {
             self.tile_m / 64
         }
     }
-    /// Rows of a box of wgmma's B (the tile's columns, at most 64 a box) and boxes per stage.
+    /// A narrow tile ([`NARROW_TILE_N`] columns, no swap).
+    fn narrow(&self) -> bool {
+        !self.swap && self.tile_n == NARROW_TILE_N
+    }
+    /// Rows of a box of wgmma's B (the tile's columns, at most 64 a box; a narrow tile's K-major
+    /// B in one box, its N-major B in boxes of 32 columns) and boxes per stage. Every box holds
+    /// `b_box_rows` × 128 bytes.
     fn b_box_rows(&self) -> u32 {
-        self.tile_n.min(64)
+        match (self.narrow(), self.b_k_major) {
+            (true, true) => self.tile_n,
+            (true, false) => NARROW_BOX_COLS,
+            (false, _) => self.tile_n.min(64),
+        }
+    }
+    /// The swizzle of B's map and of wgmma's B descriptor: rows of 64 bytes (32 columns) for a
+    /// narrow tile's N-major B, else 128.
+    fn b_swizzle(&self) -> Swizzle {
+        if self.narrow() && !self.b_k_major {
+            Swizzle::B64
+        } else {
+            Swizzle::B128
+        }
+    }
+    /// Bytes of a row of D's (and C's) box in the staging buffer, and the maps' swizzle: 64
+    /// for a narrow tile's 16-bit output, else 128.
+    fn d_span(&self) -> u32 {
+        self.d_box_cols * self.out_elem
+    }
+    fn d_swizzle(&self) -> Swizzle {
+        if self.d_span() == 64 {
+            Swizzle::B64
+        } else {
+            Swizzle::B128
+        }
     }
     fn b_loads(&self) -> u32 {
         self.tile_n / self.b_box_rows()
@@ -425,6 +470,19 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             ),
         ));
     }
+    // Narrow tiles take the plain cooperative schedule, the one verified with their boxes.
+    let narrow_extras = p.pingpong == Some(true)
+        || p.split_k.is_some_and(|k| k != 1)
+        || p.multicast.is_some_and(|c| c != 1);
+    if tile_ok && !swap && tn == NARROW_TILE_N && (tm == 256 || narrow_extras) {
+        out.push((
+            Field::Tile,
+            format!(
+                "tile n {NARROW_TILE_N} takes tile m 64 or 128 and no pingpong, split_k or \
+                 multicast; not [{tm}, {tn}, {tk}] with those"
+            ),
+        ));
+    }
     let layout = p.layout.unwrap_or(Layout::Nn);
     if swap && layout.a_transposed() {
         out.push((
@@ -552,9 +610,19 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
         ..TensorMap::tiled_2d(name, tensor, inst.dtype, dims, ld, box_dims, Swizzle::B128)
     };
     // K-major operands come in boxes of the rows a stage needs, MN-major ones in boxes of 64 k
-    // rows by 64 of m (or n). With a swap, B's columns are wgmma's m and A's rows its n.
+    // rows by 64 of m (or n; 32 for a narrow tile's B, in 64-byte swizzle). With a swap, B's
+    // columns are wgmma's m and A's rows its n.
     let k_major_b = |rows| operand("b_map", "b", ["k", "n"], "ldb", [TILE_K, rows]);
-    let n_major_b = operand("b_map", "b", ["n", "k"], "ldb", [64, TILE_K]);
+    let n_major_b = TensorMap {
+        swizzle: plan.b_swizzle(),
+        ..operand(
+            "b_map",
+            "b",
+            ["n", "k"],
+            "ldb",
+            [if plan.narrow() { NARROW_BOX_COLS } else { 64 }, TILE_K],
+        )
+    };
     let (a, b) = if plan.swap {
         let b = if plan.a_k_major {
             k_major_b(plan.a_box_outer)
@@ -574,7 +642,7 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
         (
             a,
             if plan.b_k_major {
-                k_major_b(64)
+                k_major_b(plan.b_box_rows())
             } else {
                 n_major_b
             },
@@ -589,7 +657,7 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
             ["n", "m"],
             ld,
             [plan.d_box_cols, plan.staging_rows()],
-            Swizzle::B128,
+            plan.d_swizzle(),
         )
     };
     let mut maps = vec![a, b];
@@ -743,6 +811,8 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ),
         ("swap", plan.swap.into()),
         ("b_box_rows", plan.b_box_rows().into()),
+        ("b_sw64", (plan.b_swizzle() == Swizzle::B64).into()),
+        ("d_sw64", (plan.d_swizzle() == Swizzle::B64).into()),
         ("out_f32", (inst.out_dtype == DType::F32).into()),
         ("tile_m", plan.tile_m.into()),
         ("consumers", plan.consumers().into()),
@@ -1324,8 +1394,8 @@ mod tests {
         let mut t = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
         t.params.tile = Some([128, 256, 32]);
         has(&t, Field::Tile, "tile [m, n, 64] with m one of 64, 128");
-        t.params.tile = Some([128, 96, 64]);
-        has(&t, Field::Tile, "not [128, 96, 64]");
+        t.params.tile = Some([128, 160, 64]);
+        has(&t, Field::Tile, "not [128, 160, 64]");
         t.params.tile = Some([192, 256, 64]);
         has(&t, Field::Tile, "not [192, 256, 64]");
         let mut w = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
@@ -1361,5 +1431,95 @@ mod tests {
             crate::ops::apply_defaults(Op::Gemm, &mut m.params);
             assert_eq!(crate::ops::signature(&w), crate::ops::signature(&m));
         }
+    }
+
+    #[test]
+    fn narrow_tile_boxes_and_maps() {
+        let map =
+            |i: &Instance, name: &str| tensor_maps(i).into_iter().find(|m| m.name == name).unwrap();
+        // K-major B (nt): one box of the tile's 96 rows in 128-byte swizzle; 16-bit D in boxes
+        // of 32 columns (64-byte rows, 64-byte swizzle), one round through the staging buffer.
+        let nt = inst(DType::Bf16, DType::Bf16, 96, Layout::Nt);
+        let p = Plan::new(&nt);
+        assert!(p.narrow());
+        assert_eq!(
+            (p.b_box_rows(), p.b_loads(), p.b_stage_bytes()),
+            (96, 1, 12288)
+        );
+        assert_eq!(
+            (p.d_box_cols, p.epi_rounds, p.epi_cols, p.d_span()),
+            (32, 1, 96, 64)
+        );
+        let b = map(&nt, "b_map");
+        assert_eq!(
+            (b.box_dims.to_vec(), b.swizzle),
+            (vec![64, 96], Swizzle::B128)
+        );
+        let d = map(&nt, "d_map");
+        assert_eq!(
+            (d.box_dims.to_vec(), d.swizzle),
+            (vec![32, 64], Swizzle::B64)
+        );
+        // N-major B (nn): three boxes of 32 columns by 64 k rows, 64-byte swizzle.
+        let nn = inst(DType::F16, DType::F16, 96, Layout::Nn);
+        let p = Plan::new(&nn);
+        assert_eq!(
+            (p.b_box_rows(), p.b_loads(), p.b_swizzle()),
+            (32, 3, Swizzle::B64)
+        );
+        let b = map(&nn, "b_map");
+        assert_eq!(
+            (b.box_dims.to_vec(), b.swizzle),
+            (vec![32, 64], Swizzle::B64)
+        );
+        // f32 D: 32 columns are 128 bytes, so the usual swizzle.
+        let f32_out = inst(DType::Bf16, DType::F32, 96, Layout::Nt);
+        let d = map(&f32_out, "d_map");
+        assert_eq!(
+            (d.box_dims.to_vec(), d.swizzle),
+            (vec![32, 64], Swizzle::B128)
+        );
+        // The other tiles keep their boxes (their binaries must not change).
+        let wide = inst(DType::Bf16, DType::Bf16, 192, Layout::Nn);
+        let p = Plan::new(&wide);
+        assert!(!p.narrow());
+        assert_eq!(
+            (p.b_box_rows(), p.b_swizzle(), p.d_swizzle()),
+            (64, Swizzle::B128, Swizzle::B128)
+        );
+        assert_eq!(map(&wide, "b_map").box_dims.to_vec(), vec![64, 64]);
+        // 128x96 with 6 stages fits beside its staging and bias slots.
+        let mut s6 = inst(DType::Bf16, DType::Bf16, 96, Layout::Nt);
+        s6.epilogue = vec![Epilogue::Bias, Epilogue::Gelu];
+        s6.params.stages = Some(6);
+        assert!(check(&s6).is_empty());
+        assert!(Plan::new(&s6).shared_bytes() <= Arch::Sm90a.max_shared_per_block());
+    }
+
+    #[test]
+    fn narrow_tile_refuses_other_schedules() {
+        for (tile_m, pingpong, split_k, multicast) in [
+            (256, None, None, None),
+            (128, Some(true), None, None),
+            (128, None, Some(2), None),
+            (64, None, None, Some(2)),
+        ] {
+            let mut i = inst(DType::Bf16, DType::Bf16, 96, Layout::Nt);
+            i.params.tile = Some([tile_m, 96, TILE_K]);
+            i.params.pingpong = pingpong;
+            i.params.split_k = split_k;
+            i.params.multicast = multicast;
+            let problems = check(&i);
+            assert!(
+                problems
+                    .iter()
+                    .any(|(f, m)| *f == Field::Tile
+                        && m.contains("tile n 96 takes tile m 64 or 128")),
+                "{problems:?}"
+            );
+        }
+        let mut ok = inst(DType::Bf16, DType::Bf16, 96, Layout::Nn);
+        ok.params.tile = Some([64, 96, TILE_K]);
+        assert!(check(&ok).is_empty());
     }
 }
