@@ -37,7 +37,7 @@ const MIN_RING_DEPTH: u32 = 6;
 pub const TILE_NS: &[u32] = &[64, 96, 128, 192, 256];
 /// The one tile width that is not a multiple of 64 columns. With 128 rows it reads B once per
 /// tile where 64×192 tiles read it twice, and each block fills 1.75 MB of shared memory per 4096
-/// of K against 2 MB (cuBLAS runs 128×96 tiles at M = 128, N = 5632 … 11008 on the H200,
+/// of K against 2 MB (cuBLAS's kernel for 128×11008×4096 on the H200 has this tile,
 /// bench/hopper-gemm/NOTES.md). Its B boxes (N-major) and its D boxes (16-bit outputs) are 32
 /// columns wide, in 64-byte swizzle, and a K-major B comes in one box of 96 rows.
 pub const NARROW_TILE_N: u32 = 96;
