@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 2d8cf4053035141a
+// content sha256 e19542cfe72e88ab
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -26615,7 +26615,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     /// - [`Self::gemm_bf16_256x128x32_w64x64_s3_nn`]: tile 256x128x32
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -27457,7 +27457,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_to_f32_128x128x32_w64x64_s4_nn`]: tile 128x128x32
     /// - [`Self::gemm_bf16_to_f32_128x256x64_s3_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 4 (16 bytes of elements).
     ///
@@ -27680,7 +27680,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_bf16_128x256x64_s3_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -28307,7 +28307,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -29104,7 +29104,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nn_wgmma_pp_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -29691,7 +29691,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nn_wgmma_pp_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -30281,7 +30281,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -31074,7 +31074,7 @@ impl Kernels {
     /// - [`Self::gemm_residual_bf16_128x128x32_w64x64_s4_nn_scale_bias_residual`]: tile 128x128x32
     /// - [`Self::gemm_residual_bf16_128x256x64_s3_nn_wgmma_scale_bias_residual`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 13 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 14 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -31507,7 +31507,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_pp`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -32137,7 +32137,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_pp_bias_gelu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -32764,7 +32764,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_pp_bias_gelu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -33391,7 +33391,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_pp_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -42279,6 +42279,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 7,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 11008, 4096],
                 member: 8,
             },
@@ -44230,6 +44237,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 11008, 4096],
                 member: 1,
             },
@@ -44584,6 +44598,13 @@ pub mod plan {
                 minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 2,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 4,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -46004,6 +46025,13 @@ pub mod plan {
                 minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 2,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 5,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -47504,6 +47532,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 11008, 4096],
                 member: 6,
             },
@@ -48842,6 +48877,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 11008, 4096],
                 member: 6,
             },
@@ -50174,6 +50216,13 @@ pub mod plan {
                 minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 3,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 6,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -51746,6 +51795,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 11008, 4096],
                 member: 1,
             },
@@ -52190,6 +52246,13 @@ pub mod plan {
                 minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 2,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 5,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -53698,6 +53761,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 11008, 4096],
                 member: 6,
             },
@@ -55144,6 +55214,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 11008, 4096],
                 member: 6,
             },
@@ -56585,6 +56662,13 @@ pub mod plan {
                 minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 2,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 4,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
