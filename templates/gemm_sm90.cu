@@ -78,10 +78,10 @@ constexpr unsigned BIAS_OFFSET = {{ bias_offset }};  // two slots of a tile's bi
 constexpr unsigned BIAS_SLOT_BYTES = {{ bias_slot_bytes }};
 constexpr unsigned BARRIER_OFFSET = {{ barrier_offset }};
 {%- if b_sw64 %}
-constexpr unsigned B_BOX_BYTES = 32 * 2 * 64;  // N-major B: a box of 32 columns by 64 k rows (64-byte rows)
+constexpr unsigned B_BOX_BYTES = {{ b_box_rows }}u * 128u;  // N-major B: a box of {{ b_box_rows }} columns by 64 k rows (64-byte rows)
 {%- endif %}
 {%- if d_sw64 %}
-constexpr unsigned D_BOX_BYTES = 64 * 64;  // a D (C) box of 64 rows of 32 16-bit columns (64-byte rows)
+constexpr unsigned D_BOX_BYTES = 64u * D_BOX_COLS * sizeof(OT);  // a D (C) box of 64 rows of 64-byte rows
 {%- endif %}
 static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * {{ a_box_outer }}u * 128u, "A boxes fill the stage");
 static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * {{ b_box_rows }}u * 128u, "B boxes fill the stage");
@@ -224,13 +224,7 @@ __device__ __forceinline__ unsigned tg_staging_addr_sw64(unsigned base, int row,
     return base + box * cfg::D_BOX_BYTES + (unsigned)row * 64u + chunk * 16u + within % 16u;
 }
 {%- endif %}
-{%- if b_sw64 %}
-// wgmma shared-memory descriptor of an operand in 64-byte swizzle (layout type 2).
-__device__ __forceinline__ unsigned long long tg_desc_sw64(unsigned addr, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32) | (2ull << 62);
-}
-{%- endif %}
+
 // The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`
 // is null, without `scale` `alpha` is 1.
 __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgTensorMap& b_map, const TgTensorMap& c_map,
@@ -401,7 +395,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         } else if (B_K_MAJOR) {
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box);
                         } else {
-                            tg_tma_load(b_dst + box * {% if b_sw64 %}B_BOX_BYTES{% else %}BOX_BYTES{% endif %}, &b_map, full(s), tn * BN + {% if b_sw64 %}32{% else %}64{% endif %} * box, kb * BK);
+                            tg_tma_load(b_dst + box * {% if b_sw64 %}B_BOX_BYTES{% else %}BOX_BYTES{% endif %}, &b_map, full(s), tn * BN + {% if b_sw64 %}{{ b_box_rows }}{% else %}64{% endif %} * box, kb * BK);
                         }
                     }
                     if (++s == {{ ring_end }}) {
@@ -516,7 +510,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             : tg_desc(a_s + {{ a_slice }} * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         const unsigned long long db = B_K_MAJOR
                             ? tg_desc(b_s + kk * 32, 16, 1024)
-                            : {% if b_sw64 %}tg_desc_sw64(b_s + kk * 1024, B_BOX_BYTES, 512){% else %}tg_desc(b_s + kk * 2048, BOX_BYTES, 1024){% endif %};
+                            : {% if b_sw64 %}tg_desc<2>(b_s + kk * 1024, B_BOX_BYTES, 512){% else %}tg_desc(b_s + kk * 2048, BOX_BYTES, 1024){% endif %};
                         tg_wgmma(acc, da, db, ((kb - kb_begin) | kk) != 0);
 {%- if units > 1 %}
                         // The consumer's second 64 rows of A, against the same B.

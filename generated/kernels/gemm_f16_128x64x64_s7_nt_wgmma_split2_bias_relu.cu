@@ -561,11 +561,12 @@ __device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
-// Shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte offsets
-// (each >> 4), swizzle mode 1 in bits 62-63.
+// Shared-memory matrix descriptor: start, leading and stride byte offsets (each >> 4), the
+// swizzle mode in bits 62-63 (1: 128-byte, the default; 2: 64-byte).
+template <unsigned long long SWIZZLE_MODE = 1>
 __device__ __forceinline__ unsigned long long tg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+           ((unsigned long long)(sbo >> 4) << 32) | (SWIZZLE_MODE << 62);
 }
 #if 0
 

@@ -449,7 +449,7 @@ constexpr unsigned STAGING_BYTES = 12288;  // per consumer
 constexpr unsigned BIAS_OFFSET = 196608;  // two slots of a tile's bias as f32 (bias only)
 constexpr unsigned BIAS_SLOT_BYTES = 384;
 constexpr unsigned BARRIER_OFFSET = 197376;
-constexpr unsigned D_BOX_BYTES = 64 * 64;  // a D (C) box of 64 rows of 32 16-bit columns (64-byte rows)
+constexpr unsigned D_BOX_BYTES = 64u * D_BOX_COLS * sizeof(OT);  // a D (C) box of 64 rows of 64-byte rows
 static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * 128u * 128u, "A boxes fill the stage");
 static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * 96u * 128u, "B boxes fill the stage");
 static_assert(STAGING_BYTES == 64u * EPI_COLS * sizeof(OT), "staging holds 64 rows of a round");
@@ -559,11 +559,12 @@ __device__ __forceinline__ void tg_prefetch_map(const TgTensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
-// Shared-memory matrix descriptor, 128-byte swizzle: start, leading and stride byte offsets
-// (each >> 4), swizzle mode 1 in bits 62-63.
+// Shared-memory matrix descriptor: start, leading and stride byte offsets (each >> 4), the
+// swizzle mode in bits 62-63 (1: 128-byte, the default; 2: 64-byte).
+template <unsigned long long SWIZZLE_MODE = 1>
 __device__ __forceinline__ unsigned long long tg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+           ((unsigned long long)(sbo >> 4) << 32) | (SWIZZLE_MODE << 62);
 }
 #if 0
 
@@ -671,6 +672,7 @@ __device__ __forceinline__ unsigned tg_staging_addr_sw64(unsigned base, int row,
     const unsigned chunk = (within / 16u) ^ (((unsigned)row >> 1) & 3u);
     return base + box * cfg::D_BOX_BYTES + (unsigned)row * 64u + chunk * 16u + within % 16u;
 }
+
 // The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`
 // is null, without `scale` `alpha` is 1.
 __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgTensorMap& b_map, const TgTensorMap& c_map,

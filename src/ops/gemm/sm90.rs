@@ -121,6 +121,11 @@ struct Plan {
     pingpong: bool,
 }
 
+/// A narrow tile: [`NARROW_TILE_N`] columns of wgmma's n, no swap.
+fn is_narrow(swap: bool, tile_n: u32) -> bool {
+    !swap && tile_n == NARROW_TILE_N
+}
+
 /// Consumer warpgroups of a tile of `tile_m` wgmma rows: one per 64 rows, at most two, or
 /// with ping-pong two, each on tiles of its own.
 fn consumers(tile_m: u32, pingpong: bool) -> u32 {
@@ -178,8 +183,7 @@ impl Plan {
             (true, true) => SKINNY_A_BOX_ROWS,
             (false, _) => TILE_K,
         };
-        let narrow = !swap && tile_n == NARROW_TILE_N;
-        let d_box_cols = if narrow {
+        let d_box_cols = if is_narrow(swap, tile_n) {
             NARROW_BOX_COLS
         } else {
             SPAN / out_elem
@@ -234,9 +238,8 @@ impl Plan {
             self.tile_m / 64
         }
     }
-    /// A narrow tile ([`NARROW_TILE_N`] columns, no swap).
     fn narrow(&self) -> bool {
-        !self.swap && self.tile_n == NARROW_TILE_N
+        is_narrow(self.swap, self.tile_n)
     }
     /// Rows of a box of wgmma's B (the tile's columns, at most 64 a box; a narrow tile's K-major
     /// B in one box, its N-major B in boxes of 32 columns) and boxes per stage. Every box holds
@@ -474,7 +477,7 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let narrow_extras = p.pingpong == Some(true)
         || p.split_k.is_some_and(|k| k != 1)
         || p.multicast.is_some_and(|c| c != 1);
-    if tile_ok && !swap && tn == NARROW_TILE_N && (tm == 256 || narrow_extras) {
+    if tile_ok && is_narrow(swap, tn) && (tm == 256 || narrow_extras) {
         out.push((
             Field::Tile,
             format!(
