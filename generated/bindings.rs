@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 e19542cfe72e88ab
+// content sha256 218d47d4a83c6951
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -34018,7 +34018,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_pp_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -34645,7 +34645,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_pp`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 17 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -58120,6 +58120,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[128, 11008, 4096],
                 member: 6,
             },
@@ -59560,6 +59567,13 @@ pub mod plan {
                 minor: 0,
                 shape: &[128, 4096, 4096],
                 member: 2,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[128, 5632, 4096],
+                member: 4,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",

@@ -146,11 +146,7 @@ fn context(inst: &Instance) -> tera::Context {
     c.insert("affine", &inst.params.affine.unwrap_or(false));
     let epilogue: Vec<&str> = inst.epilogue.iter().map(|e| e.as_str()).collect();
     c.insert("epilogue", &epilogue);
-    // Empty for kernels without a chain (a template may still define the chain's function).
-    let code = ops::epilogue::Chain::of(inst.op)
-        .map(|chain| ops::epilogue::cuda_lines(&inst.epilogue, chain, inst.out_dtype))
-        .unwrap_or_default();
-    c.insert("epilogue_code", &code);
+    c.insert("epilogue_code", &ops::epilogue_code(inst));
     // Tensor maps (TMA kernels) come first, then the arguments.
     let decls: Vec<String> = ops::tensor_maps(inst)
         .iter()

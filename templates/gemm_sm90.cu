@@ -406,6 +406,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             }
         }
         else if (TG_HAS_BIAS && tid / 32 == 1 && (SPLIT_K == 1 || rank == 0)) {
+            {#- bias_half: the chain adds the bias and applies GELU in one step from half of both (src/ops/epilogue.rs, halvable_bias) #}
             // Warp 1: each tile's bias columns, as f32 (0 past N), into a two-slot ring, up to
             // two tiles ahead, so that the epilogue reads them from shared memory instead of
             // waiting on global loads while the tensor cores idle. (Split-K: only rank 0 runs
@@ -422,11 +423,11 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 {%- if swap %}
                 for (int i = lane; i < BM; i += 32) {  // D's columns are the tile's rows
                     const int col = tm * BM + i;
-                    const float v = col < M ? tg_to_float(bias[col]) : 0.0f;
+                    const float v = {% if bias_half %}0.5f * ({% endif %}col < M ? tg_to_float(bias[col]) : 0.0f{% if bias_half %}){% endif %};
 {%- else %}
                 for (int i = lane; i < BN; i += 32) {
                     const int col = tn * BN + i;
-                    const float v = col < N ? tg_to_float(bias[col]) : 0.0f;
+                    const float v = {% if bias_half %}0.5f * ({% endif %}col < N ? tg_to_float(bias[col]) : 0.0f{% if bias_half %}){% endif %};
 {%- endif %}
                     asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 4u * i), "f"(v) : "memory");
                 }

@@ -46,7 +46,7 @@ fn every_step_has_a_reference_a_docs_formula_and_a_cuda_function_in_the_header()
         );
         for chain in CHAINS {
             for out in OUTS {
-                let line = &epilogue::cuda_lines(&[s.step], chain, out)[0];
+                let line = &epilogue::cuda_lines(&[s.step], chain, out, false)[0];
                 match &s.cuda {
                     Cuda::Apply(_) => {
                         let f = epilogue::device_fn(s.step, chain, out).unwrap();
@@ -183,11 +183,11 @@ fn generated_docs_and_kernels_draw_each_step_from_the_table() {
     }
 
     // Every kernel's chain is the table's statements, in order, with the device function
-    // of its chain and output precision.
+    // of its chain and output precision (mma.sync and elementwise kernels: the bias whole).
     for i in &m.instances {
         let chain = Chain::of(i.op).unwrap();
         let src = fs::read_to_string(out.join(format!("kernels/{}.cu", i.name))).unwrap();
-        let body: Vec<String> = epilogue::cuda_lines(&i.epilogue, chain, i.out_dtype)
+        let body: Vec<String> = epilogue::cuda_lines(&i.epilogue, chain, i.out_dtype, false)
             .iter()
             .map(|l| format!("    {l}\n"))
             .collect();
@@ -215,4 +215,69 @@ fn kernel(out: &Path, m: &Manifest, op: Op, out_dtype: DType) -> String {
         .find(|i| i.op == op && i.out_dtype == out_dtype)
         .unwrap_or_else(|| panic!("no {op} instance with {out_dtype} outputs"));
     fs::read_to_string(out.join(format!("kernels/{}.cu", i.name))).unwrap()
+}
+
+const WGMMA_SPEC: &str = "\
+defaults:
+  archs: [sm_90a]
+kernels:
+  - name: hg
+    op: gemm
+    engine: wgmma
+    dtype: bf16
+    out_dtype: [bf16, f32]
+    tile: [128, 128, 64]
+    stages: 4
+    epilogue: [[bias, gelu], [gelu, bias], [bias, relu]]
+";
+
+/// The wgmma GEMMs stage their bias once per tile column, so with 16-bit outputs a bias
+/// directly followed by GELU arrives halved and both steps are one statement; every other
+/// chain (f32 outputs' GELU form, GELU before the bias, other activations) keeps the bias whole.
+#[test]
+fn wgmma_kernels_halve_the_bias_only_before_the_fast_gelu() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (specs, out) = (tmp.path().join("specs"), tmp.path().join("lib"));
+    fs::create_dir_all(&specs).unwrap();
+    fs::write(specs.join("k.yaml"), WGMMA_SPEC).unwrap();
+    let mut o = tilegen::Options::new(&specs, &out);
+    o.compile = false;
+    o.jobs = 1;
+    o.cache_dir = Some(tmp.path().join("cache"));
+    tilegen::generate(&o, &|_| {}).expect("the spec renders");
+    let m = Manifest::from_bytes(&fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m.instances.len(), 6);
+    let fused = "v = tg_gelu_fast_half(fmaf(v, 0.5f, bias_v));";
+    let staged_half = "0.5f * (col < N ? tg_to_float(bias[col]) : 0.0f)";
+    for i in &m.instances {
+        let src = fs::read_to_string(out.join(format!("kernels/{}.cu", i.name))).unwrap();
+        let halved = i.out_dtype != DType::F32 && i.epilogue == [Epilogue::Bias, Epilogue::Gelu];
+        assert_eq!(
+            epilogue::halvable_bias(&i.epilogue, Chain::Gemm, i.out_dtype),
+            halved,
+            "{}",
+            i.name
+        );
+        assert_eq!(src.contains(fused), halved, "{}", i.name);
+        assert_eq!(src.contains(staged_half), halved, "{}", i.name);
+        let whole: Vec<String> =
+            epilogue::cuda_lines(&i.epilogue, Chain::Gemm, i.out_dtype, halved)
+                .iter()
+                .map(|l| format!("    {l}\n"))
+                .collect();
+        assert!(
+            src.contains(&whole.concat()),
+            "{}: chain not rendered as {whole:?}",
+            i.name
+        );
+        if !halved && i.epilogue.contains(&Epilogue::Bias) {
+            assert!(
+                src.contains("col < N ? tg_to_float(bias[col]) : 0.0f;"),
+                "{}",
+                i.name
+            );
+        }
+    }
+    assert!(template("prelude.cuh")
+        .contains("__device__ __forceinline__ float tg_gelu_fast_half(float hx)"));
 }

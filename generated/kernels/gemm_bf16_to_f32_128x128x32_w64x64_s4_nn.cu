@@ -350,6 +350,14 @@ __device__ __forceinline__ float tg_gelu_fast(float x) {
     const float u = x * fmaf(0.0356774081363001f, x * x, 0.7978845608028654f);
     return fmaf(hx, tg_tanh_approx(u), hx);
 }
+// tg_gelu_fast(2 hx), from hx = x / 2: a kernel that holds half its bias computes hx as one
+// FFMA (0.5 acc + b / 2) where x took an add. The constants are 2k and 8 * 0.0356774...,
+// exact power-of-two multiples of tg_gelu_fast's, so every intermediate is its value, halved
+// or doubled exactly, and the result is the same.
+__device__ __forceinline__ float tg_gelu_fast_half(float hx) {
+    const float u = hx * fmaf(0.2854192650904008f, hx * hx, 1.5957691216057308f);
+    return fmaf(hx, tg_tanh_approx(u), hx);
+}
 __device__ __forceinline__ float tg_silu_fast(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 
 // ---- reductions ----

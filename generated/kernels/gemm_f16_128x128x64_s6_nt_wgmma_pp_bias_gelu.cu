@@ -365,6 +365,14 @@ __device__ __forceinline__ float tg_gelu_fast(float x) {
     const float u = x * fmaf(0.0356774081363001f, x * x, 0.7978845608028654f);
     return fmaf(hx, tg_tanh_approx(u), hx);
 }
+// tg_gelu_fast(2 hx), from hx = x / 2: a kernel that holds half its bias computes hx as one
+// FFMA (0.5 acc + b / 2) where x took an add. The constants are 2k and 8 * 0.0356774...,
+// exact power-of-two multiples of tg_gelu_fast's, so every intermediate is its value, halved
+// or doubled exactly, and the result is the same.
+__device__ __forceinline__ float tg_gelu_fast_half(float hx) {
+    const float u = hx * fmaf(0.2854192650904008f, hx * hx, 1.5957691216057308f);
+    return fmaf(hx, tg_tanh_approx(u), hx);
+}
 __device__ __forceinline__ float tg_silu_fast(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 
 // ---- reductions ----
@@ -639,8 +647,7 @@ __device__ __forceinline__ void tg_st_shared_pair(unsigned addr, float x, float 
 
 // The epilogue chain, in spec order, on one fp32 accumulator.
 __device__ __forceinline__ float tg_epilogue(float v, float bias_v, float res_v, float alpha_v) {
-    v += bias_v;
-    v = tg_gelu_fast(v);
+    v = tg_gelu_fast_half(fmaf(v, 0.5f, bias_v));
     return v;
 }
 
@@ -853,7 +860,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                 for (int i = lane; i < BN; i += 32) {
                     const int col = tn * BN + i;
-                    const float v = col < N ? tg_to_float(bias[col]) : 0.0f;
+                    const float v = 0.5f * (col < N ? tg_to_float(bias[col]) : 0.0f);
                     asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 4u * i), "f"(v) : "memory");
                 }
                 tg_mbar_arrive(bias_full(slot));  // releases this lane's stores

@@ -49,6 +49,8 @@ const GELU: DeviceFn = DeviceFn::new("tg_gelu", F32_FORM);
 const GELU_SIGMOID: DeviceFn = DeviceFn::new("tg_gelu_sigmoid", F32_FORM);
 const GELU_FAST: DeviceFn = DeviceFn::new("tg_gelu_fast", TANH_APPROX);
 const GELU_ERF: DeviceFn = DeviceFn::new("tg_gelu_erf", F32_FORM);
+/// `tg_gelu_fast` of twice its argument (for a halved bias, [`halvable_bias`]).
+const GELU_FAST_HALF: &str = "tg_gelu_fast_half";
 const SILU: DeviceFn = DeviceFn::new("tg_silu", F32_FORM);
 const SILU_FAST: DeviceFn = DeviceFn::new("tg_silu_fast", F32_FORM);
 
@@ -228,18 +230,48 @@ pub fn device_fn(e: Epilogue, chain: Chain, out_dtype: DType) -> Option<&'static
     }
 }
 
-/// The chain's CUDA statements on `v`, in order, for the template's function body.
-pub fn cuda_lines(steps: &[Epilogue], chain: Chain, out_dtype: DType) -> Vec<String> {
-    steps
-        .iter()
-        .map(|&e| match &step(e).cuda {
+/// Whether a chain could take its bias operand halved: a bias step directly followed by GELU
+/// in its hardware-tanh form, which starts from half its input. `v = gelu(v + b)` then costs
+/// one FFMA for `0.5 v + b / 2` where it took an add and a multiply; the fast form is bound by
+/// instruction issue (see `tg_gelu_fast`), and its results do not change: halving is exact, so
+/// every intermediate is the old one or exactly half or twice it. Only kernels that stage the
+/// bias (the wgmma GEMMs, once per tile column) use it.
+pub fn halvable_bias(steps: &[Epilogue], chain: Chain, out_dtype: DType) -> bool {
+    device_fn(Epilogue::Gelu, chain, out_dtype) == Some(&GELU_FAST)
+        && steps
+            .windows(2)
+            .any(|w| w == [Epilogue::Bias, Epilogue::Gelu])
+}
+
+/// The chain's CUDA statements on `v`, in order, for the template's function body. With
+/// `bias_halved` (see [`halvable_bias`]) the operand holds half the bias, and the bias step
+/// and the GELU after it are one statement.
+pub fn cuda_lines(
+    steps: &[Epilogue],
+    chain: Chain,
+    out_dtype: DType,
+    bias_halved: bool,
+) -> Vec<String> {
+    let mut lines = Vec::with_capacity(steps.len());
+    let mut i = 0;
+    while i < steps.len() {
+        let e = steps[i];
+        if bias_halved && e == Epilogue::Bias && steps.get(i + 1) == Some(&Epilogue::Gelu) {
+            let b = chain.operand(Operand::Bias);
+            lines.push(format!("v = {GELU_FAST_HALF}(fmaf(v, 0.5f, {b}));"));
+            i += 2;
+            continue;
+        }
+        lines.push(match &step(e).cuda {
             Cuda::Update(op, operand) => format!("v {op} {};", chain.operand(*operand)),
             Cuda::Apply(_) => {
                 let f = device_fn(e, chain, out_dtype).expect("an activation has device functions");
                 format!("v = {}(v);", f.name)
             }
-        })
-        .collect()
+        });
+        i += 1;
+    }
+    lines
 }
 
 /// The chain applied to the expression `x`, as the docs write it.
@@ -261,6 +293,35 @@ pub fn docs_notes(steps: &[Epilogue]) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `tg_gelu_fast_half(fmaf(acc, 0.5f, b / 2))` against `tg_gelu_fast(acc + b)`, their f32
+    /// arithmetic step by step (any tanh: its input is the same bits): equal outputs.
+    #[test]
+    fn halving_the_bias_leaves_the_fast_gelu_unchanged() {
+        // prelude.cuh's literals, rounded to f32 as NVRTC rounds them.
+        let (k, c) = (0.7978845608028654_f64 as f32, 0.0356774081363001_f64 as f32);
+        let (k2, c8) = (1.5957691216057308_f64 as f32, 0.2854192650904008_f64 as f32);
+        assert_eq!((k2, c8), (2.0 * k, 8.0 * c), "the half form's constants");
+        let mut seed = 0x2545_f491_u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 * 40.0 - 20.0
+        };
+        for _ in 0..100_000 {
+            let (acc, b) = (next(), next() * 0.25);
+            let x = acc + b;
+            let u = x * c.mul_add(x * x, k);
+            let old = (0.5 * x).mul_add(u.tanh(), 0.5 * x);
+            let hx = acc.mul_add(0.5, 0.5 * b);
+            let u_half = hx * c8.mul_add(hx * hx, k2);
+            let new = hx.mul_add(u_half.tanh(), hx);
+            assert_eq!(
+                (u.to_bits(), old.to_bits()),
+                (u_half.to_bits(), new.to_bits()),
+                "{acc} + {b}"
+            );
+        }
+    }
 
     #[test]
     fn the_table_has_every_step_once_in_order() {

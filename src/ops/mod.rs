@@ -408,6 +408,17 @@ pub fn map_summary(m: &TensorMap) -> String {
     )
 }
 
+/// The instance's epilogue chain as CUDA statements for its template (empty for ops without
+/// a chain; a template may still define the chain's function).
+pub fn epilogue_code(inst: &Instance) -> Vec<String> {
+    epilogue::Chain::of(inst.op)
+        .map(|chain| {
+            let halved = inst.op == Op::Gemm && gemm::halves_bias(inst);
+            epilogue::cuda_lines(&inst.epilogue, chain, inst.out_dtype, halved)
+        })
+        .unwrap_or_default()
+}
+
 /// Op-specific values for the template, beyond the common ones.
 pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)> {
     (family(inst.op).template_values)(inst)

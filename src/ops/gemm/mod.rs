@@ -6,7 +6,7 @@
 //! threads split the tile copies) is derived here once, in `Plan`, so that the launch's
 //! dynamic shared memory and the kernel's own layout cannot disagree.
 
-use super::{is_pow2_in, Field, OpFamily, OpInfo};
+use super::{epilogue, is_pow2_in, Field, OpFamily, OpInfo};
 use crate::launch::{Arg, GridRule, Launch, TensorMap};
 use crate::spec::model::{Arch, DType, Engine, Epilogue, Instance, Layout, Params};
 
@@ -152,6 +152,14 @@ fn stages(inst: &Instance) -> u32 {
 /// True when the parameters ask for the sm_90a wgmma engine.
 pub fn wgmma(p: &Params) -> bool {
     p.engine == Some(Engine::Wgmma)
+}
+
+/// True when the kernel stages its bias halved for the GELU after it
+/// ([`epilogue::halvable_bias`]): the wgmma kernels, whose producer stages each tile's bias once
+/// (the mma.sync ones read it per element, where halving would add a multiply).
+pub fn halves_bias(inst: &Instance) -> bool {
+    wgmma(&inst.params)
+        && epilogue::halvable_bias(&inst.epilogue, epilogue::Chain::Gemm, inst.out_dtype)
 }
 
 /// The template that renders the instance.

@@ -847,6 +847,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("staging_bytes", plan.staging_bytes().into()),
         ("bias_offset", plan.bias_offset().into()),
         ("bias_slot_bytes", plan.bias_slot_bytes().into()),
+        ("bias_half", super::halves_bias(inst).into()),
         ("split_k", plan.split_k.into()),
         ("multicast", plan.multicast.into()),
         ("partial_offset", plan.partial_offset().into()),
