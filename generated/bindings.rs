@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 2039c91852eafcb3
+// content sha256 795886b98119e583
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -26615,7 +26615,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     /// - [`Self::gemm_bf16_256x128x32_w64x64_s3_nn`]: tile 256x128x32
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -27457,7 +27457,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_to_f32_128x128x32_w64x64_s4_nn`]: tile 128x128x32
     /// - [`Self::gemm_bf16_to_f32_128x256x64_s3_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 4 (16 bytes of elements).
     ///
@@ -27680,7 +27680,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_bf16_128x256x64_s3_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -28307,7 +28307,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x256x32_w64x64_s4_nn_bias_gelu`]: tile 128x256x32
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -29104,7 +29104,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nn_wgmma_pp_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -29691,7 +29691,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nn_wgmma_pp_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -30281,7 +30281,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -31074,7 +31074,7 @@ impl Kernels {
     /// - [`Self::gemm_residual_bf16_128x128x32_w64x64_s4_nn_scale_bias_residual`]: tile 128x128x32
     /// - [`Self::gemm_residual_bf16_128x256x64_s3_nn_wgmma_scale_bias_residual`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 18 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 26 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -31507,7 +31507,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_pp`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -32137,7 +32137,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_pp_bias_gelu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -32764,7 +32764,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_pp_bias_gelu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma_bias_gelu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -33391,7 +33391,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_pp_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -34018,7 +34018,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_pp_bias_relu`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma_bias_relu`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements); `bias` holds `n` elements.
     ///
@@ -34645,7 +34645,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_pp`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 22 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 30 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -42244,6 +42244,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 2,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 7,
             },
@@ -42314,8 +42328,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 7,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 12,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 13,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 7,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 13,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 15,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -44230,6 +44286,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 1,
             },
@@ -44300,7 +44370,49 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
                 member: 1,
             },
             ::tilegen_runtime::tuning::Tuned {
@@ -44624,6 +44736,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -44694,8 +44820,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 11,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -46079,6 +46247,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -46149,8 +46331,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 5,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 11,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -47609,6 +47833,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -47679,8 +47917,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 5,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 10,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -48982,6 +49262,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -49052,8 +49346,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 5,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 8,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 10,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -50354,6 +50690,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 6,
             },
@@ -50424,8 +50774,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 7,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 12,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -51963,6 +52355,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[64, 4096, 4096],
                 member: 1,
             },
@@ -52026,7 +52432,49 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
                 member: 1,
             },
             ::tilegen_runtime::tuning::Tuned {
@@ -52440,6 +52888,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -52510,8 +52972,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 5,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 10,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 11,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 5,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 11,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 12,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -53978,6 +54482,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -54048,8 +54566,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 10,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 11,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -55459,6 +56019,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -55529,8 +56103,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 5,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 10,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 6,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -56940,6 +57556,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -57010,8 +57640,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 10,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 11,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -58421,6 +59093,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 7,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -58491,8 +59177,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 10,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 4,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 6,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -59901,6 +60629,20 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[16, 12288, 4096],
+                member: 1,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[16, 22016, 4096],
+                member: 0,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[32, 11008, 4096],
                 member: 5,
             },
@@ -59971,8 +60713,50 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                shape: &[256, 4096, 4096],
+                member: 5,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[256, 11008, 4096],
+                member: 6,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[512, 11008, 4096],
+                member: 10,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
                 shape: &[1024, 1024, 1024],
                 member: 5,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 4096, 4096],
+                member: 9,
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                shape: &[1024, 11008, 4096],
+                member: 6,
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
