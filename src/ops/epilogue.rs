@@ -234,8 +234,8 @@ pub fn device_fn(e: Epilogue, chain: Chain, out_dtype: DType) -> Option<&'static
 /// in its hardware-tanh form, which starts from half its input. `v = gelu(v + b)` then costs
 /// one FFMA for `0.5 v + b / 2` where it took an add and a multiply; the fast form is bound by
 /// instruction issue (see `tg_gelu_fast`), and its results do not change: halving is exact, so
-/// every intermediate is the old one or exactly half or twice it. Only kernels that stage the
-/// bias (the wgmma GEMMs, once per tile column) use it.
+/// every intermediate is the old one or exactly half or twice it. The kernel decides whether
+/// it stages the bias halved (`ops::gemm::halves_bias`: the wgmma GEMMs).
 pub fn halvable_bias(steps: &[Epilogue], chain: Chain, out_dtype: DType) -> bool {
     device_fn(Epilogue::Gelu, chain, out_dtype) == Some(&GELU_FAST)
         && steps
