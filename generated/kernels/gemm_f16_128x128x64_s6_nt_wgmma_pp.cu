@@ -661,14 +661,17 @@ __device__ __forceinline__ void tg_tile_coords(int t, int tiles_m, int tiles_n, 
     tn = r / rows;
 }
 
-// Byte address of output (row, col) in a consumer's staging buffer: 128-byte-wide boxes of
-// box_bytes / 128 rows (64, or with a swap the tile's few), 16-byte chunks XOR-swizzled by row
-// as the TMA's 128-byte swizzle expects (the pair stores of a warp then hit distinct banks).
+// Byte address of output (row, col) in a consumer's staging buffer: boxes of ROW-byte rows
+// (128, or 64 for a narrow tile's 16-bit D), box_bytes / ROW rows each (64, or with a swap the
+// tile's few), 16-byte chunks XOR-swizzled as the TMA's ROW-byte swizzle expects: by row % 8
+// for 128, by (row / 2) % 4 for 64, the pattern repeating every 1024 / 512 bytes (the pair
+// stores of a warp then hit distinct banks).
+template <unsigned ROW = 128>
 __device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int col, unsigned box_bytes) {
     const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
-    const unsigned box = byte / 128u, within = byte % 128u;
-    const unsigned chunk = (within / 16u) ^ ((unsigned)row & 7u);
-    return base + box * box_bytes + (unsigned)row * 128u + chunk * 16u + within % 16u;
+    const unsigned box = byte / ROW, within = byte % ROW;
+    const unsigned chunk = (within / 16u) ^ (((unsigned)row / (128u / ROW)) % (ROW / 16u));
+    return base + box * box_bytes + (unsigned)row * ROW + chunk * 16u + within % 16u;
 }
 
 // The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`

@@ -659,23 +659,17 @@ __device__ __forceinline__ void tg_tile_coords(int t, int tiles_m, int tiles_n, 
     tn = r / rows;
 }
 
-// Byte address of output (row, col) in a consumer's staging buffer: 128-byte-wide boxes of
-// box_bytes / 128 rows (64, or with a swap the tile's few), 16-byte chunks XOR-swizzled by row
-// as the TMA's 128-byte swizzle expects (the pair stores of a warp then hit distinct banks).
+// Byte address of output (row, col) in a consumer's staging buffer: boxes of ROW-byte rows
+// (128, or 64 for a narrow tile's 16-bit D), box_bytes / ROW rows each (64, or with a swap the
+// tile's few), 16-byte chunks XOR-swizzled as the TMA's ROW-byte swizzle expects: by row % 8
+// for 128, by (row / 2) % 4 for 64, the pattern repeating every 1024 / 512 bytes (the pair
+// stores of a warp then hit distinct banks).
+template <unsigned ROW = 128>
 __device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int col, unsigned box_bytes) {
     const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
-    const unsigned box = byte / 128u, within = byte % 128u;
-    const unsigned chunk = (within / 16u) ^ ((unsigned)row & 7u);
-    return base + box * box_bytes + (unsigned)row * 128u + chunk * 16u + within % 16u;
-}
-
-// The same for boxes of 64-byte rows (32 16-bit columns) in 64-byte swizzle: 16-byte chunks
-// XOR-swizzled by row / 2, the pattern repeating every 8 rows (512 bytes).
-__device__ __forceinline__ unsigned tg_staging_addr_sw64(unsigned base, int row, int col) {
-    const unsigned byte = (unsigned)col * (unsigned)sizeof(OT);
-    const unsigned box = byte / 64u, within = byte % 64u;
-    const unsigned chunk = (within / 16u) ^ (((unsigned)row >> 1) & 3u);
-    return base + box * cfg::D_BOX_BYTES + (unsigned)row * 64u + chunk * 16u + within % 16u;
+    const unsigned box = byte / ROW, within = byte % ROW;
+    const unsigned chunk = (within / 16u) ^ (((unsigned)row / (128u / ROW)) % (ROW / 16u));
+    return base + box * box_bytes + (unsigned)row * ROW + chunk * 16u + within % 16u;
 }
 
 // The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`
@@ -1026,7 +1020,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int rs = r_local + 8 * h;
-                        const unsigned at = tg_staging_addr_sw64(staging, rs, col_s);
+                        const unsigned at = tg_staging_addr<64>(staging, rs, col_s, D_BOX_BYTES);
                         float r0 = 0.0f, r1 = 0.0f;
                         if constexpr (TG_HAS_RESIDUAL) tg_ld_shared_pair<OT>(at, r0, r1);  // zeros past M and N
                         const float v0 = tg_epilogue(has_k ? acc[4 * g + 2 * h] : 0.0f, b0, r0, alpha_v);
