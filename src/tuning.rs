@@ -426,25 +426,54 @@ pub fn manifest_problems(m: &Manifest) -> Vec<String> {
 }
 
 /// One dispatch entry of a method, as the bindings hold it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch<'a> {
     pub device: &'a str,
     pub compute_capability: [u32; 2],
+    pub sm_count: u32,
     pub shape: &'a [u64],
-    /// Index of the winner among the method's members, in manifest order.
-    pub member: usize,
+    /// The members timed at this shape, as (index among the method's members in manifest
+    /// order, median µs): the winner first, then the runner-up and the rules' pick where they
+    /// are other members.
+    pub timed: Vec<(usize, f64)>,
 }
 
-impl<'a> Dispatch<'a> {
-    /// The entry as the runtime's matcher takes it (`tilegen_runtime::tuning::pick`).
-    pub fn tuned(&self) -> tilegen_runtime::tuning::Tuned<'a> {
+impl Dispatch<'_> {
+    /// The entry as the runtime's matchers take it (`tilegen_runtime::tuning`).
+    pub fn tuned(&self) -> tilegen_runtime::tuning::Tuned<'_> {
         tilegen_runtime::tuning::Tuned {
             device: self.device,
             major: self.compute_capability[0],
             minor: self.compute_capability[1],
+            sm_count: self.sm_count,
             shape: self.shape,
-            member: self.member,
+            timed: &self.timed,
         }
+    }
+}
+
+/// The members' tilings when every one has a tiled grid (a GEMM method), for
+/// `tilegen_runtime::tuning::pick_tiled`; None otherwise.
+pub fn tilings_of(members: &[&InstanceEntry]) -> Option<Vec<tilegen_runtime::tuning::Tiling>> {
+    members.iter().map(|i| i.launch.grid.tiling()).collect()
+}
+
+/// The member `tables` pick for a call of `method` at `shape` on `device`, as the bindings
+/// decide it (`pick_tiled` for a GEMM method, `pick` for the others); None where the fixed
+/// rules decide. Whether the member accepts the call is the caller's to check.
+pub fn table_pick(
+    tables: &[TuningTable],
+    method: &str,
+    members: &[&InstanceEntry],
+    device: &tilegen_runtime::loader::Device,
+    shape: &[u64],
+) -> Option<usize> {
+    use tilegen_runtime::tuning::{pick, pick_tiled};
+    let entries = dispatch_of(tables, method, members);
+    let table: Vec<_> = entries.iter().map(|d| d.tuned()).collect();
+    match tilings_of(members) {
+        Some(tilings) => pick_tiled(device, &table, shape, &tilings),
+        None => pick(device, &table, shape),
     }
 }
 
@@ -458,14 +487,26 @@ pub fn dispatch_of<'a>(
     let mut out: Vec<Dispatch<'a>> = Vec::new();
     for t in tables {
         for e in t.entries.iter().filter(|e| e.method == method) {
-            let Some(member) = members.iter().position(|i| i.name == e.instance) else {
+            let member_of = |name: &str| members.iter().position(|i| i.name == name);
+            let Some(winner) = member_of(&e.instance) else {
                 continue;
             };
+            let mut timed = vec![(winner, e.median_us)];
+            let others = [
+                e.runner_up.as_deref().zip(e.runner_up_us),
+                Some((e.rule.as_str(), e.rule_us)),
+            ];
+            for (name, us) in others.into_iter().flatten() {
+                if let Some(m) = member_of(name).filter(|m| timed.iter().all(|t| t.0 != *m)) {
+                    timed.push((m, us));
+                }
+            }
             let d = Dispatch {
                 device: &t.device.name,
                 compute_capability: t.device.compute_capability,
+                sm_count: t.device.sm_count,
                 shape: &e.shape,
-                member,
+                timed,
             };
             if !out
                 .iter()

@@ -615,9 +615,8 @@ fn method_members(method: &str) -> Vec<&'static tilegen::InstanceEntry> {
 fn tuned(d: &Device, method: &str, shape: &[u64]) -> Option<String> {
     let m = default_manifest();
     let members = method_members(method);
-    let entries = tilegen::__internal::tuning::dispatch_of(&m.tuning, method, &members);
-    let table: Vec<_> = entries.iter().map(|e| e.tuned()).collect();
-    tilegen_runtime::tuning::pick(d, &table, shape).map(|i| members[i].name.clone())
+    tilegen::__internal::tuning::table_pick(&m.tuning, method, &members, d, shape)
+        .map(|i| members[i].name.clone())
 }
 
 /// On sm_90 every 16-bit GEMM method picks what the H200 tuning table measured fastest near

@@ -37,11 +37,17 @@ pub fn dispatch(g: &Group, m: &crate::manifest::Manifest) -> Vec<String> {
     if !tuned.is_empty() {
         let mut devices: Vec<&str> = tuned.iter().map(|d| d.device).collect();
         devices.dedup();
+        let how = match crate::tuning::tilings_of(&members) {
+            Some(_) => format!(
+                "the instance predicted fastest from its times at the nearby ones of {} measured shapes, scaled by rounds of output tiles",
+                tuned.len()
+            ),
+            None => format!("the fastest instance at the nearest of {} measured shapes", tuned.len()),
+        };
         lines.push(String::new());
         lines.push(format!(
-            "Before these rules, a tuning table measured on {} picks the fastest instance at the nearest of {} measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).",
+            "Before these rules, a tuning table measured on {} picks {how} (by name, else by compute capability; see `tilegen_runtime::tuning`).",
             devices.join(", "),
-            tuned.len()
         ));
     }
     lines

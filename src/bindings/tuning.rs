@@ -1,13 +1,14 @@
 //! Measured dispatch in the bindings: a method with tuning entries asks
-//! `tilegen_runtime::tuning::pick` for its instance before its fixed rules, and falls back to
-//! them when no entry fits the device and shape, or when the instance picked refuses the call.
+//! `tilegen_runtime::tuning::pick` (a GEMM method `pick_tiled`, with its members' tilings) for
+//! its instance before its fixed rules, and falls back to them when no entry fits the device
+//! and shape, or when the instance picked refuses the call.
 
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::error::Result;
 use crate::manifest::{InstanceEntry, Manifest};
-use crate::tuning::{dispatch_of, shape_args};
+use crate::tuning::{dispatch_of, shape_args, tilings_of};
 
 use super::group::Group;
 
@@ -26,11 +27,18 @@ pub fn tuned_first(m: &Manifest, g: &Group, calls: &[TokenStream]) -> Result<Tok
         // A string literal: the name is checked text, and quoting escapes it regardless.
         let device = Literal::string(d.device);
         let [major, minor] = d.compute_capability.map(Literal::u32_unsuffixed);
+        let sm_count = Literal::u32_unsuffixed(d.sm_count);
         let shape = d.shape.iter().map(|&v| Literal::u64_unsuffixed(v));
-        let member = Literal::usize_unsuffixed(d.member);
+        let timed = d.timed.iter().map(|&(member, us)| {
+            let member = Literal::usize_unsuffixed(member);
+            // Checked finite and not negative when the table was read.
+            let us = Literal::f64_unsuffixed(us);
+            quote!((#member, #us))
+        });
         quote! {
             ::tilegen_runtime::tuning::Tuned {
-                device: #device, major: #major, minor: #minor, shape: &[#(#shape),*], member: #member,
+                device: #device, major: #major, minor: #minor, sm_count: #sm_count,
+                shape: &[#(#shape),*], timed: &[#(#timed),*],
             },
         }
     });
@@ -49,9 +57,29 @@ pub fn tuned_first(m: &Manifest, g: &Group, calls: &[TokenStream]) -> Result<Tok
             let k = Literal::usize_unsuffixed(k);
             quote!(#i if super::KERNELS[#k].runs_on(device, #maps) => #c,)
         });
+    let pick = match tilings_of(&members) {
+        Some(tilings) => {
+            let tilings = tilings.iter().map(|t| {
+                let [tile_m, tile_n, per_tile, per_sm] =
+                    [t.tile_m, t.tile_n, t.blocks_per_tile, t.blocks_per_sm]
+                        .map(Literal::u32_unsuffixed);
+                quote! {
+                    ::tilegen_runtime::tuning::Tiling {
+                        tile_m: #tile_m, tile_n: #tile_n, blocks_per_tile: #per_tile, blocks_per_sm: #per_sm,
+                    },
+                }
+            });
+            quote! {
+                const TILINGS: &[::tilegen_runtime::tuning::Tiling] = &[#(#tilings)*];
+                ::tilegen_runtime::tuning::pick_tiled(device, TUNED, &[#(#sizes),*], TILINGS)
+            }
+        }
+        None => quote!(::tilegen_runtime::tuning::pick(device, TUNED, &[#(#sizes),*])),
+    };
     Ok(quote! {
         const TUNED: &[::tilegen_runtime::tuning::Tuned<'static>] = &[#(#rows)*];
-        if let Some(i) = ::tilegen_runtime::tuning::pick(device, TUNED, &[#(#sizes),*]) {
+        let picked = { #pick };
+        if let Some(i) = picked {
             let tuned = match i {
                 #(#arms)*
                 _ => Err(ArgError::NoInstance { op: "tuned", reason: "does not run here" }),

@@ -210,9 +210,7 @@ fn tuned_pick(
     p: Problem,
 ) -> Option<usize> {
     let refs: Vec<&InstanceEntry> = members.iter().collect();
-    let entries = crate::tuning::dispatch_of(&gpu.manifest.tuning, method, &refs);
-    let table: Vec<_> = entries.iter().map(|d| d.tuned()).collect();
-    tilegen_runtime::tuning::pick(device, &table, &shape_of(p))
+    crate::tuning::table_pick(&gpu.manifest.tuning, method, &refs, device, &shape_of(p))
         .filter(|&i| problem::fits(&members[i], p))
 }
 

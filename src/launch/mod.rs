@@ -165,6 +165,33 @@ impl GridRule {
         }
     }
 
+    /// How a GEMM's grid covers its output, for predicting its time between measured shapes
+    /// (`tilegen_runtime::tuning::pick_tiled`); None for other rules. A grid of one block per
+    /// tile counts one block per SM: the manifest does not say how many the device holds.
+    pub fn tiling(&self) -> Option<tilegen_runtime::tuning::Tiling> {
+        use tilegen_runtime::tuning::Tiling;
+        match *self {
+            GridRule::Tiles { tile_m, tile_n } => Some(Tiling {
+                tile_m,
+                tile_n,
+                blocks_per_tile: 1,
+                blocks_per_sm: 1,
+            }),
+            GridRule::Persistent {
+                tile_m,
+                tile_n,
+                ctas_per_sm,
+                cluster,
+            } => Some(Tiling {
+                tile_m,
+                tile_n,
+                blocks_per_tile: cluster,
+                blocks_per_sm: ctas_per_sm,
+            }),
+            _ => None,
+        }
+    }
+
     /// A GEMM's output tile (m, n); (1, 1) for other rules.
     pub fn output_tile(&self) -> (u32, u32) {
         match self {

@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 00e48311624b6082
+// content sha256 9b18926b0879e386
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -494,7 +494,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_64x64x32_w32x32_s3_nn`]: tile 64x64x32
     /// - [`Self::gemm_bf16_128x128x32_w32x32_s3_nn`]: tile 128x128x32
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the fastest instance at the nearest of 1 measured shapes (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 1 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -1471,15 +1471,34 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                sm_count: 132,
                 shape: &[16, 8192, 8192],
-                member: 1,
+                timed: &[(1, 120.0), (0, 131.0)],
             },
         ];
-        if let Some(i) = ::tilegen_runtime::tuning::pick(
-            device,
-            TUNED,
-            &[m as u64, n as u64, k as u64],
-        ) {
+        let picked = {
+            const TILINGS: &[::tilegen_runtime::tuning::Tiling] = &[
+                ::tilegen_runtime::tuning::Tiling {
+                    tile_m: 64,
+                    tile_n: 64,
+                    blocks_per_tile: 1,
+                    blocks_per_sm: 1,
+                },
+                ::tilegen_runtime::tuning::Tiling {
+                    tile_m: 128,
+                    tile_n: 128,
+                    blocks_per_tile: 1,
+                    blocks_per_sm: 1,
+                },
+            ];
+            ::tilegen_runtime::tuning::pick_tiled(
+                device,
+                TUNED,
+                &[m as u64, n as u64, k as u64],
+                TILINGS,
+            )
+        };
+        if let Some(i) = picked {
             let tuned = match i {
                 0 if super::KERNELS[2].runs_on(device, false) => {
                     gemm_bf16_64x64x32_w32x32_s3_nn(
@@ -1827,22 +1846,23 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                sm_count: 132,
                 shape: &[32768, 1000],
-                member: 1,
+                timed: &[(1, 70.1), (0, 74.2)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                sm_count: 132,
                 shape: &[32768, 4000],
-                member: 0,
+                timed: &[(0, 250.0), (1, 260.0)],
             },
         ];
-        if let Some(i) = ::tilegen_runtime::tuning::pick(
-            device,
-            TUNED,
-            &[rows as u64, cols as u64],
-        ) {
+        let picked = {
+            ::tilegen_runtime::tuning::pick(device, TUNED, &[rows as u64, cols as u64])
+        };
+        if let Some(i) = picked {
             let tuned = match i {
                 0 if super::KERNELS[6].runs_on(device, false) => {
                     softmax_f32_onepass_b128_i2(device, x, out, rows, cols)
@@ -1916,11 +1936,13 @@ pub mod plan {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
+                sm_count: 132,
                 shape: &[16384],
-                member: 1,
+                timed: &[(1, 4.1), (0, 4.3)],
             },
         ];
-        if let Some(i) = ::tilegen_runtime::tuning::pick(device, TUNED, &[n as u64]) {
+        let picked = { ::tilegen_runtime::tuning::pick(device, TUNED, &[n as u64]) };
+        if let Some(i) = picked {
             let tuned = match i {
                 0 if super::KERNELS[9].runs_on(device, false) => {
                     vector_add_f32_b256_i4(device, a, b, out, n)

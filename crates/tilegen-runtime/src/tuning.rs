@@ -1,15 +1,22 @@
 //! Measured dispatch: which instance of a method ran fastest on which GPU at which shape, as
 //! `tilegen tune` measured it and `tilegen generate` baked it into the bindings.
 //!
-//! A method's plan function asks [`pick`] first. The table's entries for this device are
-//! those measured on a GPU of exactly its name; when there are none, those measured on one of
-//! the same compute capability; when there are none either, the method uses its fixed rules
-//! (as on a GPU no table knows). Among the device's entries, the nearest shape wins:
-//! distance is the sum over dimensions of |log2(call / entry)| (so 2× off in one dimension
-//! costs as much as 2× off in another), and only entries within a factor of
-//! [`MAX_RATIO`] in every dimension count, so a shape far from every measured one falls back
-//! to the rules rather than trusting a guess. Ties go to the first entry listed. The instance
-//! picked must still accept the call; when it refuses, the rules decide.
+//! A method's plan function asks [`pick`] (or, for tiled GEMMs, [`pick_tiled`]) first. The
+//! table's entries for this device are those measured on a GPU of exactly its name; when there
+//! are none, those measured on one of the same compute capability; when there are none either,
+//! the method uses its fixed rules (as on a GPU no table knows). Only entries within a factor
+//! of [`MAX_RATIO`] of the call's shape in every dimension count, so a shape far from every
+//! measured one falls back to the rules rather than trusting a guess. The instance picked must
+//! still accept the call; when it refuses, the rules decide.
+//!
+//! [`pick`] takes the winner of the nearest entry: distance is the sum over dimensions of
+//! |log2(call / entry)| (so 2× off in one dimension costs as much as 2× off in another), ties
+//! to the first entry listed. A GEMM's time jumps with the rounds of output tiles its grid
+//! takes, which the nearest entry's winner can get badly wrong between measured shapes (a tile
+//! that filled the GPU at M = 128 leaves half of it idle at M = 192), so [`pick_tiled`]
+//! predicts instead: every member timed at an entry nearby (winner, runner-up, the rules'
+//! pick) has its time there scaled to the call by its rounds of tiles and by k, and the member
+//! predicted fastest wins.
 
 use crate::loader::Device;
 
@@ -17,33 +24,133 @@ use crate::loader::Device;
 /// that measurement to decide.
 pub const MAX_RATIO: f64 = 4.0;
 
-/// One measurement: on the GPU named `device` (compute capability `major.minor`), at `shape`
-/// (the method's size arguments in order, e.g. `[rows, cols]` or `[m, n, k]`), the method's
-/// instance `member` (an index into its instance list) was the fastest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One measured shape: on the GPU named `device` (compute capability `major.minor`, `sm_count`
+/// SMs), at `shape` (the method's size arguments in order, e.g. `[rows, cols]` or `[m, n, k]`),
+/// the members timed there as (index into the method's instance list, median µs), fastest
+/// first: the winner, then the runner-up and the fixed rules' pick where they were others.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuned<'a> {
     pub device: &'a str,
     pub major: u32,
     pub minor: u32,
+    pub sm_count: u32,
     pub shape: &'a [u64],
-    pub member: usize,
+    pub timed: &'a [(usize, f64)],
 }
 
-/// The member the table picks for a call of `shape` on `device`, if any (see the module docs).
-pub fn pick(device: &Device, table: &[Tuned<'_>], shape: &[u64]) -> Option<usize> {
+impl Tuned<'_> {
+    /// The member that ran fastest at this shape.
+    pub fn winner(&self) -> Option<usize> {
+        self.timed.first().map(|&(member, _)| member)
+    }
+}
+
+/// The table's entries for `device` (see the module docs).
+fn entries_for<'t, 'a>(
+    device: &'t Device,
+    table: &'t [Tuned<'a>],
+) -> impl Iterator<Item = &'t Tuned<'a>> + 't {
     let name = device.name.as_str();
     let by_name = !name.is_empty() && table.iter().any(|t| t.device == name);
-    let mine = |t: &&Tuned| match by_name {
+    table.iter().filter(move |t| match by_name {
         true => t.device == name,
         false => t.major == device.major && t.minor == device.minor,
-    };
+    })
+}
+
+/// The member the table picks for a call of `shape` on `device`, if any: the winner of the
+/// nearest entry (see the module docs).
+pub fn pick(device: &Device, table: &[Tuned<'_>], shape: &[u64]) -> Option<usize> {
     let mut best: Option<(f64, usize)> = None;
-    for t in table.iter().filter(mine) {
-        let Some(d) = distance(shape, t.shape) else {
+    for t in entries_for(device, table) {
+        let (Some(d), Some(member)) = (distance(shape, t.shape), t.winner()) else {
             continue;
         };
         if best.is_none_or(|(b, _)| d < b) {
-            best = Some((d, t.member));
+            best = Some((d, member));
+        }
+    }
+    best.map(|(_, member)| member)
+}
+
+/// How a GEMM member covers its `m × n` output: tiles of `tile_m × tile_n`, each taken by
+/// `blocks_per_tile` blocks (that split K between them), with `blocks_per_sm` resident on each
+/// SM. The blocks loop over the tiles (or, for a grid of one block per tile, the GPU runs them
+/// in rounds), so the rounds set the time as much as the tile's own speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiling {
+    pub tile_m: u32,
+    pub tile_n: u32,
+    pub blocks_per_tile: u32,
+    pub blocks_per_sm: u32,
+}
+
+impl Tiling {
+    /// Rounds of output tiles an `m × n` output takes on `sm_count` SMs.
+    pub fn rounds(&self, m: u64, n: u64, sm_count: u32) -> u64 {
+        let tiles = m
+            .div_ceil(self.tile_m.max(1) as u64)
+            .saturating_mul(n.div_ceil(self.tile_n.max(1) as u64));
+        let blocks = (sm_count.max(1) as u64).saturating_mul(self.blocks_per_sm.max(1) as u64);
+        let at_once = (blocks / self.blocks_per_tile.max(1) as u64).max(1);
+        tiles.div_ceil(at_once)
+    }
+}
+
+/// How much [`pick_tiled`] distrusts a prediction from an entry away from the call: it counts
+/// as this much slower per unit of distance (a factor 2 in one dimension). The rounds of tiles
+/// are not all that changes between shapes (how often the operands come from L2 does too), so
+/// between two members predicted alike, the one measured nearer wins. Chosen on the H200's
+/// table (`bench/results/2026-12-03-h200-tune-between-shapes.txt`).
+pub const DISTANCE_PENALTY: f64 = 0.25;
+
+/// The member predicted fastest for a GEMM call of `shape` (`[m, n, k]`) on `device`, if the
+/// table has entries within [`MAX_RATIO`] of it: each member timed at such an entry takes its
+/// time at the nearest one, times its rounds of tiles here over its rounds there, times the
+/// ratio of k, and by [`DISTANCE_PENALTY`] (see the module docs). `tilings` are the members'
+/// tilings, in member order; a member without one is not predicted. Ties go to the member
+/// measured nearer, then to the one ranked higher where it was measured, then to the lower
+/// index.
+pub fn pick_tiled(
+    device: &Device,
+    table: &[Tuned<'_>],
+    shape: &[u64],
+    tilings: &[Tiling],
+) -> Option<usize> {
+    let &[m, n, k] = shape else {
+        return None;
+    };
+    // Per member, from its nearest entry: (distance, predicted µs, its place in that entry's
+    // ranking). Times are kept to two significant digits, so the ranking, measured at full
+    // precision, settles equal predictions from one entry.
+    let mut nearest: Vec<Option<(f64, f64, usize)>> = vec![None; tilings.len()];
+    for t in entries_for(device, table) {
+        let (Some(d), &[em, en, ek]) = (distance(shape, t.shape), t.shape) else {
+            continue;
+        };
+        for (rank, &(member, us)) in t.timed.iter().enumerate() {
+            let Some(tiling) = tilings.get(member) else {
+                continue;
+            };
+            let there = tiling.rounds(em, en, t.sm_count);
+            if there == 0 || ek == 0 || !us.is_finite() || us < 0.0 {
+                continue;
+            }
+            let here = tiling.rounds(m, n, device.sm_count);
+            let predicted = us * (here as f64 / there as f64) * (k as f64 / ek as f64);
+            let slot = &mut nearest[member];
+            if slot.is_none_or(|(best, _, _)| d < best) {
+                *slot = Some((d, predicted, rank));
+            }
+        }
+    }
+    let mut best: Option<((f64, f64, usize), usize)> = None;
+    for (member, slot) in nearest.iter().enumerate() {
+        if let Some((d, predicted, rank)) = *slot {
+            let score = (predicted * (1.0 + DISTANCE_PENALTY * d), d, rank);
+            if best.is_none_or(|(b, _)| score < b) {
+                best = Some((score, member));
+            }
         }
     }
     best.map(|(_, member)| member)
@@ -93,29 +200,33 @@ mod tests {
             device: "NVIDIA H200",
             major: 9,
             minor: 0,
+            sm_count: 132,
             shape: &[32768, 4096],
-            member: 1,
+            timed: &[(1, 10.0)],
         },
         Tuned {
             device: "NVIDIA H200",
             major: 9,
             minor: 0,
+            sm_count: 132,
             shape: &[65536, 1024],
-            member: 2,
+            timed: &[(2, 10.0)],
         },
         Tuned {
             device: "NVIDIA H100 80GB HBM3",
             major: 9,
             minor: 0,
+            sm_count: 132,
             shape: &[32768, 4096],
-            member: 3,
+            timed: &[(3, 10.0)],
         },
         Tuned {
             device: "NVIDIA A100-SXM4-80GB",
             major: 8,
             minor: 0,
+            sm_count: 132,
             shape: &[32768, 4096],
-            member: 4,
+            timed: &[(4, 10.0)],
         },
     ];
 
@@ -149,6 +260,149 @@ mod tests {
         // Shapes of another rank, and zero sizes, never match a measured shape.
         assert_eq!(pick(&h200, TABLE, &[32768]), None);
         assert_eq!(pick(&h200, TABLE, &[0, 4096]), None);
+    }
+
+    /// Two GEMM members: 0 tiles 64 × 128, 1 tiles 128 × 128; 2 tiles 128 × 64 in pairs of
+    /// blocks that split K.
+    const TILINGS: &[Tiling] = &[
+        Tiling {
+            tile_m: 64,
+            tile_n: 128,
+            blocks_per_tile: 1,
+            blocks_per_sm: 1,
+        },
+        Tiling {
+            tile_m: 128,
+            tile_n: 128,
+            blocks_per_tile: 1,
+            blocks_per_sm: 1,
+        },
+        Tiling {
+            tile_m: 128,
+            tile_n: 64,
+            blocks_per_tile: 2,
+            blocks_per_sm: 1,
+        },
+    ];
+
+    fn gemm_entry(shape: &'static [u64], timed: &'static [(usize, f64)]) -> Tuned<'static> {
+        Tuned {
+            device: "NVIDIA H200",
+            major: 9,
+            minor: 0,
+            sm_count: 132,
+            shape,
+            timed,
+        }
+    }
+
+    #[test]
+    fn rounds_of_tiles() {
+        // 4096² in 128 × 256 tiles: 512 tiles, 3.9 rounds of 132.
+        let wide = Tiling {
+            tile_m: 128,
+            tile_n: 256,
+            blocks_per_tile: 1,
+            blocks_per_sm: 1,
+        };
+        assert_eq!(wide.rounds(4096, 4096, 132), 4);
+        assert_eq!(wide.rounds(1, 1, 132), 1);
+        assert_eq!(wide.rounds(0, 4096, 132), 0);
+        // Pairs of blocks per tile: 66 tiles at once.
+        assert_eq!(TILINGS[2].rounds(128, 64 * 66, 132), 1);
+        assert_eq!(TILINGS[2].rounds(128, 64 * 67, 132), 2);
+        // Two blocks per SM take twice the tiles at once; a device that reports no SMs, one.
+        let two = Tiling {
+            blocks_per_sm: 2,
+            ..TILINGS[1]
+        };
+        assert_eq!(two.rounds(4096, 4096, 132), 4);
+        assert_eq!(TILINGS[1].rounds(4096, 4096, 0), 1024);
+        assert_eq!(wide.rounds(u64::MAX, u64::MAX, 132), u64::MAX / 132 + 1);
+    }
+
+    #[test]
+    fn tiled_pick_follows_the_rounds_between_measured_shapes() {
+        let h200 = device("NVIDIA H200", 9, 0);
+        // At M = 128 the 64-row tile won: both fill one round, and it is quicker.
+        let table = [gemm_entry(&[128, 4096, 4096], &[(0, 19.0), (1, 21.0)])];
+        assert_eq!(pick(&h200, &table, &[512, 4096, 4096]), Some(0));
+        // At M = 512 it takes two rounds (256 tiles) where 128 rows take one (128 tiles).
+        assert_eq!(
+            pick_tiled(&h200, &table, &[512, 4096, 4096], TILINGS),
+            Some(1)
+        );
+        assert_eq!(
+            pick_tiled(&h200, &table, &[128, 4096, 4096], TILINGS),
+            Some(0)
+        );
+        // k scales every member alike.
+        assert_eq!(
+            pick_tiled(&h200, &table, &[128, 4096, 16384], TILINGS),
+            Some(0)
+        );
+        // Each member is judged at its own nearest entry, however far the other's are.
+        let table = [
+            gemm_entry(&[512, 4096, 4096], &[(0, 36.0)]),
+            gemm_entry(&[128, 4096, 4096], &[(0, 19.0), (1, 21.0)]),
+        ];
+        // Member 0 from 512 rows: 36 µs, two rounds there and at 500 rows; member 1 from 128
+        // rows, nearly 2 (factors of 2) away: 21 µs, one round, counted as 21 · 1.49.
+        assert_eq!(
+            pick_tiled(&h200, &table, &[500, 4096, 4096], TILINGS),
+            Some(1)
+        );
+        // A prediction from far off loses to a slightly slower one measured near.
+        let table = [
+            gemm_entry(&[512, 4096, 4096], &[(0, 30.0)]),
+            gemm_entry(&[128, 4096, 4096], &[(0, 19.0), (1, 21.0)]),
+        ];
+        assert_eq!(
+            pick_tiled(&h200, &table, &[500, 4096, 4096], TILINGS),
+            Some(0)
+        );
+        // Equal (rounded) times at one entry: its ranking decides, then the lower index.
+        let tie = [gemm_entry(&[128, 4096, 4096], &[(1, 20.0), (0, 20.0)])];
+        assert_eq!(
+            pick_tiled(&h200, &tie, &[128, 4096, 4096], TILINGS),
+            Some(1)
+        );
+        let tie = [
+            gemm_entry(&[128, 4096, 4096], &[(1, 20.0)]),
+            gemm_entry(&[128, 4096, 4096], &[(0, 20.0)]),
+        ];
+        assert_eq!(
+            pick_tiled(&h200, &tie, &[128, 4096, 4096], TILINGS),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn tiled_pick_needs_a_near_entry_and_members_it_knows() {
+        let h200 = device("NVIDIA H200", 9, 0);
+        let table = [gemm_entry(&[128, 4096, 4096], &[(5, 1.0), (2, 19.0)])];
+        // Member 5 has no tiling: only member 2 is predicted.
+        assert_eq!(
+            pick_tiled(&h200, &table, &[128, 4096, 4096], TILINGS),
+            Some(2)
+        );
+        // Too far in one dimension, another rank, another GPU, no entries: the rules decide.
+        assert_eq!(
+            pick_tiled(&h200, &table, &[4096, 4096, 4096], TILINGS),
+            None
+        );
+        assert_eq!(pick_tiled(&h200, &table, &[128, 4096], TILINGS), None);
+        let a100 = device("NVIDIA A100-SXM4-80GB", 8, 0);
+        assert_eq!(pick_tiled(&a100, &table, &[128, 4096, 4096], TILINGS), None);
+        assert_eq!(pick_tiled(&h200, &[], &[128, 4096, 4096], TILINGS), None);
+        // Times that are not numbers are skipped, never compared.
+        let odd = [gemm_entry(&[128, 4096, 4096], &[(0, f64::NAN), (1, 21.0)])];
+        assert_eq!(
+            pick_tiled(&h200, &odd, &[128, 4096, 4096], TILINGS),
+            Some(1)
+        );
+        // A zero size matches no measured shape.
+        assert_eq!(pick_tiled(&h200, &table, &[0, 4096, 4096], TILINGS), None);
     }
 
     #[test]
