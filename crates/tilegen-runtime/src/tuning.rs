@@ -107,7 +107,8 @@ pub const DISTANCE_PENALTY: f64 = 0.25;
 /// The member predicted fastest for a GEMM call of `shape` (`[m, n, k]`) on `device`, if the
 /// table has entries within [`MAX_RATIO`] of it: each member timed at such an entry takes its
 /// time at the nearest one, times its rounds of tiles here over its rounds there, times the
-/// ratio of k, and by [`DISTANCE_PENALTY`] (see the module docs). `tilings` are the members'
+/// ratio of k, counted slower by [`DISTANCE_PENALTY`] per unit of distance (see the module
+/// docs). `tilings` are the members'
 /// tilings, in member order; a member without one is not predicted. Ties go to the member
 /// measured nearer, then to the one ranked higher where it was measured, then to the lower
 /// index.
@@ -262,7 +263,7 @@ mod tests {
         assert_eq!(pick(&h200, TABLE, &[0, 4096]), None);
     }
 
-    /// Two GEMM members: 0 tiles 64 × 128, 1 tiles 128 × 128; 2 tiles 128 × 64 in pairs of
+    /// Three GEMM members: 0 tiles 64 × 128, 1 tiles 128 × 128, 2 tiles 128 × 64 in pairs of
     /// blocks that split K.
     const TILINGS: &[Tiling] = &[
         Tiling {
