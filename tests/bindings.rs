@@ -619,8 +619,8 @@ fn tuned(d: &Device, method: &str, shape: &[u64]) -> Option<String> {
         .map(|i| members[i].name.clone())
 }
 
-/// On sm_90 every 16-bit GEMM method picks what the H200 tuning table measured fastest near
-/// the shape, and where no entry applies its wgmma (tensor-map) instance (for at most 16 rows a
+/// On sm_90 every 16-bit GEMM method picks what the H200 tuning table predicts fastest from
+/// its entries near the shape (`table_pick`), and where no entry applies its wgmma (tensor-map) instance (for at most 16 rows a
 /// swap-AB one, where the method has one, even beside a 16-row mma.sync tile); it falls back to mma.sync where a tensor map
 /// cannot describe the call (k = 0) or the driver cannot encode one, tuned or not; on sm_80,
 /// sm_86 and sm_89 (no table for them) the wgmma instances (sm_90a binaries only) are never
