@@ -519,7 +519,7 @@ fn gemm_plans(
         "tn" => (m, n),
         _ => (m, k),
     };
-    let plain: [(&str, &str, Gemm); 7] = [
+    let plain: [(&str, &str, Gemm); 8] = [
         ("gemm_nn_bf16", "nn", plan::gemm_nn_bf16),
         ("gemm_nt_bf16", "nt", plan::gemm_nt_bf16),
         ("gemm_tn_bf16", "tn", plan::gemm_tn_bf16),
@@ -527,6 +527,7 @@ fn gemm_plans(
         ("gemm_nn_f16", "nn", plan::gemm_nn_f16),
         ("gemm_nt_f16", "nt", plan::gemm_nt_f16),
         ("gemm_nn_bf16_f32", "nn", plan::gemm_nn_bf16_f32),
+        ("gemm_nt_bf16_f32", "nt", plan::gemm_nt_bf16_f32),
     ];
     let bias: [(&str, &str, GemmBias); 8] = [
         ("gemm_nn_bias_gelu_bf16", "nn", plan::gemm_nn_bias_gelu_bf16),
@@ -568,23 +569,37 @@ fn gemm_plans(
         );
         out.push((name, p));
     }
-    let residual: GemmResidual = plan::gemm_nn_scale_bias_residual_bf16;
-    let p = residual(
-        d,
-        b("a", m * k),
-        b("b", k * n),
-        b("bias", n),
-        b("c", m * n),
-        b("d", m * n),
-        m,
-        n,
-        k,
-        k,
-        n,
-        n,
-        n,
-    );
-    out.push(("gemm_nn_scale_bias_residual_bf16", p));
+    let residual: [(&str, &str, GemmResidual); 2] = [
+        (
+            "gemm_nn_scale_bias_residual_bf16",
+            "nn",
+            plan::gemm_nn_scale_bias_residual_bf16,
+        ),
+        (
+            "gemm_nt_scale_bias_residual_bf16",
+            "nt",
+            plan::gemm_nt_scale_bias_residual_bf16,
+        ),
+    ];
+    for (name, layout, f) in residual {
+        let (lda, ldb) = ld(layout);
+        let p = f(
+            d,
+            b("a", m * k),
+            b("b", k * n),
+            b("bias", n),
+            b("c", m * n),
+            b("d", m * n),
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            n,
+            n,
+        );
+        out.push((name, p));
+    }
     out
 }
 
