@@ -529,7 +529,11 @@ fn gemm_plans(
         ("gemm_nn_bf16_f32", "nn", plan::gemm_nn_bf16_f32),
         ("gemm_nt_bf16_f32", "nt", plan::gemm_nt_bf16_f32),
     ];
-    let bias: [(&str, &str, GemmBias); 8] = [
+    let bias: [(&str, &str, GemmBias); 12] = [
+        ("gemm_nn_bias_bf16", "nn", plan::gemm_nn_bias_bf16),
+        ("gemm_nt_bias_bf16", "nt", plan::gemm_nt_bias_bf16),
+        ("gemm_nn_bias_f16", "nn", plan::gemm_nn_bias_f16),
+        ("gemm_nt_bias_f16", "nt", plan::gemm_nt_bias_f16),
         ("gemm_nn_bias_gelu_bf16", "nn", plan::gemm_nn_bias_gelu_bf16),
         ("gemm_nt_bias_gelu_bf16", "nt", plan::gemm_nt_bias_gelu_bf16),
         ("gemm_nn_bias_relu_bf16", "nn", plan::gemm_nn_bias_relu_bf16),

@@ -215,8 +215,8 @@ pub fn traffic(inst: &InstanceEntry, p: Problem) -> (u64, u64) {
 }
 
 /// Times one instance on one problem beside its peer: the copy bandwidth of this run
-/// (`ceiling_gbps`) for memory-bound ops; for GEMMs cuBLASLt with the same fused bias+activation
-/// where it has one, else plain cuBLAS (TF32 for TF32 instances), timed here on the same data.
+/// (`ceiling_gbps`) for memory-bound ops; for GEMMs cuBLASLt with the same fused bias epilogue
+/// (alone or with an activation) where it has one, else plain cuBLAS (TF32 for TF32 instances), timed here on the same data.
 pub fn bench_case(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
@@ -324,6 +324,7 @@ pub fn bench_case(
             let (median_ms, min_ms) = times[0];
             plain_ms = times.get(2).map(|t| t.0);
             let name = match (fused, tf32) {
+                (true, _) if inst.epilogue.len() == 1 => "cuBLASLt fused bias TFLOP/s",
                 (true, _) => "cuBLASLt fused bias+act TFLOP/s",
                 (false, true) => "cuBLAS TF32 TFLOP/s",
                 (false, false) => "cuBLAS GEMM TFLOP/s",

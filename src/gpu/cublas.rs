@@ -103,7 +103,7 @@ impl Blas {
         .map_err(|e| gpu_err("cublasGemmEx", e))
     }
 
-    /// cuBLASLt with its fused bias+activation epilogue (bias+GELU(tanh) or bias+ReLU), the
+    /// cuBLASLt with its fused bias epilogue (bias alone, bias+GELU(tanh) or bias+ReLU), the
     /// peer of our fused epilogues. Output in the input dtype. None when the instance's
     /// epilogue has no cuBLASLt equivalent.
     #[allow(clippy::too_many_arguments)]
@@ -117,8 +117,9 @@ impl Blas {
         d: &mut CudaSlice<u8>,
     ) -> Option<Result<()>> {
         let act = match inst.epilogue.as_slice() {
-            [Epilogue::Bias, Epilogue::Gelu] => Activation::Gelu,
-            [Epilogue::Bias, Epilogue::Relu] => Activation::Relu,
+            [Epilogue::Bias] => None,
+            [Epilogue::Bias, Epilogue::Gelu] => Some(Activation::Gelu),
+            [Epilogue::Bias, Epilogue::Relu] => Some(Activation::Relu),
             _ => return None,
         };
         // cuBLASLt's f32 matmul may run on TF32 tensor cores: an f32 GEMM's peer is SGEMM.
@@ -156,7 +157,7 @@ impl Blas {
                     let mut dv = d.transmute_mut::<$t>(dlen)?;
                     Some(
                         self.lt
-                            .matmul(cfg, &bv, &av, &mut dv, Some(&biasv), Some(&act))
+                            .matmul(cfg, &bv, &av, &mut dv, Some(&biasv), act.as_ref())
                             .map_err(|e| gpu_err("cublasLtMatmul", e)),
                     )
                 }
