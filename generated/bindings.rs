@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 50ce247dc52df59d
+// content sha256 c768693663536b96
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -72062,7 +72062,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 15.0), (1, 18.0)],
+                timed: &[(0, 14.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72070,7 +72070,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 37.0), (3, 40.0)],
+                timed: &[(0, 35.0), (3, 40.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72078,7 +72078,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(1, 19.0), (0, 19.0)],
+                timed: &[(0, 18.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72086,7 +72086,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 32.0), (3, 41.0)],
+                timed: &[(1, 26.0), (0, 31.0), (3, 40.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72094,7 +72094,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 32.0), (0, 34.0), (3, 52.0)],
+                timed: &[(1, 32.0), (0, 33.0), (3, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72102,7 +72102,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 67.0), (0, 69.0), (7, 110.0)],
+                timed: &[(1, 66.0), (0, 68.0), (7, 110.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72110,7 +72110,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 240.0), (0, 260.0), (8, 370.0)],
+                timed: &[(1, 240.0), (0, 250.0), (8, 370.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72118,7 +72118,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 4096, 14336],
-                timed: &[(3, 36.0), (0, 38.0)],
+                timed: &[(0, 35.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72126,7 +72126,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 6144, 4096],
-                timed: &[(0, 19.0), (1, 19.0)],
+                timed: &[(0, 18.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72134,7 +72134,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 33.0), (0, 35.0), (3, 47.0)],
+                timed: &[(1, 32.0), (0, 34.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72142,7 +72142,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 16.0), (3, 17.0)],
+                timed: &[(0, 14.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72150,7 +72150,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(3, 30.0), (0, 31.0)],
+                timed: &[(0, 29.0), (3, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72158,7 +72158,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (5, 31.0), (3, 37.0)],
+                timed: &[(1, 27.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72166,7 +72166,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (0, 33.0), (3, 37.0)],
+                timed: &[(1, 29.0), (0, 32.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72174,7 +72174,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(5, 52.0), (0, 53.0), (7, 82.0)],
+                timed: &[(0, 51.0), (5, 51.0), (7, 82.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72182,7 +72182,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 69.0), (0, 72.0), (7, 110.0)],
+                timed: &[(1, 68.0), (0, 69.0), (7, 100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72190,7 +72190,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 270.0), (8, 340.0)],
+                timed: &[(1, 250.0), (0, 260.0), (8, 340.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72198,7 +72198,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 29.0), (4, 32.0), (3, 37.0)],
+                timed: &[(5, 28.0), (4, 31.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72206,7 +72206,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(3, 37.0), (2, 37.0)],
+                timed: &[(3, 36.0), (2, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72214,7 +72214,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 21.0), (4, 21.0)],
+                timed: &[(2, 20.0), (4, 20.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72222,7 +72222,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(5, 35.0), (4, 35.0), (3, 49.0)],
+                timed: &[(4, 35.0), (5, 35.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72230,7 +72230,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 16.0), (3, 17.0)],
+                timed: &[(2, 15.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72238,7 +72238,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 29.0), (4, 29.0), (3, 39.0)],
+                timed: &[(4, 28.0), (5, 29.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72246,7 +72246,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (4, 48.0), (2, 53.0)],
+                timed: &[(3, 43.0), (4, 48.0), (2, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72254,7 +72254,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(4, 22.0), (5, 24.0), (2, 30.0)],
+                timed: &[(4, 22.0), (5, 23.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72262,7 +72262,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(5, 30.0), (7, 35.0), (3, 46.0)],
+                timed: &[(5, 30.0), (7, 34.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72270,7 +72270,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(7, 39.0), (4, 43.0), (5, 49.0)],
+                timed: &[(7, 39.0), (4, 41.0), (5, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72278,7 +72278,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 17.0), (4, 19.0)],
+                timed: &[(2, 16.0), (4, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72286,7 +72286,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 38.0)],
+                timed: &[(2, 31.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72294,7 +72294,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 21.0), (5, 23.0), (2, 26.0)],
+                timed: &[(4, 21.0), (5, 23.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72302,7 +72302,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(5, 30.0), (7, 30.0), (3, 49.0)],
+                timed: &[(5, 30.0), (7, 30.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72310,7 +72310,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(5, 32.0), (7, 34.0), (3, 50.0)],
+                timed: &[(5, 32.0), (7, 34.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72318,7 +72318,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(5, 57.0), (8, 57.0), (7, 66.0)],
+                timed: &[(5, 56.0), (4, 57.0), (7, 66.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72326,7 +72326,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(8, 72.0), (7, 79.0)],
+                timed: &[(8, 73.0), (7, 77.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72342,7 +72342,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 49.0), (5, 59.0), (2, 70.0)],
+                timed: &[(4, 49.0), (5, 58.0), (2, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72350,7 +72350,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(5, 24.0), (7, 30.0), (3, 46.0)],
+                timed: &[(5, 24.0), (7, 32.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72358,7 +72358,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(5, 46.0), (4, 50.0), (7, 65.0)],
+                timed: &[(5, 46.0), (4, 47.0), (7, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72366,7 +72366,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 23.0), (2, 26.0)],
+                timed: &[(4, 20.0), (5, 23.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72374,7 +72374,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(5, 44.0), (4, 48.0), (7, 50.0)],
+                timed: &[(5, 43.0), (4, 46.0), (7, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72382,7 +72382,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(5, 73.0), (7, 76.0)],
+                timed: &[(5, 73.0), (7, 75.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72390,7 +72390,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(5, 42.0), (4, 47.0), (7, 49.0)],
+                timed: &[(5, 40.0), (4, 45.0), (7, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72398,7 +72398,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(7, 77.0), (5, 80.0), (8, 95.0)],
+                timed: &[(7, 75.0), (5, 77.0), (8, 95.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72406,7 +72406,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(7, 29.0), (4, 34.0), (5, 40.0)],
+                timed: &[(7, 29.0), (4, 33.0), (5, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72414,7 +72414,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(7, 76.0), (5, 79.0), (8, 95.0)],
+                timed: &[(7, 74.0), (5, 76.0), (8, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72422,7 +72422,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(8, 140.0), (5, 140.0), (7, 150.0)],
+                timed: &[(5, 140.0), (8, 140.0), (7, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72430,7 +72430,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(5, 61.0), (7, 74.0), (8, 91.0)],
+                timed: &[(5, 59.0), (7, 73.0), (8, 92.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72446,7 +72446,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 11.0), (5, 12.0), (2, 14.0)],
+                timed: &[(4, 10.0), (5, 12.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72454,7 +72454,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(7, 51.0), (8, 52.0)],
+                timed: &[(7, 50.0), (8, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72462,7 +72462,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(8, 140.0), (7, 150.0)],
+                timed: &[(8, 140.0), (7, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72486,7 +72486,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(7, 260.0), (8, 260.0)],
+                timed: &[(5, 260.0), (7, 260.0), (8, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72494,7 +72494,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(7, 31.0), (8, 31.0)],
+                timed: &[(7, 30.0), (8, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72502,7 +72502,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(8, 270.0), (7, 280.0)],
+                timed: &[(8, 270.0), (7, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72510,7 +72510,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(8, 450.0), (7, 490.0)],
+                timed: &[(8, 450.0), (7, 480.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72518,7 +72518,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(8, 230.0), (5, 230.0)],
+                timed: &[(5, 220.0), (8, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72526,7 +72526,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(8, 500.0), (7, 530.0)],
+                timed: &[(8, 500.0), (5, 520.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72542,7 +72542,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(8, 920.0), (7, 990.0)],
+                timed: &[(8, 890.0), (7, 960.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72550,7 +72550,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(8, 410.0), (7, 450.0)],
+                timed: &[(8, 410.0), (5, 440.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72558,7 +72558,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(8, 960.0), (7, 1100.0)],
+                timed: &[(8, 950.0), (5, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72566,7 +72566,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(8, 1400.0), (7, 1600.0)],
+                timed: &[(8, 1400.0), (5, 1500.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -72582,7 +72582,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(8, 740.0), (7, 800.0)],
+                timed: &[(8, 730.0), (7, 810.0)],
             },
         ];
         let picked = {
@@ -90362,7 +90362,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 16.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90370,7 +90370,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 37.0), (3, 40.0)],
+                timed: &[(0, 36.0), (3, 40.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90378,7 +90378,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(1, 19.0), (0, 19.0)],
+                timed: &[(0, 19.0), (1, 20.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90394,7 +90394,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 34.0), (0, 37.0), (5, 66.0)],
+                timed: &[(1, 34.0), (0, 35.0), (5, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90402,7 +90402,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 67.0), (0, 69.0), (8, 110.0)],
+                timed: &[(0, 68.0), (1, 69.0), (8, 110.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90410,7 +90410,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 250.0), (0, 250.0), (9, 370.0)],
+                timed: &[(1, 250.0), (0, 250.0), (9, 350.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90418,7 +90418,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 4096, 14336],
-                timed: &[(0, 37.0), (3, 37.0)],
+                timed: &[(0, 36.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90426,7 +90426,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 6144, 4096],
-                timed: &[(0, 19.0), (1, 20.0)],
+                timed: &[(0, 19.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90434,7 +90434,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 35.0), (0, 36.0), (5, 70.0)],
+                timed: &[(1, 34.0), (0, 35.0), (5, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90442,7 +90442,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 16.0), (3, 17.0)],
+                timed: &[(0, 15.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90450,7 +90450,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 30.0), (3, 31.0)],
+                timed: &[(0, 29.0), (3, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90458,7 +90458,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (6, 31.0), (3, 36.0)],
+                timed: &[(1, 28.0), (6, 31.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90466,7 +90466,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 31.0), (6, 33.0), (3, 38.0)],
+                timed: &[(1, 31.0), (6, 33.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90474,7 +90474,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 53.0), (6, 53.0), (8, 79.0)],
+                timed: &[(0, 51.0), (6, 52.0), (8, 79.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90482,7 +90482,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 70.0), (0, 72.0), (8, 110.0)],
+                timed: &[(1, 68.0), (0, 70.0), (8, 100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90490,7 +90490,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 270.0), (9, 350.0)],
+                timed: &[(1, 250.0), (0, 260.0), (9, 330.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90498,7 +90498,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(6, 31.0), (4, 31.0), (3, 37.0)],
+                timed: &[(4, 30.0), (6, 30.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90514,7 +90514,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 21.0), (4, 22.0)],
+                timed: &[(2, 21.0), (4, 21.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90522,7 +90522,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(4, 36.0), (6, 36.0), (5, 68.0)],
+                timed: &[(4, 36.0), (6, 36.0), (5, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90538,7 +90538,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(4, 29.0), (6, 31.0), (3, 38.0)],
+                timed: &[(4, 29.0), (6, 31.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90554,7 +90554,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(4, 22.0), (6, 25.0), (2, 31.0)],
+                timed: &[(4, 22.0), (6, 25.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90562,7 +90562,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 31.0), (8, 33.0), (3, 46.0)],
+                timed: &[(6, 31.0), (8, 33.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90570,7 +90570,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(8, 39.0), (4, 43.0), (5, 57.0)],
+                timed: &[(8, 40.0), (4, 41.0), (5, 55.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90594,7 +90594,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 21.0), (5, 24.0), (2, 26.0)],
+                timed: &[(4, 21.0), (5, 24.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90602,7 +90602,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(5, 31.0), (8, 31.0), (3, 49.0)],
+                timed: &[(5, 31.0), (6, 31.0), (3, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90610,7 +90610,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(5, 33.0), (6, 33.0), (3, 49.0)],
+                timed: &[(5, 34.0), (6, 34.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90618,7 +90618,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(5, 56.0), (6, 57.0), (8, 66.0)],
+                timed: &[(6, 56.0), (5, 57.0), (8, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90626,7 +90626,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(9, 75.0), (8, 79.0)],
+                timed: &[(9, 75.0), (8, 77.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90642,7 +90642,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 50.0), (6, 61.0), (2, 70.0)],
+                timed: &[(4, 49.0), (6, 60.0), (2, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90650,7 +90650,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(6, 26.0), (8, 32.0), (3, 47.0)],
+                timed: &[(6, 26.0), (8, 33.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90658,7 +90658,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(6, 49.0), (4, 51.0), (8, 64.0)],
+                timed: &[(6, 48.0), (4, 49.0), (8, 62.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90666,7 +90666,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 21.0), (5, 23.0), (2, 26.0)],
+                timed: &[(4, 21.0), (5, 23.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90690,7 +90690,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(5, 41.0), (6, 42.0), (8, 49.0)],
+                timed: &[(5, 40.0), (6, 41.0), (8, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90698,7 +90698,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(8, 76.0), (5, 80.0), (9, 96.0)],
+                timed: &[(8, 76.0), (5, 78.0), (9, 96.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90706,7 +90706,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 29.0), (4, 34.0), (5, 40.0)],
+                timed: &[(8, 29.0), (4, 33.0), (5, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90714,7 +90714,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(8, 76.0), (5, 78.0), (9, 94.0)],
+                timed: &[(8, 75.0), (5, 76.0), (9, 95.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90730,7 +90730,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(5, 60.0), (6, 60.0), (9, 92.0)],
+                timed: &[(5, 59.0), (6, 60.0), (9, 92.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90746,7 +90746,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 11.0), (5, 12.0), (2, 13.0)],
+                timed: &[(4, 11.0), (5, 12.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90754,7 +90754,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 51.0), (9, 52.0)],
+                timed: &[(8, 51.0), (9, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90762,7 +90762,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(9, 140.0), (5, 140.0)],
+                timed: &[(5, 130.0), (9, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90770,7 +90770,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(8, 230.0), (5, 260.0), (9, 290.0)],
+                timed: &[(8, 240.0), (5, 270.0), (9, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90778,7 +90778,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 6144, 4096],
-                timed: &[(6, 110.0), (8, 120.0), (9, 130.0)],
+                timed: &[(6, 110.0), (8, 120.0), (9, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90786,7 +90786,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(8, 260.0), (9, 260.0)],
+                timed: &[(8, 260.0), (6, 260.0), (9, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90794,7 +90794,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 31.0), (9, 31.0)],
+                timed: &[(8, 31.0), (9, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90802,7 +90802,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(9, 270.0), (8, 270.0)],
+                timed: &[(8, 260.0), (9, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90818,7 +90818,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(9, 220.0), (6, 220.0)],
+                timed: &[(6, 220.0), (8, 220.0), (9, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90826,7 +90826,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(9, 490.0), (6, 530.0)],
+                timed: &[(9, 500.0), (6, 520.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90842,7 +90842,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(9, 900.0), (8, 970.0)],
+                timed: &[(9, 910.0), (8, 960.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90850,7 +90850,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(9, 400.0), (6, 450.0)],
+                timed: &[(9, 410.0), (6, 440.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90858,7 +90858,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(9, 940.0), (8, 1000.0)],
+                timed: &[(9, 950.0), (6, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90874,7 +90874,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(9, 950.0), (8, 1100.0)],
+                timed: &[(9, 960.0), (8, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90882,7 +90882,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(9, 720.0), (8, 800.0)],
+                timed: &[(9, 730.0), (8, 790.0)],
             },
         ];
         let picked = {

@@ -1031,13 +1031,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 if (tid == 0) tg_bulk_wait_read();  // the last stores have read the staging buffer
                 tg_named_barrier(1 + cw, 128);
                 if constexpr (TG_HAS_RESIDUAL) {
-                    if (tid == 0) {
-                        tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
-#pragma unroll
-                        for (int box = 0; box < 64 / D_BOX_COLS; ++box)
-                            tg_tma_load(staging + box * (BN * 128u), &c_map, c_full(cw), dcol0 + box * D_BOX_COLS, drow0);
-                    }
-                    tg_mbar_wait(c_full(cw), c_phase);
+                    tg_mbar_wait(c_full(cw), c_phase);  // loaded before the main loop
                     c_phase ^= 1u;
                 }
 #pragma unroll

@@ -996,8 +996,9 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 tg_named_barrier(1 + cw, 128);
                 if constexpr (TG_HAS_RESIDUAL) {
                     // C's part of the round arrives by TMA in the layout D leaves in: each thread
-                    // reads its pairs where it then writes D's.
-                    if (tid == 0) {
+                    // reads its pairs where it then writes D's. The first unit's first round was
+                    // loaded before the main loop.
+                    if (tid == 0 && round > 0) {
                         tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
 #pragma unroll
                         for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)

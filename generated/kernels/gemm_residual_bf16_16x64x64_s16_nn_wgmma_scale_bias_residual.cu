@@ -933,6 +933,16 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // Split-K serves skinny GEMMs: a consumer whose 64 rows all lie past M only
             // releases the stages (in every block of the cluster alike: same tile).
             const bool idle = SPLIT_K > 1 && tm * BM + cw * 64 >= M;
+            // The residual C of the tile's first 64 rows comes in by TMA while the main loop
+            // runs, once the last tile's stores have read the staging buffer: loaded in the
+            // epilogue, its DRAM latency stood between the last wgmma and the stores.
+            if (!idle && (SPLIT_K == 1 || rank == 0) && tid == 0) {
+                tg_bulk_wait_read();
+                tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
+#pragma unroll
+                for (int box = 0; box < 64 / D_BOX_COLS; ++box)
+                    tg_tma_load(staging + box * (BN * 128u), &c_map, c_full(cw), tm * BM + cw * 64 + box * D_BOX_COLS, tn * BN);
+            }
             int prev = 0;
             if (!idle) {
                 for (int kb = kb_begin; kb < kb_end; ++kb) {
@@ -1033,13 +1043,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 if (tid == 0) tg_bulk_wait_read();  // the last stores have read the staging buffer
                 tg_named_barrier(1 + cw, 128);
                 if constexpr (TG_HAS_RESIDUAL) {
-                    if (tid == 0) {
-                        tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
-#pragma unroll
-                        for (int box = 0; box < 64 / D_BOX_COLS; ++box)
-                            tg_tma_load(staging + box * (BN * 128u), &c_map, c_full(cw), dcol0 + box * D_BOX_COLS, drow0);
-                    }
-                    tg_mbar_wait(c_full(cw), c_phase);
+                    tg_mbar_wait(c_full(cw), c_phase);  // loaded before the main loop
                     c_phase ^= 1u;
                 }
 #pragma unroll

@@ -899,6 +899,16 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // Split-K serves skinny GEMMs: a consumer whose 64 rows all lie past M only
             // releases the stages (in every block of the cluster alike: same tile).
             const bool idle = SPLIT_K > 1 && tm * BM + cw * 64 >= M;
+            // The residual C of the tile's first 64 rows comes in by TMA while the main loop
+            // runs, once the last tile's stores have read the staging buffer: loaded in the
+            // epilogue, its DRAM latency stood between the last wgmma and the stores.
+            if (!idle && (SPLIT_K == 1 || rank == 0) && tid == 0) {
+                tg_bulk_wait_read();
+                tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
+#pragma unroll
+                for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
+                    tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + box * D_BOX_COLS, tm * BM + cw * 64);
+            }
             int prev = 0;
             if (!idle) {
                 for (int kb = kb_begin; kb < kb_end; ++kb) {
@@ -1001,8 +1011,9 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 tg_named_barrier(1 + cw, 128);
                 if constexpr (TG_HAS_RESIDUAL) {
                     // C's part of the round arrives by TMA in the layout D leaves in: each thread
-                    // reads its pairs where it then writes D's.
-                    if (tid == 0) {
+                    // reads its pairs where it then writes D's. The first unit's first round was
+                    // loaded before the main loop.
+                    if (tid == 0 && round > 0) {
                         tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
 #pragma unroll
                         for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
