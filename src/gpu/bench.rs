@@ -12,7 +12,7 @@ use super::{call_args, call_args_from, gpu_err, launch, with_tensor_maps, Gpu};
 use crate::error::Result;
 use crate::launch::ArgKind;
 use crate::manifest::InstanceEntry;
-use crate::spec::model::{DType, Op};
+use crate::spec::model::{DType, Epilogue, Op};
 
 pub const WARMUP: usize = 3;
 pub const RUNS: usize = 25;
@@ -216,7 +216,8 @@ pub fn traffic(inst: &InstanceEntry, p: Problem) -> (u64, u64) {
 
 /// Times one instance on one problem beside its peer: the copy bandwidth of this run
 /// (`ceiling_gbps`) for memory-bound ops; for GEMMs cuBLASLt with the same fused bias epilogue
-/// (alone or with an activation) where it has one, else plain cuBLAS (TF32 for TF32 instances), timed here on the same data.
+/// (alone or with an activation) where it has one, else plain cuBLAS (TF32 for TF32
+/// instances), timed here on the same data.
 pub fn bench_case(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
@@ -324,7 +325,7 @@ pub fn bench_case(
             let (median_ms, min_ms) = times[0];
             plain_ms = times.get(2).map(|t| t.0);
             let name = match (fused, tf32) {
-                (true, _) if inst.epilogue.len() == 1 => "cuBLASLt fused bias TFLOP/s",
+                (true, _) if inst.epilogue == [Epilogue::Bias] => "cuBLASLt fused bias TFLOP/s",
                 (true, _) => "cuBLASLt fused bias+act TFLOP/s",
                 (false, true) => "cuBLAS TF32 TFLOP/s",
                 (false, false) => "cuBLAS GEMM TFLOP/s",
