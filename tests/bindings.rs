@@ -638,6 +638,23 @@ fn tuned(d: &Device, method: &str, shape: &[u64]) -> Option<String> {
         .map(|i| members[i].name.clone())
 }
 
+/// `gemm_plans` calls every 16-bit GEMM method of the default library, so that a method added
+/// to the specs is covered by the dispatch tests below or fails here.
+#[test]
+fn gemm_plans_cover_every_16_bit_gemm_method() {
+    let listed: std::collections::BTreeSet<String> = gemm_plans(SMS, 128, 128, 128)
+        .into_iter()
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let in_library: std::collections::BTreeSet<String> = default_manifest()
+        .instances
+        .iter()
+        .map(tilegen::__internal::bindings::method_name)
+        .filter(|m| m.starts_with("gemm_") && m.contains("f16"))
+        .collect();
+    assert_eq!(listed, in_library);
+}
+
 /// On sm_90 every 16-bit GEMM method picks what the H200 tuning table predicts fastest from
 /// its entries near the shape (`table_pick`), and where no entry applies its wgmma (tensor-map) instance (for at most 16 rows a
 /// swap-AB one, where the method has one, even beside a 16-row mma.sync tile); it falls back to mma.sync where a tensor map
