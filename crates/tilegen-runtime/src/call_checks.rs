@@ -390,8 +390,9 @@ pub struct GemmOption {
 /// path), each part in [`tile_order`]. The exception is a decode-shaped output (at most
 /// [`DECODE_ROWS`] rows) when the group has an mma.sync tile of that height and no swap-AB
 /// tile that runs and covers M in one row: the mma.sync tile goes first.
-/// Tensor-map tiles under [`WGMMA_ROWS`] rows go last unless one row of them covers M: each
-/// further row streams all of B again.
+/// Tensor-map tiles under [`WGMMA_ROWS`] rows (swap-AB) go first where one row of them covers
+/// M, however many tiles a taller one makes (that one computes rows that are not there), and
+/// last otherwise: each further row streams all of B again.
 pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -> Vec<usize> {
     let mut usable: Vec<usize> = (0..options.len()).filter(|&i| options[i].runs).collect();
     if usable.is_empty() {
@@ -425,7 +426,14 @@ pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -
                 .into_iter()
                 .map(|j| part[j])
                 .partition(|&i| !swap_ab(i) || covers_m(i));
-        out.extend(covering);
+        // H200 tuning data at 1-16 rows (bench/results/2026-12-03-h200-gemm-rules-decode.txt):
+        // with tile_order's first pick (often a taller tile that fills the SMs) the rules took
+        // 1.26x the fastest instance on geometric mean over 136 method-shapes, with the
+        // covering swap-AB tile first 1.03x.
+        let (swapped, others): (Vec<usize>, Vec<usize>) =
+            covering.into_iter().partition(|&i| swap_ab(i));
+        out.extend(swapped);
+        out.extend(others);
         out.extend(rereading);
     }
     out
@@ -608,8 +616,11 @@ mod tests {
             runs: true,
         })
         .to_vec();
-        // Up to 16 rows the smallest tile leads, as tile_order has it.
+        // Up to 16 rows the swap-AB tile leads, also where the taller tiles fill the SMs and
+        // tile_order alone would put them first (64x64 makes 500 tiles at n = 32000).
         assert_eq!(gemm_order(16, 4096, &h200, &group)[0], 2);
+        assert_eq!(gemm_order(16, 32000, &h200, &group), [2, 1, 0, 3]);
+        assert_eq!(gemm_order(1, 128256, &h200, &group)[0], 2);
         // Beyond, it would stream B once per 16 rows: after the other wgmma tiles, still
         // before the mma.sync ones.
         assert_eq!(gemm_order(64, 4096, &h200, &group), [1, 0, 2, 3]);
