@@ -519,7 +519,7 @@ fn gemm_plans(
         "tn" => (m, n),
         _ => (m, k),
     };
-    let plain: [(&str, &str, Gemm); 8] = [
+    let plain: [(&str, &str, Gemm); 10] = [
         ("gemm_nn_bf16", "nn", plan::gemm_nn_bf16),
         ("gemm_nt_bf16", "nt", plan::gemm_nt_bf16),
         ("gemm_tn_bf16", "tn", plan::gemm_tn_bf16),
@@ -528,6 +528,8 @@ fn gemm_plans(
         ("gemm_nt_f16", "nt", plan::gemm_nt_f16),
         ("gemm_nn_bf16_f32", "nn", plan::gemm_nn_bf16_f32),
         ("gemm_nt_bf16_f32", "nt", plan::gemm_nt_bf16_f32),
+        ("gemm_nn_f16_f32", "nn", plan::gemm_nn_f16_f32),
+        ("gemm_nt_f16_f32", "nt", plan::gemm_nt_f16_f32),
     ];
     let bias: [(&str, &str, GemmBias); 12] = [
         ("gemm_nn_bias_bf16", "nn", plan::gemm_nn_bias_bf16),
@@ -573,7 +575,7 @@ fn gemm_plans(
         );
         out.push((name, p));
     }
-    let residual: [(&str, &str, GemmResidual); 2] = [
+    let residual: [(&str, &str, GemmResidual); 4] = [
         (
             "gemm_nn_scale_bias_residual_bf16",
             "nn",
@@ -583,6 +585,16 @@ fn gemm_plans(
             "gemm_nt_scale_bias_residual_bf16",
             "nt",
             plan::gemm_nt_scale_bias_residual_bf16,
+        ),
+        (
+            "gemm_nn_scale_bias_residual_f16",
+            "nn",
+            plan::gemm_nn_scale_bias_residual_f16,
+        ),
+        (
+            "gemm_nt_scale_bias_residual_f16",
+            "nt",
+            plan::gemm_nt_scale_bias_residual_f16,
         ),
     ];
     for (name, layout, f) in residual {

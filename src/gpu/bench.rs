@@ -216,8 +216,8 @@ pub fn traffic(inst: &InstanceEntry, p: Problem) -> (u64, u64) {
 
 /// Times one instance on one problem beside its peer: the copy bandwidth of this run
 /// (`ceiling_gbps`) for memory-bound ops; for GEMMs cuBLASLt with the same fused bias epilogue
-/// (alone or with an activation) where it has one, else plain cuBLAS (TF32 for TF32
-/// instances), timed here on the same data.
+/// (alone, with an activation, or with the residual as beta·C) where it has one, else plain
+/// cuBLAS (TF32 for TF32 instances), timed here on the same data.
 pub fn bench_case(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
@@ -299,17 +299,34 @@ pub fn bench_case(
                 let a = input(set, "a").expect("a");
                 (a, input(set, "b").expect("b"), input(set, "bias"))
             };
+            // A residual's peer adds C in place (beta 1): it gets a copy of each set's C to
+            // overwrite, so that it reads as many distinct bytes as the kernel.
+            let mut peer_out = match input(0, "c") {
+                Some(_) => (0..sets)
+                    .map(|set| {
+                        let c = input(set, "c").expect("c");
+                        gpu.stream
+                            .clone_dtod(c)
+                            .map_err(|e| gpu_err("copying C", e))
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+                None => Vec::new(),
+            };
             let fused = match operands(0) {
-                (a, b, Some(bias)) => blas
-                    .fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
-                    .is_some(),
+                (a, b, Some(bias)) => {
+                    let out = peer_out.first_mut().unwrap_or(&mut d);
+                    blas.fused_epilogue(inst, (m, n, k), a, b, bias, out)
+                        .is_some()
+                }
                 _ => false,
             };
             let tf32 = inst.params.tf32 == Some(true);
             let mut run_peer = |run: usize| match operands(run % sets) {
-                (a, b, Some(bias)) if fused => blas
-                    .fused_bias_act(inst, (m, n, k), a, b, bias, &mut d)
-                    .expect("fused peer exists"),
+                (a, b, Some(bias)) if fused => {
+                    let out = peer_out.get_mut(run % sets).unwrap_or(&mut d);
+                    blas.fused_epilogue(inst, (m, n, k), a, b, bias, out)
+                        .expect("fused peer exists")
+                }
                 (a, b, _) => blas.gemm(gpu, inst, (m, n, k), a, b, &mut d, inst.out_dtype, tf32),
             };
             let mut run_plain = |run: usize| match &plain {
@@ -326,6 +343,9 @@ pub fn bench_case(
             plain_ms = times.get(2).map(|t| t.0);
             let name = match (fused, tf32) {
                 (true, _) if inst.epilogue == [Epilogue::Bias] => "cuBLASLt fused bias TFLOP/s",
+                (true, _) if inst.epilogue.contains(&Epilogue::Residual) => {
+                    "cuBLASLt alpha·A·B + C + bias TFLOP/s"
+                }
                 (true, _) => "cuBLASLt fused bias+act TFLOP/s",
                 (false, true) => "cuBLAS TF32 TFLOP/s",
                 (false, false) => "cuBLAS GEMM TFLOP/s",

@@ -9,7 +9,7 @@ use cudarc::cublas::sys::{
 use cudarc::cublaslt::{Activation, CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
-use super::problem::gemm_ld;
+use super::problem::{gemm_ld, GEMM_ALPHA};
 use super::{gpu_err, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
@@ -104,10 +104,12 @@ impl Blas {
     }
 
     /// cuBLASLt with its fused bias epilogue (bias alone, bias+GELU(tanh) or bias+ReLU), the
-    /// peer of our fused epilogues. Output in the input dtype. None when the instance's
-    /// epilogue has no cuBLASLt equivalent.
+    /// peer of our fused epilogues; for the residual chain (scale, bias, residual) its
+    /// alpha·A·B + beta·C with beta 1 and the bias epilogue, which reads C from `d` and
+    /// writes D over it (a residual stream updated in place). Output in the input dtype.
+    /// None when the instance's epilogue has no cuBLASLt equivalent.
     #[allow(clippy::too_many_arguments)]
-    pub fn fused_bias_act(
+    pub fn fused_epilogue(
         &self,
         inst: &InstanceEntry,
         (m, n, k): (u64, u64, u64),
@@ -116,10 +118,11 @@ impl Blas {
         bias: &CudaSlice<u8>,
         d: &mut CudaSlice<u8>,
     ) -> Option<Result<()>> {
-        let act = match inst.epilogue.as_slice() {
-            [Epilogue::Bias] => None,
-            [Epilogue::Bias, Epilogue::Gelu] => Some(Activation::Gelu),
-            [Epilogue::Bias, Epilogue::Relu] => Some(Activation::Relu),
+        let (act, alpha, beta) = match inst.epilogue.as_slice() {
+            [Epilogue::Bias] => (None, 1.0, 0.0),
+            [Epilogue::Bias, Epilogue::Gelu] => (Some(Activation::Gelu), 1.0, 0.0),
+            [Epilogue::Bias, Epilogue::Relu] => (Some(Activation::Relu), 1.0, 0.0),
+            [Epilogue::Scale, Epilogue::Bias, Epilogue::Residual] => (None, GEMM_ALPHA, 1.0),
             _ => return None,
         };
         // cuBLASLt's f32 matmul may run on TF32 tensor cores: an f32 GEMM's peer is SGEMM.
@@ -135,10 +138,10 @@ impl Blas {
             m: n,
             n: m,
             k,
-            alpha: 1.0,
+            alpha,
             lda: ldb as i64,
             ldb: lda as i64,
-            beta: 0.0,
+            beta,
             ldc: n as i64,
             stride_a: None,
             stride_b: None,
