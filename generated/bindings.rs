@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 12fe112d56869ab3
+// content sha256 9eb7a544d56fdbdc
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -78032,7 +78032,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 35.0), (3, 40.0)],
+                timed: &[(0, 35.0), (3, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78048,7 +78048,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 26.0), (0, 31.0), (3, 40.0)],
+                timed: &[(1, 26.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78056,7 +78056,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 32.0), (0, 33.0), (3, 52.0)],
+                timed: &[(1, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78064,7 +78064,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 66.0), (0, 68.0), (7, 110.0)],
+                timed: &[(1, 66.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78072,7 +78072,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 240.0), (0, 250.0), (8, 370.0)],
+                timed: &[(1, 240.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78096,7 +78096,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 32.0), (0, 34.0), (3, 46.0)],
+                timed: &[(1, 33.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78104,7 +78104,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 16.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78120,7 +78120,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (5, 30.0), (3, 35.0)],
+                timed: &[(1, 27.0), (5, 31.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78128,7 +78128,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 32.0), (3, 36.0)],
+                timed: &[(1, 29.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78136,7 +78136,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (5, 51.0), (7, 82.0)],
+                timed: &[(0, 50.0), (5, 52.0), (1, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78144,7 +78144,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 69.0), (7, 100.0)],
+                timed: &[(1, 68.0), (0, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78152,7 +78152,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0), (8, 340.0)],
+                timed: &[(1, 250.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78160,7 +78160,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 28.0), (4, 31.0), (3, 36.0)],
+                timed: &[(5, 29.0), (4, 31.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78184,7 +78184,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(4, 35.0), (5, 35.0), (3, 47.0)],
+                timed: &[(4, 34.0), (2, 35.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78232,7 +78232,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(7, 39.0), (4, 41.0), (5, 47.0)],
+                timed: &[(7, 39.0), (4, 41.0), (5, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78248,7 +78248,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 37.0)],
+                timed: &[(2, 31.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78256,7 +78256,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 21.0), (5, 23.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 23.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78264,7 +78264,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(5, 30.0), (7, 30.0), (3, 47.0)],
+                timed: &[(5, 29.0), (7, 30.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78280,7 +78280,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(5, 56.0), (4, 57.0), (7, 66.0)],
+                timed: &[(5, 56.0), (4, 57.0), (7, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78288,7 +78288,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(8, 73.0), (7, 77.0)],
+                timed: &[(8, 73.0), (4, 77.0), (7, 78.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78304,7 +78304,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 49.0), (5, 58.0), (2, 68.0)],
+                timed: &[(4, 50.0), (5, 59.0), (2, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78312,7 +78312,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(5, 24.0), (7, 32.0), (3, 45.0)],
+                timed: &[(5, 24.0), (7, 31.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78320,7 +78320,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(5, 46.0), (4, 47.0), (7, 63.0)],
+                timed: &[(5, 45.0), (4, 48.0), (7, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78328,7 +78328,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 23.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 22.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78360,7 +78360,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(7, 75.0), (5, 77.0), (8, 95.0)],
+                timed: &[(7, 74.0), (5, 77.0), (8, 95.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78368,7 +78368,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(7, 29.0), (4, 33.0), (5, 39.0)],
+                timed: &[(7, 28.0), (4, 33.0), (5, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78376,7 +78376,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(7, 74.0), (5, 76.0), (8, 94.0)],
+                timed: &[(7, 73.0), (5, 76.0), (8, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78392,7 +78392,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(5, 59.0), (7, 73.0), (8, 92.0)],
+                timed: &[(5, 59.0), (7, 71.0), (8, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78416,7 +78416,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(7, 50.0), (8, 53.0)],
+                timed: &[(7, 49.0), (8, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78440,7 +78440,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 6144, 4096],
-                timed: &[(5, 110.0), (7, 120.0), (8, 140.0)],
+                timed: &[(5, 110.0), (7, 120.0), (8, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78448,7 +78448,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(5, 260.0), (7, 260.0), (8, 270.0)],
+                timed: &[(7, 250.0), (5, 260.0), (8, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78456,7 +78456,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(7, 30.0), (8, 32.0)],
+                timed: &[(7, 30.0), (8, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78464,7 +78464,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(8, 270.0), (7, 270.0)],
+                timed: &[(8, 260.0), (7, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78480,7 +78480,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(5, 220.0), (8, 230.0)],
+                timed: &[(5, 220.0), (8, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78488,7 +78488,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(8, 500.0), (5, 520.0)],
+                timed: &[(8, 490.0), (5, 520.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78504,7 +78504,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(8, 890.0), (7, 960.0)],
+                timed: &[(8, 890.0), (7, 970.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78512,7 +78512,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(8, 410.0), (5, 440.0)],
+                timed: &[(8, 400.0), (5, 440.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78520,7 +78520,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(8, 950.0), (5, 1000.0)],
+                timed: &[(8, 940.0), (5, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78536,7 +78536,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(8, 960.0), (7, 1100.0)],
+                timed: &[(8, 940.0), (7, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78544,7 +78544,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(8, 730.0), (7, 810.0)],
+                timed: &[(8, 720.0), (7, 790.0)],
             },
         ];
         let picked = {
@@ -79755,7 +79755,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 26.0), (0, 30.0)],
+                timed: &[(1, 26.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79763,7 +79763,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 32.0), (0, 34.0)],
+                timed: &[(1, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79771,7 +79771,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 66.0), (0, 67.0)],
+                timed: &[(1, 66.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79803,7 +79803,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 32.0), (0, 36.0)],
+                timed: &[(1, 32.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79819,7 +79819,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 28.0), (1, 38.0)],
+                timed: &[(0, 28.0), (1, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79835,7 +79835,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 28.0), (3, 33.0), (0, 34.0)],
+                timed: &[(1, 29.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79843,7 +79843,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(3, 52.0), (0, 52.0), (1, 54.0)],
+                timed: &[(3, 50.0), (0, 50.0), (1, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79851,7 +79851,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 70.0)],
+                timed: &[(1, 69.0), (0, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79867,7 +79867,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(3, 29.0), (2, 35.0)],
+                timed: &[(3, 29.0), (2, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79875,7 +79875,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 37.0), (1, 55.0)],
+                timed: &[(2, 38.0), (1, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79883,7 +79883,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 20.0), (3, 24.0)],
+                timed: &[(2, 20.0), (3, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79891,7 +79891,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(3, 34.0), (2, 37.0)],
+                timed: &[(3, 35.0), (2, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79899,7 +79899,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 15.0), (1, 22.0)],
+                timed: &[(2, 16.0), (1, 22.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79907,7 +79907,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(3, 29.0), (2, 32.0)],
+                timed: &[(3, 29.0), (2, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79915,7 +79915,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(2, 52.0), (3, 56.0)],
+                timed: &[(2, 51.0), (3, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79923,7 +79923,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(3, 23.0), (2, 29.0)],
+                timed: &[(3, 24.0), (2, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79931,7 +79931,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(3, 30.0), (2, 44.0)],
+                timed: &[(3, 29.0), (2, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79955,7 +79955,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 45.0)],
+                timed: &[(2, 31.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79963,7 +79963,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(3, 23.0), (2, 25.0)],
+                timed: &[(3, 24.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79979,7 +79979,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(3, 31.0), (2, 36.0)],
+                timed: &[(3, 32.0), (2, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79987,7 +79987,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(3, 56.0), (5, 58.0)],
+                timed: &[(3, 55.0), (5, 58.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79995,7 +79995,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(5, 73.0), (3, 81.0)],
+                timed: &[(5, 73.0), (3, 80.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80011,7 +80011,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(3, 57.0), (2, 71.0)],
+                timed: &[(3, 58.0), (2, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80019,7 +80019,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(3, 24.0), (2, 34.0)],
+                timed: &[(3, 25.0), (2, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80035,7 +80035,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(3, 23.0), (2, 24.0)],
+                timed: &[(3, 23.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80051,7 +80051,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(3, 73.0), (2, 110.0)],
+                timed: &[(3, 65.0), (2, 110.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80067,7 +80067,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(3, 80.0), (5, 99.0)],
+                timed: &[(3, 79.0), (5, 97.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80075,7 +80075,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(3, 41.0), (2, 44.0)],
+                timed: &[(3, 40.0), (2, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80083,7 +80083,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(3, 79.0), (5, 98.0)],
+                timed: &[(3, 78.0), (5, 96.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80099,7 +80099,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(3, 60.0), (2, 94.0), (5, 95.0)],
+                timed: &[(3, 59.0), (5, 93.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80107,7 +80107,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 14336, 4096],
-                timed: &[(3, 140.0), (5, 150.0)],
+                timed: &[(3, 130.0), (5, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80115,7 +80115,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(3, 12.0), (2, 12.0)],
+                timed: &[(2, 12.0), (3, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80123,7 +80123,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(5, 53.0), (3, 60.0)],
+                timed: &[(5, 51.0), (3, 66.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80131,7 +80131,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(5, 150.0), (3, 150.0)],
+                timed: &[(5, 140.0), (3, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80155,7 +80155,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(3, 270.0), (5, 280.0)],
+                timed: &[(3, 260.0), (5, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80163,7 +80163,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(5, 32.0), (3, 36.0)],
+                timed: &[(5, 31.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80171,7 +80171,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(5, 280.0), (3, 290.0)],
+                timed: &[(5, 280.0), (3, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80179,7 +80179,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(5, 480.0), (3, 550.0)],
+                timed: &[(5, 470.0), (3, 550.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80187,7 +80187,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(3, 230.0), (5, 240.0)],
+                timed: &[(3, 230.0), (5, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80195,7 +80195,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(5, 520.0), (3, 550.0)],
+                timed: &[(5, 510.0), (3, 530.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80203,7 +80203,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(5, 190.0), (3, 220.0)],
+                timed: &[(5, 190.0), (3, 210.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80211,7 +80211,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(5, 960.0), (3, 1100.0)],
+                timed: &[(5, 940.0), (3, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80219,7 +80219,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(5, 430.0), (3, 470.0)],
+                timed: &[(5, 420.0), (3, 460.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80227,7 +80227,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(5, 1000.0), (3, 1100.0)],
+                timed: &[(5, 980.0), (3, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80235,7 +80235,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(5, 1500.0), (3, 1600.0)],
+                timed: &[(5, 1400.0), (3, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80243,7 +80243,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(5, 1000.0), (3, 1100.0)],
+                timed: &[(5, 980.0), (3, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80251,7 +80251,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(5, 770.0), (3, 870.0)],
+                timed: &[(5, 750.0), (3, 870.0)],
             },
         ];
         let picked = {
@@ -99001,7 +99001,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 19.0), (1, 20.0)],
+                timed: &[(0, 19.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99009,7 +99009,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 33.0), (3, 41.0)],
+                timed: &[(1, 27.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99017,7 +99017,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 34.0), (0, 35.0), (5, 70.0)],
+                timed: &[(1, 33.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99025,7 +99025,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(0, 68.0), (1, 69.0), (8, 110.0)],
+                timed: &[(1, 67.0), (0, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99033,7 +99033,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 250.0), (0, 250.0), (9, 350.0)],
+                timed: &[(1, 250.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99049,7 +99049,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 6144, 4096],
-                timed: &[(0, 19.0), (1, 19.0)],
+                timed: &[(0, 18.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99057,7 +99057,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 34.0), (0, 35.0), (5, 69.0)],
+                timed: &[(1, 34.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99065,7 +99065,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 15.0), (3, 17.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99073,7 +99073,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 29.0), (3, 31.0)],
+                timed: &[(0, 29.0), (3, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99081,7 +99081,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (6, 31.0), (3, 35.0)],
+                timed: &[(1, 27.0), (6, 31.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99089,7 +99089,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 31.0), (6, 33.0), (3, 36.0)],
+                timed: &[(1, 30.0), (6, 33.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99097,7 +99097,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (6, 52.0), (8, 79.0)],
+                timed: &[(0, 51.0), (6, 52.0), (1, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99105,7 +99105,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 70.0), (8, 100.0)],
+                timed: &[(1, 68.0), (0, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99113,7 +99113,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0), (9, 330.0)],
+                timed: &[(1, 250.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99121,7 +99121,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(4, 30.0), (6, 30.0), (3, 36.0)],
+                timed: &[(4, 29.0), (6, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99137,7 +99137,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 21.0), (4, 21.0)],
+                timed: &[(2, 20.0), (4, 21.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99145,7 +99145,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(4, 36.0), (6, 36.0), (5, 65.0)],
+                timed: &[(4, 35.0), (6, 36.0), (5, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99153,7 +99153,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 16.0), (3, 18.0)],
+                timed: &[(2, 16.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99161,7 +99161,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(4, 29.0), (6, 31.0), (3, 37.0)],
+                timed: &[(4, 29.0), (6, 30.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99169,7 +99169,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (4, 49.0), (2, 52.0)],
+                timed: &[(3, 43.0), (4, 49.0), (2, 51.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99177,7 +99177,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(4, 22.0), (6, 25.0), (2, 29.0)],
+                timed: &[(4, 22.0), (6, 24.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99185,7 +99185,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 31.0), (8, 33.0), (3, 45.0)],
+                timed: &[(6, 31.0), (8, 32.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99193,7 +99193,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(8, 40.0), (4, 41.0), (5, 55.0)],
+                timed: &[(8, 39.0), (4, 41.0), (5, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99201,7 +99201,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 17.0), (4, 20.0)],
+                timed: &[(2, 16.0), (4, 20.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99209,7 +99209,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 38.0)],
+                timed: &[(2, 31.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99225,7 +99225,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(5, 31.0), (6, 31.0), (3, 48.0)],
+                timed: &[(5, 30.0), (6, 31.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99233,7 +99233,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(5, 34.0), (6, 34.0), (3, 47.0)],
+                timed: &[(5, 33.0), (6, 33.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99241,7 +99241,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 56.0), (5, 57.0), (8, 67.0)],
+                timed: &[(6, 56.0), (5, 56.0), (8, 66.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99257,7 +99257,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 128256, 4096],
-                timed: &[(9, 280.0), (8, 290.0)],
+                timed: &[(9, 280.0), (8, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99265,7 +99265,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 49.0), (6, 60.0), (2, 68.0)],
+                timed: &[(4, 50.0), (6, 60.0), (2, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99273,7 +99273,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(6, 26.0), (8, 33.0), (3, 45.0)],
+                timed: &[(6, 25.0), (8, 33.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99281,7 +99281,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(6, 48.0), (4, 49.0), (8, 62.0)],
+                timed: &[(6, 47.0), (4, 49.0), (8, 62.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99289,7 +99289,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 21.0), (5, 23.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 23.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99297,7 +99297,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(5, 43.0), (6, 45.0), (8, 50.0)],
+                timed: &[(5, 43.0), (6, 44.0), (8, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99313,7 +99313,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(5, 40.0), (6, 41.0), (8, 49.0)],
+                timed: &[(5, 40.0), (6, 41.0), (8, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99321,7 +99321,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(8, 76.0), (5, 78.0), (9, 96.0)],
+                timed: &[(8, 75.0), (5, 78.0), (9, 96.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99329,7 +99329,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 29.0), (4, 33.0), (5, 39.0)],
+                timed: &[(8, 28.0), (4, 33.0), (5, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99337,7 +99337,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(8, 75.0), (5, 76.0), (9, 95.0)],
+                timed: &[(8, 74.0), (5, 76.0), (9, 95.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99345,7 +99345,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(5, 120.0), (6, 140.0), (8, 150.0)],
+                timed: &[(5, 120.0), (6, 130.0), (8, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99353,7 +99353,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(5, 59.0), (6, 60.0), (9, 92.0)],
+                timed: &[(6, 59.0), (5, 60.0), (9, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99369,7 +99369,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 11.0), (5, 12.0), (2, 12.0)],
+                timed: &[(4, 10.0), (5, 11.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99377,7 +99377,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 51.0), (9, 53.0)],
+                timed: &[(8, 49.0), (9, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99385,7 +99385,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(5, 130.0), (9, 140.0)],
+                timed: &[(9, 140.0), (5, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99393,7 +99393,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(8, 240.0), (5, 270.0), (9, 290.0)],
+                timed: &[(8, 240.0), (6, 270.0), (9, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99401,7 +99401,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 6144, 4096],
-                timed: &[(6, 110.0), (8, 120.0), (9, 140.0)],
+                timed: &[(6, 110.0), (8, 120.0), (9, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99409,7 +99409,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(8, 260.0), (6, 260.0), (9, 270.0)],
+                timed: &[(8, 250.0), (6, 260.0), (9, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99417,7 +99417,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 31.0), (9, 32.0)],
+                timed: &[(8, 30.0), (9, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99441,7 +99441,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(6, 220.0), (8, 220.0), (9, 230.0)],
+                timed: &[(6, 220.0), (8, 220.0), (9, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99449,7 +99449,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(9, 500.0), (6, 520.0)],
+                timed: &[(9, 490.0), (8, 520.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99465,7 +99465,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(9, 910.0), (8, 960.0)],
+                timed: &[(9, 920.0), (8, 970.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99473,7 +99473,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(9, 410.0), (6, 440.0)],
+                timed: &[(9, 410.0), (8, 440.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99481,7 +99481,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(9, 950.0), (6, 1000.0)],
+                timed: &[(9, 940.0), (8, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99497,7 +99497,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(9, 960.0), (8, 1100.0)],
+                timed: &[(9, 950.0), (8, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99505,7 +99505,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(9, 730.0), (8, 790.0)],
+                timed: &[(9, 730.0), (8, 780.0)],
             },
         ];
         let picked = {
@@ -100819,7 +100819,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 15.0), (1, 16.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100827,7 +100827,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 35.0), (1, 42.0)],
+                timed: &[(0, 36.0), (1, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100835,7 +100835,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 18.0), (1, 18.0)],
+                timed: &[(0, 18.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100851,7 +100851,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 36.0)],
+                timed: &[(1, 33.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100875,7 +100875,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 4096, 14336],
-                timed: &[(0, 35.0), (1, 43.0)],
+                timed: &[(0, 36.0), (1, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100883,7 +100883,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 6144, 4096],
-                timed: &[(0, 18.0), (1, 18.0)],
+                timed: &[(0, 19.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100891,7 +100891,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 33.0), (0, 35.0)],
+                timed: &[(1, 34.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100899,7 +100899,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 15.0), (1, 16.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100915,7 +100915,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (4, 31.0), (0, 31.0)],
+                timed: &[(1, 27.0), (4, 31.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100923,7 +100923,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (4, 32.0), (0, 33.0)],
+                timed: &[(1, 30.0), (4, 33.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100939,7 +100939,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 70.0)],
+                timed: &[(1, 69.0), (0, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100955,7 +100955,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(4, 30.0), (2, 37.0)],
+                timed: &[(4, 31.0), (2, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100963,7 +100963,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 38.0), (1, 56.0)],
+                timed: &[(2, 38.0), (1, 58.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100979,7 +100979,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(4, 36.0), (2, 36.0), (3, 67.0)],
+                timed: &[(4, 36.0), (2, 36.0), (3, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100987,7 +100987,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 16.0), (1, 22.0)],
+                timed: &[(2, 16.0), (1, 23.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101011,7 +101011,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(3, 25.0), (4, 25.0), (2, 32.0)],
+                timed: &[(4, 25.0), (3, 25.0), (2, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101019,7 +101019,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(4, 31.0), (3, 35.0), (2, 46.0)],
+                timed: &[(4, 31.0), (3, 35.0), (2, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101027,7 +101027,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(4, 49.0), (6, 51.0), (3, 53.0)],
+                timed: &[(4, 49.0), (6, 52.0), (3, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101035,7 +101035,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (3, 22.0)],
+                timed: &[(2, 16.0), (3, 23.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101043,7 +101043,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 47.0)],
+                timed: &[(2, 32.0), (4, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101067,7 +101067,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(4, 33.0), (3, 33.0), (2, 36.0)],
+                timed: &[(4, 33.0), (3, 33.0), (2, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101083,7 +101083,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(6, 75.0), (4, 82.0), (3, 84.0)],
+                timed: &[(6, 76.0), (4, 82.0), (3, 85.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101099,7 +101099,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 59.0), (2, 70.0)],
+                timed: &[(4, 59.0), (2, 71.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101115,7 +101115,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(4, 47.0), (6, 53.0), (3, 83.0)],
+                timed: &[(4, 47.0), (6, 54.0), (3, 84.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101123,7 +101123,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(3, 23.0), (4, 24.0), (2, 25.0)],
+                timed: &[(3, 23.0), (4, 25.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101131,7 +101131,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(3, 44.0), (4, 44.0)],
+                timed: &[(4, 44.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101139,7 +101139,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(3, 66.0), (4, 71.0)],
+                timed: &[(4, 65.0), (3, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101155,7 +101155,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(3, 81.0), (4, 81.0), (6, 100.0)],
+                timed: &[(3, 81.0), (4, 81.0), (6, 99.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101163,7 +101163,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(3, 40.0), (4, 41.0)],
+                timed: &[(3, 41.0), (4, 42.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101171,7 +101171,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(3, 79.0), (4, 80.0), (6, 98.0)],
+                timed: &[(3, 79.0), (4, 79.0), (6, 97.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101187,7 +101187,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(4, 60.0), (3, 61.0), (6, 96.0)],
+                timed: &[(4, 60.0), (3, 61.0), (6, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101195,7 +101195,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 14336, 4096],
-                timed: &[(3, 130.0), (4, 140.0), (6, 150.0)],
+                timed: &[(4, 130.0), (3, 140.0), (6, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101211,7 +101211,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(6, 53.0), (3, 60.0)],
+                timed: &[(6, 52.0), (3, 59.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101219,7 +101219,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(3, 130.0), (6, 150.0)],
+                timed: &[(3, 140.0), (6, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101227,7 +101227,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(3, 270.0), (4, 280.0), (6, 310.0)],
+                timed: &[(3, 270.0), (4, 280.0), (6, 300.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101243,7 +101243,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(4, 270.0), (6, 280.0)],
+                timed: &[(4, 270.0), (6, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101251,7 +101251,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(6, 32.0), (4, 36.0), (3, 39.0)],
+                timed: &[(6, 31.0), (4, 36.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101259,7 +101259,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(6, 280.0), (4, 290.0)],
+                timed: &[(6, 280.0), (4, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101267,7 +101267,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(6, 490.0), (4, 550.0)],
+                timed: &[(6, 470.0), (4, 550.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101275,7 +101275,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(4, 230.0), (6, 240.0)],
+                timed: &[(4, 230.0), (6, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101283,7 +101283,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(6, 530.0), (4, 550.0)],
+                timed: &[(6, 510.0), (4, 540.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101291,7 +101291,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(6, 200.0), (4, 220.0)],
+                timed: &[(6, 190.0), (4, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101299,7 +101299,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(6, 970.0), (4, 1100.0)],
+                timed: &[(6, 990.0), (4, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101307,7 +101307,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(6, 430.0), (4, 470.0)],
+                timed: &[(6, 420.0), (4, 460.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101315,7 +101315,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(6, 1000.0), (4, 1100.0)],
+                timed: &[(6, 980.0), (4, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101323,7 +101323,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(6, 1500.0), (4, 1700.0)],
+                timed: &[(6, 1500.0), (4, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101331,7 +101331,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(6, 1000.0), (4, 1100.0)],
+                timed: &[(6, 990.0), (4, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101339,7 +101339,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(6, 780.0), (4, 890.0)],
+                timed: &[(6, 760.0), (4, 880.0)],
             },
         ];
         let picked = {

@@ -286,6 +286,16 @@ impl Plan {
     fn consumers(&self) -> u32 {
         consumers(self.tile_m, self.pingpong)
     }
+    /// Whether a consumer issues its residual C tile's load halfway through the tile's k loop
+    /// rather than at its start. At the start the load first waits for the last tile's stores
+    /// to read the staging buffer it lands in, which delays the first wgmma; halfway those
+    /// reads are long done. Two-consumer tiles of 128 rows measured 1-4 % faster so on the H200;
+    /// the swap-AB and 64-row tiles, whose k loops are short enough that C's DRAM latency then
+    /// shows after the last wgmma, measured up to 6 % slower and keep the load at the start
+    /// (bench/hopper-gemm/NOTES.md, 2026-12-04).
+    fn c_mid_loop(&self) -> bool {
+        !self.swap && self.consumers() == 2 && self.split_k == 1 && !self.pingpong
+    }
     /// L2 promotion of the A and B maps. Skinny tiles (swap-AB, and one consumer's 64 rows)
     /// stream their weights from DRAM in boxes of 128-byte rows: promoting each L2 miss to 256
     /// bytes measured up to 4 % slower than 128 on the H200 at decode and M = 64 shapes, and
@@ -862,6 +872,10 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("b_trans", u32::from(!plan.b_k_major).into()),
         ("has_bias", inst.has_epilogue(Epilogue::Bias).into()),
         ("has_residual", inst.has_epilogue(Epilogue::Residual).into()),
+        (
+            "c_mid_loop",
+            (inst.has_epilogue(Epilogue::Residual) && plan.c_mid_loop()).into(),
+        ),
         ("has_scale", inst.has_epilogue(Epilogue::Scale).into()),
         ("requirements", runtime_requirements(inst).into()),
         ("tensor_maps", maps.into()),
@@ -912,6 +926,30 @@ mod tests {
             (v["units"].clone(), v["consumers"].clone()),
             (1.into(), 2.into())
         );
+    }
+
+    #[test]
+    fn residual_c_load_halfway_only_for_two_consumer_tiles() {
+        let c_mid_loop = |tile: [u32; 3], split_k: Option<u32>, pingpong: Option<bool>| {
+            let mut i = inst(DType::Bf16, DType::Bf16, tile[1], Layout::Nn);
+            i.params.tile = Some(tile);
+            i.params.split_k = split_k;
+            i.params.pingpong = pingpong;
+            i.epilogue = vec![Epilogue::Scale, Epilogue::Bias, Epilogue::Residual];
+            assert!(crate::ops::check(&i).is_empty(), "{tile:?}");
+            let v: std::collections::HashMap<_, _> = template_values(&i).into_iter().collect();
+            v["c_mid_loop"] == serde_json::Value::Bool(true)
+        };
+        assert!(c_mid_loop([128, 256, TILE_K], None, None));
+        assert!(c_mid_loop([128, 96, TILE_K], None, None));
+        assert!(!c_mid_loop([64, 192, TILE_K], None, None));
+        assert!(!c_mid_loop([16, 64, TILE_K], None, None));
+        assert!(!c_mid_loop([128, 64, TILE_K], Some(2), None));
+        assert!(!c_mid_loop([128, 128, TILE_K], None, Some(true)));
+        // Without a residual there is no C to load.
+        let plain = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
+        let v: std::collections::HashMap<_, _> = template_values(&plain).into_iter().collect();
+        assert_eq!(v["c_mid_loop"], serde_json::Value::Bool(false));
     }
 
     #[test]
