@@ -289,7 +289,7 @@ impl Plan {
     /// Whether a consumer issues its residual C tile's load halfway through the tile's k loop
     /// rather than at its start. At the start the load first waits for the last tile's stores
     /// to read the staging buffer it lands in, which delays the first wgmma; halfway those
-    /// reads are long done. Two-consumer tiles of 128 rows measured 1-4 % faster so on the H200;
+    /// reads are long done. Two-consumer tiles of 128 rows measured 1-4 % faster that way on the H200;
     /// the swap-AB and 64-row tiles, whose k loops are short enough that C's DRAM latency then
     /// shows after the last wgmma, measured up to 6 % slower and keep the load at the start
     /// (bench/hopper-gemm/NOTES.md, 2026-12-04).
