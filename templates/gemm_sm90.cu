@@ -489,21 +489,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // The residual C of the tile's first 64 rows comes in by TMA while the main loop
             // runs, once the last tile's stores have read the staging buffer: loaded in the
             // epilogue, its DRAM latency stood between the last wgmma and the stores.
-{%- if c_mid_loop %}
-            // Issued halfway through the k loop, when those reads are long done (at the
-            // loop's start, waiting for them delayed the first wgmma); before it without k.
             const bool load_c = !idle && (SPLIT_K == 1 || rank == 0) && tid == 0;
             auto issue_c = [&]() {
-                tg_bulk_wait_read();
-                tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
-#pragma unroll
-                for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
-                    tg_tma_load(staging + box * {% if d_sw64 %}D_BOX_BYTES{% else %}BOX_BYTES{% endif %}, &c_map, c_full(cw), tn * BN + box * D_BOX_COLS, tm * BM + {{ a_slice }} * 64);
-            };
-            const int c_kb = kb_begin + (kb_end - kb_begin) / 2;
-            if (load_c && kb_end == kb_begin) issue_c();
-{%- else %}
-            if (!idle && (SPLIT_K == 1 || rank == 0) && tid == 0) {
                 tg_bulk_wait_read();
                 tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
 {%- if swap %}
@@ -515,7 +502,14 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
                     tg_tma_load(staging + box * {% if d_sw64 %}D_BOX_BYTES{% else %}BOX_BYTES{% endif %}, &c_map, c_full(cw), tn * BN + box * D_BOX_COLS, tm * BM + {{ a_slice }} * 64);
 {%- endif %}
-            }
+            };
+{%- if c_mid_loop %}
+            // Issued halfway through the k loop, when those reads are long done (at the
+            // loop's start, waiting for them delayed the first wgmma); before it without k.
+            const int c_kb = kb_begin + (kb_end - kb_begin) / 2;
+            if (load_c && kb_end == kb_begin) issue_c();
+{%- else %}
+            if (load_c) issue_c();
 {%- endif %}
 {%- endif %}
             int prev = 0;

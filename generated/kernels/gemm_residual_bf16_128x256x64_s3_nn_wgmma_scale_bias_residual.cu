@@ -902,8 +902,6 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // The residual C of the tile's first 64 rows comes in by TMA while the main loop
             // runs, once the last tile's stores have read the staging buffer: loaded in the
             // epilogue, its DRAM latency stood between the last wgmma and the stores.
-            // Issued halfway through the k loop, when those reads are long done (at the
-            // loop's start, waiting for them delayed the first wgmma); before it without k.
             const bool load_c = !idle && (SPLIT_K == 1 || rank == 0) && tid == 0;
             auto issue_c = [&]() {
                 tg_bulk_wait_read();
@@ -912,6 +910,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                 for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
                     tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + box * D_BOX_COLS, tm * BM + cw * 64);
             };
+            // Issued halfway through the k loop, when those reads are long done (at the
+            // loop's start, waiting for them delayed the first wgmma); before it without k.
             const int c_kb = kb_begin + (kb_end - kb_begin) / 2;
             if (load_c && kb_end == kb_begin) issue_c();
             int prev = 0;

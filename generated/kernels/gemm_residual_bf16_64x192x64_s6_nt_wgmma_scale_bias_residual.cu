@@ -902,13 +902,15 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // The residual C of the tile's first 64 rows comes in by TMA while the main loop
             // runs, once the last tile's stores have read the staging buffer: loaded in the
             // epilogue, its DRAM latency stood between the last wgmma and the stores.
-            if (!idle && (SPLIT_K == 1 || rank == 0) && tid == 0) {
+            const bool load_c = !idle && (SPLIT_K == 1 || rank == 0) && tid == 0;
+            auto issue_c = [&]() {
                 tg_bulk_wait_read();
                 tg_mbar_expect_tx(c_full(cw), STAGING_BYTES);
 #pragma unroll
                 for (int box = 0; box < EPI_COLS / D_BOX_COLS; ++box)
                     tg_tma_load(staging + box * BOX_BYTES, &c_map, c_full(cw), tn * BN + box * D_BOX_COLS, tm * BM + cw * 64);
-            }
+            };
+            if (load_c) issue_c();
             int prev = 0;
             if (!idle) {
                 for (int kb = kb_begin; kb < kb_end; ++kb) {
