@@ -1007,25 +1007,40 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                     tg_mbar_wait(c_full(cw), c_phase);
                     c_phase ^= 1u;
                 }
+                // Bias and C of JB column blocks are read before any of them is written back:
+                // the shared-memory accesses are volatile asm, so read, write, read, ... would
+                // wait out each read's latency in turn.
+                constexpr int JB = (EPI_COLS / 8) % 8 == 0 ? 8 : 4;
+                static_assert((EPI_COLS / 8) % JB == 0, "whole batches of column blocks");
 #pragma unroll
-                for (int j = 0; j < EPI_COLS / 8; ++j) {
-                    const int g = round * (EPI_COLS / 8) + j;
-                    const int col_s = j * 8 + 2 * (lane % 4);           // column in the staging buffer
-                    [[maybe_unused]] const int col = tn * BN + round * EPI_COLS + col_s;  // column of D
-                    float b0 = 0.0f, b1 = 0.0f;
-                    if constexpr (TG_HAS_BIAS) {
-                        asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];"
-                                     : "=f"(b0), "=f"(b1) : "r"(bias_s + 4u * (round * EPI_COLS + col_s)) : "memory");
+                for (int j0 = 0; j0 < EPI_COLS / 8; j0 += JB) {
+                    float bb[JB][2], rr[JB][2][2];
+#pragma unroll
+                    for (int jj = 0; jj < JB; ++jj) {
+                        const int col_s = (j0 + jj) * 8 + 2 * (lane % 4);  // column in the staging buffer
+                        bb[jj][0] = bb[jj][1] = 0.0f;
+                        if constexpr (TG_HAS_BIAS) {
+                            asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];"
+                                         : "=f"(bb[jj][0]), "=f"(bb[jj][1]) : "r"(bias_s + 4u * (round * EPI_COLS + col_s)) : "memory");
+                        }
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const unsigned at = tg_staging_addr(staging, r_local + 8 * h, col_s, BOX_BYTES);
+                            rr[jj][h][0] = rr[jj][h][1] = 0.0f;
+                            if constexpr (TG_HAS_RESIDUAL) tg_ld_shared_pair<OT>(at, rr[jj][h][0], rr[jj][h][1]);  // zeros past M and N
+                        }
                     }
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int rs = r_local + 8 * h;
-                        const unsigned at = tg_staging_addr(staging, rs, col_s, BOX_BYTES);
-                        float r0 = 0.0f, r1 = 0.0f;
-                        if constexpr (TG_HAS_RESIDUAL) tg_ld_shared_pair<OT>(at, r0, r1);  // zeros past M and N
-                        const float v0 = tg_epilogue(has_k ? acc[4 * g + 2 * h] : 0.0f, b0, r0, alpha_v);
-                        const float v1 = tg_epilogue(has_k ? acc[4 * g + 2 * h + 1] : 0.0f, b1, r1, alpha_v);
-                        tg_st_shared_pair(at, v0, v1);
+                    for (int jj = 0; jj < JB; ++jj) {
+                        const int g = round * (EPI_COLS / 8) + j0 + jj;
+                        const int col_s = (j0 + jj) * 8 + 2 * (lane % 4);
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const unsigned at = tg_staging_addr(staging, r_local + 8 * h, col_s, BOX_BYTES);
+                            const float v0 = tg_epilogue(has_k ? acc[4 * g + 2 * h] : 0.0f, bb[jj][0], rr[jj][h][0], alpha_v);
+                            const float v1 = tg_epilogue(has_k ? acc[4 * g + 2 * h + 1] : 0.0f, bb[jj][1], rr[jj][h][1], alpha_v);
+                            tg_st_shared_pair(at, v0, v1);
+                        }
                     }
                 }
                 tg_fence_async_smem();
