@@ -945,10 +945,15 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             tg_wgmma_wait<0>();
             tg_reg_fence(acc);
             if (!idle && kb_end > kb_begin && tid == 0) release(prev);
-            // K = 0 (or this block's share of it empty): D = epilogue(0), selected in the
-            // epilogue rather than by zeroing acc: only wgmma may define the accumulators
-            // (ptxas would spill them otherwise).
+            // K = 0 (or this block's share of it empty): D = epilogue(0).
             const bool has_k = kb_end > kb_begin;
+            // The accumulators are zeroed on that path rather than selected per output in the
+            // epilogue, where a select costs one instruction per output on every path (as many
+            // as a plain 16-bit epilogue's conversions and stores together).
+            if (!has_k) {
+#pragma unroll
+                for (int i = 0; i < ACC; ++i) asm volatile("mov.b32 %0, 0;" : "=f"(acc[i]));
+            }
             if constexpr (SPLIT_K > 1) {
                 // Thread tid's accumulators i..i+3 sit at float4 slot (i / 4) * 128 + tid of
                 // the partial tile, so each thread of rank 0 reads what its twin wrote.
@@ -958,8 +963,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                     for (int i = 0; i < ACC; i += 4) {
                         asm volatile("st.shared.v4.f32 [%0], { %1, %2, %3, %4 };" ::"r"(part + 2048u * (i / 4)),
-                                     "f"(has_k ? acc[i] : 0.0f), "f"(has_k ? acc[i + 1] : 0.0f),
-                                     "f"(has_k ? acc[i + 2] : 0.0f), "f"(has_k ? acc[i + 3] : 0.0f)
+                                     "f"(acc[i]), "f"(acc[i + 1]), "f"(acc[i + 2]), "f"(acc[i + 3])
                                      : "memory");
                     }
                     tg_mbar_arrive_cluster(tg_cluster_addr(partial_full(cw), 0));
@@ -1040,8 +1044,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
                             const unsigned at = tg_staging_addr(staging, r_local + 8 * h, col_s, BOX_BYTES);
-                            const float v0 = tg_epilogue(has_k ? acc[4 * g + 2 * h] : 0.0f, bb[jj][0], rr[jj][h][0], alpha_v);
-                            const float v1 = tg_epilogue(has_k ? acc[4 * g + 2 * h + 1] : 0.0f, bb[jj][1], rr[jj][h][1], alpha_v);
+                            const float v0 = tg_epilogue(acc[4 * g + 2 * h], bb[jj][0], rr[jj][h][0], alpha_v);
+                            const float v1 = tg_epilogue(acc[4 * g + 2 * h + 1], bb[jj][1], rr[jj][h][1], alpha_v);
                             tg_st_shared_pair(at, v0, v1);
                         }
                     }

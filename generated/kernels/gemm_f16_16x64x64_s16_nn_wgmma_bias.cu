@@ -978,10 +978,12 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             tg_wgmma_wait<0>();
             tg_reg_fence(acc);
             if (!idle && kb_end > kb_begin && tid == 0) release(prev);
-            // K = 0 (or this block's share of it empty): D = epilogue(0), selected in the
-            // epilogue rather than by zeroing acc: only wgmma may define the accumulators
-            // (ptxas would spill them otherwise).
+            // K = 0 (or this block's share of it empty): D = epilogue(0).
             const bool has_k = kb_end > kb_begin;
+            // Selected per output in the epilogue: zeroing the accumulators, as the other tiles
+            // do, measured no faster here (bench/hopper-gemm/NOTES.md). Split-K's partial tiles
+            // would need them zeroed.
+            static_assert(SPLIT_K == 1, "swap-AB tiles take no split-K");
             if constexpr (SPLIT_K > 1) {
                 // Thread tid's accumulators i..i+3 sit at float4 slot (i / 4) * 128 + tid of
                 // the partial tile, so each thread of rank 0 reads what its twin wrote.
@@ -991,8 +993,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
 #pragma unroll
                     for (int i = 0; i < ACC; i += 4) {
                         asm volatile("st.shared.v4.f32 [%0], { %1, %2, %3, %4 };" ::"r"(part + 2048u * (i / 4)),
-                                     "f"(has_k ? acc[i] : 0.0f), "f"(has_k ? acc[i + 1] : 0.0f),
-                                     "f"(has_k ? acc[i + 2] : 0.0f), "f"(has_k ? acc[i + 3] : 0.0f)
+                                     "f"(acc[i]), "f"(acc[i + 1]), "f"(acc[i + 2]), "f"(acc[i + 3])
                                      : "memory");
                     }
                     tg_mbar_arrive_cluster(tg_cluster_addr(partial_full(cw), 0));
