@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 9eb7a544d56fdbdc
+// content sha256 eaa956dcc5a9c820
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -64493,7 +64493,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 29.0), (3, 30.0)],
+                timed: &[(0, 29.0), (3, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64501,7 +64501,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (6, 30.0), (3, 36.0)],
+                timed: &[(1, 26.0), (6, 29.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64509,7 +64509,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 32.0), (3, 36.0)],
+                timed: &[(1, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64517,7 +64517,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 50.0), (6, 52.0), (8, 75.0)],
+                timed: &[(0, 49.0), (6, 50.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64525,7 +64525,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 67.0), (0, 70.0), (8, 95.0)],
+                timed: &[(1, 67.0), (0, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64533,7 +64533,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0), (10, 330.0)],
+                timed: &[(1, 240.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64541,7 +64541,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(6, 28.0), (5, 29.0), (3, 36.0)],
+                timed: &[(6, 27.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64557,7 +64557,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 19.0), (5, 20.0)],
+                timed: &[(2, 20.0), (5, 20.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64565,7 +64565,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(5, 34.0), (6, 34.0), (3, 47.0)],
+                timed: &[(6, 33.0), (5, 34.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64573,7 +64573,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 15.0), (3, 17.0)],
+                timed: &[(2, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64581,7 +64581,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (6, 28.0), (3, 37.0)],
+                timed: &[(6, 27.0), (5, 27.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64589,7 +64589,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (5, 48.0), (2, 52.0)],
+                timed: &[(3, 42.0), (5, 48.0), (2, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64597,7 +64597,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(5, 21.0), (6, 23.0), (2, 29.0)],
+                timed: &[(5, 21.0), (6, 22.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64605,7 +64605,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 29.0), (8, 32.0), (3, 44.0)],
+                timed: &[(6, 29.0), (8, 33.0), (3, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64613,7 +64613,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(8, 38.0), (9, 39.0), (6, 47.0)],
+                timed: &[(8, 38.0), (9, 39.0), (6, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64629,7 +64629,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 37.0)],
+                timed: &[(2, 31.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64637,7 +64637,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(5, 20.0), (4, 20.0), (2, 26.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64645,7 +64645,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 29.0), (8, 30.0), (3, 46.0)],
+                timed: &[(6, 29.0), (8, 29.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64653,7 +64653,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(6, 31.0), (8, 33.0), (3, 47.0)],
+                timed: &[(6, 31.0), (8, 34.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64661,7 +64661,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(10, 55.0), (6, 55.0), (8, 64.0)],
+                timed: &[(5, 54.0), (10, 55.0), (8, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64669,7 +64669,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(10, 71.0), (8, 74.0)],
+                timed: &[(10, 71.0), (5, 74.0), (8, 75.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64685,7 +64685,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(5, 48.0), (6, 58.0), (2, 70.0)],
+                timed: &[(5, 48.0), (6, 58.0), (2, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64693,7 +64693,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(6, 24.0), (8, 28.0), (3, 45.0)],
+                timed: &[(6, 23.0), (8, 28.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64701,7 +64701,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(6, 45.0), (5, 46.0), (8, 62.0)],
+                timed: &[(6, 44.0), (5, 46.0), (8, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64717,7 +64717,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 42.0), (5, 44.0), (8, 48.0)],
+                timed: &[(6, 41.0), (5, 44.0), (8, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64725,7 +64725,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(6, 74.0), (8, 73.0)],
+                timed: &[(6, 71.0), (8, 74.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64733,7 +64733,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(6, 39.0), (5, 44.0), (8, 47.0)],
+                timed: &[(6, 39.0), (5, 43.0), (8, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64741,7 +64741,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(8, 71.0), (9, 71.0), (10, 90.0)],
+                timed: &[(9, 71.0), (8, 71.0), (10, 90.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64749,7 +64749,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 27.0), (9, 28.0), (6, 38.0)],
+                timed: &[(8, 27.0), (9, 28.0), (6, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64765,7 +64765,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(6, 140.0), (10, 140.0), (8, 150.0)],
+                timed: &[(6, 130.0), (10, 140.0), (8, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64773,7 +64773,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(6, 57.0), (9, 69.0), (10, 88.0)],
+                timed: &[(6, 56.0), (9, 68.0), (10, 88.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64789,7 +64789,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 10.0), (5, 10.0), (2, 11.0)],
+                timed: &[(5, 9.8), (4, 10.0), (2, 11.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64797,7 +64797,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 49.0), (10, 48.0)],
+                timed: &[(8, 48.0), (10, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64829,7 +64829,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(9, 240.0), (8, 240.0), (10, 250.0)],
+                timed: &[(9, 240.0), (6, 250.0), (10, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64837,7 +64837,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 29.0), (9, 29.0)],
+                timed: &[(9, 28.0), (8, 28.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64845,7 +64845,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(10, 260.0), (8, 260.0)],
+                timed: &[(8, 260.0), (9, 260.0), (10, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66312,7 +66312,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 29.0), (3, 30.0)],
+                timed: &[(0, 29.0), (3, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66320,7 +66320,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (6, 29.0), (3, 35.0)],
+                timed: &[(1, 26.0), (6, 29.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66328,7 +66328,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 32.0), (3, 37.0)],
+                timed: &[(1, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66336,7 +66336,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (6, 51.0), (8, 75.0)],
+                timed: &[(0, 49.0), (6, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66344,7 +66344,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 67.0), (0, 70.0), (8, 95.0)],
+                timed: &[(1, 66.0), (0, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66352,7 +66352,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0), (10, 330.0)],
+                timed: &[(1, 240.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66360,7 +66360,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(6, 28.0), (5, 29.0), (3, 36.0)],
+                timed: &[(6, 27.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66368,7 +66368,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 38.0), (3, 38.0)],
+                timed: &[(3, 36.0), (2, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66376,7 +66376,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 19.0), (5, 20.0)],
+                timed: &[(2, 20.0), (5, 20.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66384,7 +66384,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(5, 34.0), (6, 34.0), (3, 46.0)],
+                timed: &[(6, 33.0), (5, 34.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66392,7 +66392,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 15.0), (3, 17.0)],
+                timed: &[(2, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66400,7 +66400,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (6, 28.0), (3, 37.0)],
+                timed: &[(5, 27.0), (6, 27.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66408,7 +66408,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 42.0), (5, 48.0), (2, 52.0)],
+                timed: &[(3, 42.0), (5, 48.0), (2, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66416,7 +66416,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(5, 21.0), (6, 23.0), (2, 29.0)],
+                timed: &[(5, 21.0), (6, 22.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66432,7 +66432,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(8, 38.0), (9, 39.0), (6, 47.0)],
+                timed: &[(8, 38.0), (9, 39.0), (6, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66440,7 +66440,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (5, 19.0)],
+                timed: &[(2, 16.0), (5, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66464,7 +66464,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 29.0), (8, 29.0), (3, 46.0)],
+                timed: &[(6, 28.0), (8, 29.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66472,7 +66472,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(6, 31.0), (8, 33.0), (3, 47.0)],
+                timed: &[(6, 31.0), (9, 33.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66480,7 +66480,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(10, 55.0), (6, 55.0), (8, 65.0)],
+                timed: &[(5, 54.0), (10, 55.0), (8, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66488,7 +66488,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(10, 71.0), (8, 74.0)],
+                timed: &[(10, 71.0), (5, 75.0), (8, 76.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66496,7 +66496,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 128256, 4096],
-                timed: &[(10, 280.0), (9, 280.0)],
+                timed: &[(10, 270.0), (8, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66504,7 +66504,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(5, 48.0), (6, 58.0), (2, 70.0)],
+                timed: &[(5, 48.0), (6, 59.0), (2, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66512,7 +66512,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(6, 24.0), (8, 28.0), (3, 45.0)],
+                timed: &[(6, 23.0), (8, 27.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66520,7 +66520,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(6, 45.0), (5, 46.0), (8, 62.0)],
+                timed: &[(6, 44.0), (5, 46.0), (8, 61.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66528,7 +66528,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
+                timed: &[(5, 19.0), (4, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66536,7 +66536,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 42.0), (5, 45.0), (8, 48.0)],
+                timed: &[(6, 41.0), (5, 44.0), (8, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66544,7 +66544,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(6, 71.0), (8, 75.0)],
+                timed: &[(6, 70.0), (8, 75.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66552,7 +66552,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(6, 40.0), (5, 45.0), (8, 48.0)],
+                timed: &[(6, 39.0), (5, 44.0), (8, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66568,7 +66568,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 28.0), (9, 29.0), (6, 39.0)],
+                timed: &[(8, 28.0), (9, 28.0), (6, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66576,7 +66576,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(9, 73.0), (8, 73.0), (10, 90.0)],
+                timed: &[(8, 73.0), (9, 73.0), (10, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66584,7 +66584,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(6, 140.0), (10, 140.0), (8, 150.0)],
+                timed: &[(6, 130.0), (10, 150.0), (8, 160.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66592,7 +66592,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(6, 59.0), (9, 71.0), (10, 89.0)],
+                timed: &[(6, 58.0), (9, 70.0), (10, 89.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66608,7 +66608,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 10.0), (5, 10.0), (2, 11.0)],
+                timed: &[(5, 9.9), (4, 10.0), (2, 11.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66616,7 +66616,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 50.0), (10, 50.0)],
+                timed: &[(8, 50.0), (9, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66632,7 +66632,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(9, 240.0), (8, 250.0), (10, 310.0)],
+                timed: &[(9, 250.0), (8, 250.0), (10, 310.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66640,7 +66640,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 6144, 4096],
-                timed: &[(6, 110.0), (9, 120.0), (10, 130.0)],
+                timed: &[(6, 110.0), (9, 120.0), (10, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66648,7 +66648,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(9, 250.0), (8, 250.0), (10, 260.0)],
+                timed: &[(9, 250.0), (6, 260.0), (10, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66656,7 +66656,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 29.0), (10, 29.0)],
+                timed: &[(9, 29.0), (8, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66664,7 +66664,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(8, 260.0), (9, 260.0), (10, 270.0)],
+                timed: &[(9, 260.0), (8, 260.0), (10, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68091,7 +68091,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68099,7 +68099,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 29.0), (3, 30.0)],
+                timed: &[(0, 29.0), (3, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68107,7 +68107,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 32.0), (3, 35.0)],
+                timed: &[(1, 26.0), (6, 29.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68115,7 +68115,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 32.0), (3, 36.0)],
+                timed: &[(1, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68123,7 +68123,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(6, 52.0), (0, 52.0), (8, 81.0)],
+                timed: &[(0, 50.0), (6, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68131,7 +68131,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 8192, 8192],
-                timed: &[(2, 43.0), (5, 44.0)],
+                timed: &[(1, 41.0), (5, 42.0), (2, 42.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68147,7 +68147,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 10240, 8192],
-                timed: &[(6, 51.0), (5, 53.0), (3, 59.0)],
+                timed: &[(6, 47.0), (5, 50.0), (3, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68155,7 +68155,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 28672, 8192],
-                timed: &[(5, 120.0), (3, 130.0), (8, 180.0)],
+                timed: &[(5, 130.0), (3, 130.0), (8, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68163,7 +68163,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 30.0), (3, 35.0)],
+                timed: &[(6, 27.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68179,7 +68179,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 29.0), (2, 33.0), (3, 36.0)],
+                timed: &[(5, 28.0), (6, 28.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68187,7 +68187,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 8192, 8192],
-                timed: &[(6, 46.0), (5, 47.0), (2, 69.0)],
+                timed: &[(6, 43.0), (8, 45.0), (2, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68195,7 +68195,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 8192, 28672],
-                timed: &[(6, 140.0), (5, 140.0), (2, 230.0)],
+                timed: &[(6, 130.0), (5, 140.0), (2, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68203,7 +68203,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 10240, 8192],
-                timed: &[(6, 59.0), (9, 63.0), (3, 73.0)],
+                timed: &[(6, 58.0), (9, 60.0), (3, 73.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68211,7 +68211,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 28672, 8192],
-                timed: &[(11, 120.0), (9, 140.0), (8, 140.0)],
+                timed: &[(11, 120.0), (6, 140.0), (8, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68219,7 +68219,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 30.0), (8, 34.0), (3, 45.0)],
+                timed: &[(6, 29.0), (8, 32.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68227,7 +68227,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 15.0), (4, 19.0)],
+                timed: &[(2, 16.0), (5, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68235,7 +68235,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 30.0), (3, 37.0)],
+                timed: &[(2, 31.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68243,7 +68243,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 20.0), (5, 21.0), (2, 26.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68251,7 +68251,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(8, 30.0), (6, 30.0), (3, 48.0)],
+                timed: &[(6, 29.0), (8, 30.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68259,7 +68259,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(6, 31.0), (8, 34.0), (3, 48.0)],
+                timed: &[(6, 31.0), (8, 33.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68267,7 +68267,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 55.0), (11, 56.0), (8, 65.0)],
+                timed: &[(5, 55.0), (6, 56.0), (8, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68275,7 +68275,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 8192, 8192],
-                timed: &[(6, 44.0), (5, 73.0), (3, 100.0)],
+                timed: &[(6, 45.0), (5, 70.0), (3, 100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68283,7 +68283,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 8192, 28672],
-                timed: &[(6, 170.0), (5, 250.0), (3, 310.0)],
+                timed: &[(6, 180.0), (5, 250.0), (3, 310.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68291,7 +68291,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 10240, 8192],
-                timed: &[(6, 76.0), (5, 77.0), (8, 120.0)],
+                timed: &[(6, 75.0), (5, 82.0), (8, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68299,7 +68299,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 28672, 8192],
-                timed: &[(6, 160.0), (11, 190.0)],
+                timed: &[(6, 160.0), (11, 200.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68307,7 +68307,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 20.0), (2, 25.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68315,7 +68315,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 43.0), (5, 46.0), (8, 49.0)],
+                timed: &[(6, 42.0), (5, 45.0), (8, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68323,7 +68323,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 8192, 8192],
-                timed: &[(6, 75.0), (11, 86.0), (8, 110.0)],
+                timed: &[(6, 74.0), (5, 86.0), (8, 110.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68331,7 +68331,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 8192, 28672],
-                timed: &[(6, 240.0), (11, 290.0), (8, 350.0)],
+                timed: &[(6, 240.0), (5, 290.0), (8, 350.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68339,7 +68339,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 10240, 8192],
-                timed: &[(11, 90.0), (6, 110.0), (8, 120.0)],
+                timed: &[(11, 90.0), (6, 110.0), (8, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68355,7 +68355,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 27.0), (9, 29.0), (6, 40.0)],
+                timed: &[(8, 27.0), (9, 29.0), (6, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68363,7 +68363,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(9, 74.0), (8, 74.0), (11, 94.0)],
+                timed: &[(9, 72.0), (8, 72.0), (11, 92.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68371,7 +68371,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 8192, 8192],
-                timed: &[(9, 130.0), (8, 140.0), (11, 170.0)],
+                timed: &[(9, 130.0), (6, 140.0), (11, 170.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68379,7 +68379,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 8192, 28672],
-                timed: &[(9, 450.0), (8, 460.0), (11, 590.0)],
+                timed: &[(9, 460.0), (8, 460.0), (11, 580.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68395,7 +68395,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 28672, 8192],
-                timed: &[(9, 410.0), (8, 410.0), (11, 440.0)],
+                timed: &[(9, 410.0), (8, 420.0), (11, 440.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68403,7 +68403,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.5), (5, 9.5), (2, 12.0)],
+                timed: &[(5, 10.0), (4, 10.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68411,7 +68411,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 49.0), (11, 50.0)],
+                timed: &[(8, 49.0), (11, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68419,7 +68419,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(11, 140.0), (9, 140.0)],
+                timed: &[(11, 130.0), (9, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68435,7 +68435,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 8192, 28672],
-                timed: &[(9, 780.0), (8, 780.0), (11, 900.0)],
+                timed: &[(9, 780.0), (8, 790.0), (11, 910.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68443,7 +68443,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 10240, 8192],
-                timed: &[(8, 310.0), (9, 310.0), (11, 350.0)],
+                timed: &[(9, 320.0), (6, 320.0), (11, 350.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68451,7 +68451,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 28672, 8192],
-                timed: &[(11, 780.0), (9, 770.0)],
+                timed: &[(9, 780.0), (8, 790.0), (11, 790.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68459,7 +68459,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 30.0), (11, 30.0)],
+                timed: &[(8, 29.0), (9, 28.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68467,7 +68467,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(9, 250.0), (8, 260.0), (11, 270.0)],
+                timed: &[(9, 260.0), (8, 260.0), (11, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -69966,7 +69966,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -69974,7 +69974,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 28.0), (3, 29.0)],
+                timed: &[(0, 29.0), (3, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -69982,7 +69982,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 32.0), (3, 35.0)],
+                timed: &[(1, 26.0), (6, 29.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -69990,7 +69990,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 32.0), (3, 36.0)],
+                timed: &[(1, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -69998,7 +69998,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (6, 51.0), (8, 77.0)],
+                timed: &[(0, 50.0), (6, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70006,7 +70006,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 31.0), (3, 35.0)],
+                timed: &[(6, 28.0), (5, 30.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70022,7 +70022,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 29.0), (2, 33.0), (3, 36.0)],
+                timed: &[(5, 28.0), (6, 28.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70030,7 +70030,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 30.0), (8, 33.0), (3, 45.0)],
+                timed: &[(6, 30.0), (8, 33.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70038,7 +70038,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (5, 18.0)],
+                timed: &[(2, 16.0), (5, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70046,7 +70046,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 30.0), (3, 38.0)],
+                timed: &[(2, 31.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70054,7 +70054,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(5, 21.0), (4, 21.0), (2, 26.0)],
+                timed: &[(5, 20.0), (4, 21.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70062,7 +70062,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 30.0), (8, 30.0), (3, 48.0)],
+                timed: &[(6, 29.0), (8, 30.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70070,7 +70070,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(6, 32.0), (8, 34.0), (3, 48.0)],
+                timed: &[(6, 31.0), (8, 33.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70078,7 +70078,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 56.0), (11, 58.0), (8, 67.0)],
+                timed: &[(5, 56.0), (6, 56.0), (8, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70086,7 +70086,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70094,7 +70094,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 44.0), (5, 46.0), (8, 49.0)],
+                timed: &[(6, 43.0), (5, 45.0), (8, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70102,7 +70102,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 28.0), (9, 29.0), (6, 41.0)],
+                timed: &[(8, 28.0), (9, 29.0), (6, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70110,7 +70110,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(9, 76.0), (8, 76.0), (11, 94.0)],
+                timed: &[(9, 74.0), (8, 74.0), (11, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70118,7 +70118,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.2), (5, 10.0), (2, 12.0)],
+                timed: &[(4, 10.0), (5, 10.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70126,7 +70126,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 51.0), (11, 51.0)],
+                timed: &[(8, 50.0), (9, 51.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70134,7 +70134,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(11, 140.0), (9, 150.0)],
+                timed: &[(11, 140.0), (9, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70142,7 +70142,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 30.0), (11, 31.0)],
+                timed: &[(9, 29.0), (8, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71660,7 +71660,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71676,7 +71676,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 31.0), (3, 34.0)],
+                timed: &[(1, 26.0), (6, 29.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71684,7 +71684,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 31.0), (3, 36.0)],
+                timed: &[(1, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71692,7 +71692,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 50.0), (6, 52.0), (8, 77.0)],
+                timed: &[(0, 50.0), (6, 50.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71700,7 +71700,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 30.0), (3, 35.0)],
+                timed: &[(6, 28.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71708,7 +71708,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 15.0), (3, 15.0)],
+                timed: &[(2, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71716,7 +71716,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (2, 33.0), (3, 36.0)],
+                timed: &[(5, 27.0), (6, 28.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71724,7 +71724,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 29.0), (8, 33.0), (3, 44.0)],
+                timed: &[(6, 29.0), (8, 32.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71732,7 +71732,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 15.0), (5, 18.0)],
+                timed: &[(2, 16.0), (5, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71740,7 +71740,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 38.0)],
+                timed: &[(2, 30.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71748,7 +71748,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 20.0), (5, 21.0), (2, 25.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71756,7 +71756,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 30.0), (8, 30.0), (3, 47.0)],
+                timed: &[(6, 28.0), (8, 29.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71764,7 +71764,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(6, 31.0), (8, 34.0), (3, 47.0)],
+                timed: &[(6, 31.0), (8, 33.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71772,7 +71772,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(10, 56.0), (6, 56.0), (8, 66.0)],
+                timed: &[(5, 55.0), (6, 55.0), (8, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71780,7 +71780,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(5, 19.0), (4, 20.0), (2, 25.0)],
+                timed: &[(5, 19.0), (4, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71788,7 +71788,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 42.0), (5, 45.0), (8, 48.0)],
+                timed: &[(6, 41.0), (5, 44.0), (8, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71804,7 +71804,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(9, 72.0), (8, 72.0), (10, 90.0)],
+                timed: &[(9, 71.0), (8, 71.0), (10, 89.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71812,7 +71812,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.1), (5, 9.2), (2, 11.0)],
+                timed: &[(4, 10.0), (5, 10.0), (2, 11.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71820,7 +71820,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 48.0), (10, 49.0)],
+                timed: &[(8, 48.0), (10, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71828,7 +71828,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(10, 130.0), (9, 140.0)],
+                timed: &[(10, 130.0), (9, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71836,7 +71836,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 29.0), (9, 29.0)],
+                timed: &[(9, 28.0), (8, 28.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71844,7 +71844,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(10, 260.0), (8, 260.0)],
+                timed: &[(8, 260.0), (9, 260.0), (10, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73191,7 +73191,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73207,7 +73207,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 31.0), (3, 34.0)],
+                timed: &[(1, 26.0), (6, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73215,7 +73215,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 32.0), (3, 37.0)],
+                timed: &[(1, 29.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73223,7 +73223,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (6, 52.0), (8, 78.0)],
+                timed: &[(0, 49.0), (6, 50.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73231,7 +73231,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 30.0), (3, 35.0)],
+                timed: &[(6, 28.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73239,7 +73239,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 15.0), (3, 15.0)],
+                timed: &[(2, 16.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73247,7 +73247,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (2, 32.0), (3, 35.0)],
+                timed: &[(5, 28.0), (6, 28.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73255,7 +73255,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 30.0), (8, 33.0), (3, 45.0)],
+                timed: &[(6, 29.0), (8, 33.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73263,7 +73263,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 15.0), (5, 18.0)],
+                timed: &[(2, 16.0), (5, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73271,7 +73271,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 37.0)],
+                timed: &[(2, 31.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73279,7 +73279,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 20.0), (5, 20.0), (2, 25.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73287,7 +73287,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 30.0), (8, 30.0), (3, 47.0)],
+                timed: &[(6, 29.0), (8, 29.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73295,7 +73295,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(6, 31.0), (8, 34.0), (3, 47.0)],
+                timed: &[(6, 32.0), (8, 33.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73303,7 +73303,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 54.0), (5, 55.0), (8, 64.0)],
+                timed: &[(5, 55.0), (10, 55.0), (8, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73319,7 +73319,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 42.0), (5, 45.0), (8, 49.0)],
+                timed: &[(6, 42.0), (5, 45.0), (8, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73327,7 +73327,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 28.0), (9, 28.0), (6, 39.0)],
+                timed: &[(8, 28.0), (9, 29.0), (6, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73335,7 +73335,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(9, 74.0), (8, 74.0), (10, 91.0)],
+                timed: &[(9, 73.0), (8, 73.0), (10, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73343,7 +73343,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.2), (5, 9.2), (2, 11.0)],
+                timed: &[(5, 10.0), (4, 10.0), (2, 11.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73367,7 +73367,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 30.0), (9, 30.0)],
+                timed: &[(9, 29.0), (8, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78104,7 +78104,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 15.0), (3, 16.0)],
+                timed: &[(0, 14.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78112,7 +78112,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 29.0), (3, 29.0)],
+                timed: &[(0, 28.0), (3, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78120,7 +78120,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (5, 31.0), (0, 31.0)],
+                timed: &[(1, 26.0), (5, 29.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78128,7 +78128,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 32.0)],
+                timed: &[(1, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78136,7 +78136,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 50.0), (5, 52.0), (1, 53.0)],
+                timed: &[(0, 50.0), (5, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78144,7 +78144,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 69.0)],
+                timed: &[(1, 67.0), (0, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78152,7 +78152,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0)],
+                timed: &[(1, 240.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78160,7 +78160,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 29.0), (4, 31.0), (3, 36.0)],
+                timed: &[(5, 28.0), (4, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78176,7 +78176,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 20.0), (4, 20.0)],
+                timed: &[(4, 20.0), (2, 20.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78184,7 +78184,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(4, 34.0), (2, 35.0), (3, 46.0)],
+                timed: &[(4, 34.0), (5, 34.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78200,7 +78200,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(4, 28.0), (5, 29.0), (3, 37.0)],
+                timed: &[(4, 28.0), (5, 28.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78208,7 +78208,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (4, 48.0), (2, 52.0)],
+                timed: &[(3, 43.0), (4, 48.0), (2, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78232,7 +78232,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(7, 39.0), (4, 41.0), (5, 49.0)],
+                timed: &[(7, 39.0), (4, 44.0), (5, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78248,7 +78248,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 38.0)],
+                timed: &[(2, 31.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78256,7 +78256,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 20.0), (5, 23.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 22.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78280,7 +78280,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(5, 56.0), (4, 57.0), (7, 65.0)],
+                timed: &[(5, 55.0), (4, 56.0), (7, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78288,7 +78288,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(8, 73.0), (4, 77.0), (7, 78.0)],
+                timed: &[(8, 73.0), (4, 77.0), (7, 77.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78296,7 +78296,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 128256, 4096],
-                timed: &[(8, 280.0), (7, 290.0)],
+                timed: &[(8, 280.0), (7, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78304,7 +78304,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 50.0), (5, 59.0), (2, 69.0)],
+                timed: &[(4, 49.0), (5, 59.0), (2, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78312,7 +78312,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(5, 24.0), (7, 31.0), (3, 45.0)],
+                timed: &[(5, 24.0), (7, 29.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78320,7 +78320,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(5, 45.0), (4, 48.0), (7, 64.0)],
+                timed: &[(5, 45.0), (4, 46.0), (7, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78328,7 +78328,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 22.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 23.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78336,7 +78336,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(5, 43.0), (4, 46.0), (7, 49.0)],
+                timed: &[(5, 42.0), (4, 45.0), (7, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78344,7 +78344,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(5, 73.0), (7, 75.0)],
+                timed: &[(5, 73.0), (7, 76.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78352,7 +78352,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(5, 40.0), (4, 45.0), (7, 48.0)],
+                timed: &[(5, 40.0), (4, 44.0), (7, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78392,7 +78392,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(5, 59.0), (7, 71.0), (8, 91.0)],
+                timed: &[(5, 59.0), (4, 71.0), (8, 90.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78448,7 +78448,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(7, 250.0), (5, 260.0), (8, 260.0)],
+                timed: &[(7, 260.0), (5, 260.0), (8, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78456,7 +78456,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(7, 30.0), (8, 31.0)],
+                timed: &[(7, 29.0), (8, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79827,7 +79827,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 26.0), (3, 30.0), (0, 31.0)],
+                timed: &[(1, 26.0), (3, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79835,7 +79835,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 32.0)],
+                timed: &[(1, 28.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79843,7 +79843,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(3, 50.0), (0, 50.0), (1, 53.0)],
+                timed: &[(0, 49.0), (3, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79851,7 +79851,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 69.0), (0, 70.0)],
+                timed: &[(1, 68.0), (0, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79859,7 +79859,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0)],
+                timed: &[(1, 240.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79867,7 +79867,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(3, 29.0), (2, 37.0)],
+                timed: &[(3, 28.0), (2, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79875,7 +79875,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 38.0), (1, 54.0)],
+                timed: &[(2, 35.0), (1, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79883,7 +79883,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 20.0), (3, 25.0)],
+                timed: &[(2, 20.0), (3, 22.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79891,7 +79891,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(3, 35.0), (2, 36.0)],
+                timed: &[(3, 34.0), (2, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79899,7 +79899,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 16.0), (1, 22.0)],
+                timed: &[(2, 15.0), (3, 22.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79907,7 +79907,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(3, 29.0), (2, 33.0)],
+                timed: &[(3, 28.0), (2, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79915,7 +79915,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(2, 51.0), (3, 57.0)],
+                timed: &[(2, 53.0), (3, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79923,7 +79923,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(3, 24.0), (2, 30.0)],
+                timed: &[(3, 23.0), (2, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79931,7 +79931,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(3, 29.0), (2, 44.0)],
+                timed: &[(3, 29.0), (2, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79947,7 +79947,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (3, 22.0)],
+                timed: &[(2, 15.0), (3, 22.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79955,7 +79955,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 46.0)],
+                timed: &[(2, 30.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79963,7 +79963,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(3, 24.0), (2, 25.0)],
+                timed: &[(3, 23.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79971,7 +79971,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(3, 30.0), (2, 35.0)],
+                timed: &[(3, 29.0), (2, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79979,7 +79979,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(3, 32.0), (2, 36.0)],
+                timed: &[(3, 31.0), (2, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79987,7 +79987,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(3, 55.0), (5, 58.0)],
+                timed: &[(3, 56.0), (5, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -79995,7 +79995,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(5, 73.0), (3, 80.0)],
+                timed: &[(5, 74.0), (3, 82.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80003,7 +80003,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 128256, 4096],
-                timed: &[(5, 280.0), (3, 300.0)],
+                timed: &[(5, 280.0), (3, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80011,7 +80011,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(3, 58.0), (2, 70.0)],
+                timed: &[(3, 58.0), (2, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80019,7 +80019,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(3, 25.0), (2, 34.0)],
+                timed: &[(3, 25.0), (2, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80035,7 +80035,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(3, 23.0), (2, 25.0)],
+                timed: &[(3, 23.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80051,7 +80051,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(3, 65.0), (2, 110.0)],
+                timed: &[(3, 65.0), (2, 100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80059,7 +80059,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(3, 41.0), (5, 48.0)],
+                timed: &[(3, 40.0), (5, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80075,7 +80075,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(3, 40.0), (2, 44.0)],
+                timed: &[(3, 42.0), (2, 42.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80083,7 +80083,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(3, 78.0), (5, 96.0)],
+                timed: &[(3, 78.0), (5, 97.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80099,7 +80099,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(3, 59.0), (5, 93.0)],
+                timed: &[(3, 59.0), (2, 93.0), (5, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80115,7 +80115,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(2, 12.0), (3, 12.0)],
+                timed: &[(3, 12.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80123,7 +80123,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(5, 51.0), (3, 66.0)],
+                timed: &[(5, 51.0), (3, 59.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80139,7 +80139,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(3, 270.0), (5, 310.0)],
+                timed: &[(3, 290.0), (5, 310.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80155,7 +80155,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(3, 260.0), (5, 270.0)],
+                timed: &[(3, 270.0), (5, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85112,7 +85112,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (7, 30.0), (3, 35.0)],
+                timed: &[(1, 27.0), (7, 28.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85120,7 +85120,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (7, 32.0), (3, 35.0)],
+                timed: &[(1, 30.0), (7, 32.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85128,7 +85128,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(7, 50.0), (0, 51.0), (9, 74.0)],
+                timed: &[(0, 50.0), (7, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85136,7 +85136,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 70.0), (9, 92.0)],
+                timed: &[(1, 66.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85144,7 +85144,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0), (11, 330.0)],
+                timed: &[(1, 250.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85152,7 +85152,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(7, 29.0), (5, 30.0), (3, 35.0)],
+                timed: &[(7, 28.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85160,7 +85160,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 38.0), (3, 38.0)],
+                timed: &[(2, 38.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85176,7 +85176,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(7, 35.0), (5, 35.0), (6, 62.0)],
+                timed: &[(7, 34.0), (5, 34.0), (6, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85184,7 +85184,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 16.0), (3, 17.0)],
+                timed: &[(2, 15.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85192,7 +85192,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (7, 30.0), (3, 37.0)],
+                timed: &[(5, 28.0), (7, 28.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85200,7 +85200,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 42.0), (5, 48.0), (2, 53.0)],
+                timed: &[(3, 43.0), (5, 48.0), (2, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85208,7 +85208,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(5, 21.0), (6, 24.0), (2, 29.0)],
+                timed: &[(5, 22.0), (6, 24.0), (2, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85216,7 +85216,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 30.0), (9, 31.0), (3, 44.0)],
+                timed: &[(7, 29.0), (9, 30.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85224,7 +85224,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(9, 37.0), (10, 38.0), (6, 52.0)],
+                timed: &[(9, 38.0), (10, 40.0), (6, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85232,7 +85232,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (4, 18.0)],
+                timed: &[(2, 16.0), (5, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85248,7 +85248,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 20.0), (5, 21.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85256,7 +85256,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 30.0), (9, 30.0), (3, 47.0)],
+                timed: &[(6, 29.0), (7, 30.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85264,7 +85264,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(6, 31.0), (7, 32.0), (3, 47.0)],
+                timed: &[(7, 32.0), (6, 32.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85272,7 +85272,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 54.0), (7, 55.0), (9, 64.0)],
+                timed: &[(7, 54.0), (5, 54.0), (9, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85280,7 +85280,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(11, 74.0), (10, 75.0), (9, 75.0)],
+                timed: &[(11, 72.0), (10, 74.0), (9, 74.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85288,7 +85288,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 128256, 4096],
-                timed: &[(11, 280.0), (10, 280.0)],
+                timed: &[(11, 270.0), (10, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85296,7 +85296,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(5, 49.0), (7, 59.0), (2, 69.0)],
+                timed: &[(5, 49.0), (7, 60.0), (2, 71.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85304,7 +85304,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(7, 25.0), (9, 30.0), (3, 45.0)],
+                timed: &[(7, 25.0), (9, 29.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85312,7 +85312,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(7, 46.0), (5, 48.0), (9, 61.0)],
+                timed: &[(7, 45.0), (5, 47.0), (9, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85320,7 +85320,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 20.0), (2, 25.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85328,7 +85328,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 43.0), (7, 43.0), (9, 48.0)],
+                timed: &[(6, 42.0), (7, 42.0), (9, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85336,7 +85336,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(6, 64.0), (9, 74.0), (7, 74.0)],
+                timed: &[(6, 63.0), (7, 72.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85344,7 +85344,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(6, 39.0), (7, 40.0), (9, 47.0)],
+                timed: &[(7, 39.0), (6, 39.0), (9, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85360,7 +85360,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(9, 28.0), (10, 28.0), (6, 39.0)],
+                timed: &[(9, 27.0), (10, 28.0), (6, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85368,7 +85368,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(9, 71.0), (10, 71.0), (11, 89.0)],
+                timed: &[(10, 71.0), (9, 72.0), (11, 90.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85376,7 +85376,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(6, 130.0), (7, 140.0), (9, 150.0)],
+                timed: &[(6, 130.0), (7, 130.0), (9, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85384,7 +85384,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(7, 58.0), (6, 59.0), (11, 88.0)],
+                timed: &[(7, 57.0), (6, 59.0), (11, 88.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85392,7 +85392,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 14336, 4096],
-                timed: &[(7, 130.0), (11, 130.0)],
+                timed: &[(7, 130.0), (11, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85400,7 +85400,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(5, 9.8), (4, 10.0), (2, 11.0)],
+                timed: &[(5, 9.7), (4, 10.0), (2, 11.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85408,7 +85408,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(9, 49.0), (11, 49.0)],
+                timed: &[(9, 48.0), (10, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85416,7 +85416,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(11, 130.0), (10, 130.0)],
+                timed: &[(11, 130.0), (6, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85424,7 +85424,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(10, 230.0), (9, 240.0), (11, 290.0)],
+                timed: &[(10, 230.0), (9, 240.0), (11, 300.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85440,7 +85440,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(10, 240.0), (9, 250.0), (11, 250.0)],
+                timed: &[(10, 240.0), (7, 250.0), (11, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85448,7 +85448,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(9, 29.0), (10, 29.0)],
+                timed: &[(10, 27.0), (9, 28.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85456,7 +85456,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(9, 250.0), (11, 260.0)],
+                timed: &[(9, 250.0), (7, 260.0), (11, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87029,7 +87029,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 15.0), (3, 17.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87045,7 +87045,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (7, 30.0), (3, 35.0)],
+                timed: &[(1, 27.0), (7, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87053,7 +87053,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (7, 32.0), (3, 36.0)],
+                timed: &[(1, 30.0), (7, 32.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87061,7 +87061,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(7, 51.0), (0, 51.0), (9, 74.0)],
+                timed: &[(0, 50.0), (7, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87069,7 +87069,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 70.0), (9, 92.0)],
+                timed: &[(1, 66.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87077,7 +87077,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0), (11, 330.0)],
+                timed: &[(1, 250.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87085,7 +87085,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 30.0), (7, 30.0), (3, 36.0)],
+                timed: &[(7, 28.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87093,7 +87093,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(3, 38.0), (2, 38.0)],
+                timed: &[(3, 37.0), (2, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87109,7 +87109,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(7, 35.0), (5, 35.0), (6, 62.0)],
+                timed: &[(7, 34.0), (5, 34.0), (6, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87125,7 +87125,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (7, 30.0), (3, 37.0)],
+                timed: &[(5, 28.0), (7, 28.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87133,7 +87133,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (5, 48.0), (2, 53.0)],
+                timed: &[(3, 43.0), (5, 48.0), (2, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87141,7 +87141,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(5, 22.0), (6, 24.0), (2, 29.0)],
+                timed: &[(5, 21.0), (6, 23.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87149,7 +87149,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 30.0), (9, 31.0), (3, 44.0)],
+                timed: &[(7, 29.0), (9, 30.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87157,7 +87157,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(9, 37.0), (10, 39.0), (6, 53.0)],
+                timed: &[(9, 38.0), (10, 40.0), (6, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87173,7 +87173,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 32.0), (3, 38.0)],
+                timed: &[(2, 31.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87181,7 +87181,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 21.0), (5, 21.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87189,7 +87189,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 30.0), (9, 31.0), (3, 47.0)],
+                timed: &[(7, 30.0), (6, 30.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87197,7 +87197,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(6, 32.0), (7, 32.0), (3, 47.0)],
+                timed: &[(7, 32.0), (6, 32.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87205,7 +87205,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 54.0), (7, 55.0), (9, 65.0)],
+                timed: &[(7, 54.0), (5, 55.0), (9, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87213,7 +87213,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(11, 74.0), (10, 75.0), (9, 76.0)],
+                timed: &[(11, 73.0), (10, 74.0), (9, 75.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87229,7 +87229,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(5, 50.0), (7, 60.0), (2, 69.0)],
+                timed: &[(5, 50.0), (7, 60.0), (2, 71.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87237,7 +87237,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(7, 25.0), (9, 30.0), (3, 45.0)],
+                timed: &[(7, 25.0), (9, 29.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87245,7 +87245,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(7, 47.0), (5, 48.0), (9, 61.0)],
+                timed: &[(7, 46.0), (5, 47.0), (9, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87253,7 +87253,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 20.0), (2, 25.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87269,7 +87269,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(6, 65.0), (7, 73.0)],
+                timed: &[(6, 64.0), (7, 71.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87277,7 +87277,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(6, 39.0), (7, 40.0), (9, 48.0)],
+                timed: &[(7, 40.0), (6, 40.0), (9, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87285,7 +87285,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(9, 74.0), (10, 74.0), (11, 92.0)],
+                timed: &[(10, 74.0), (9, 75.0), (11, 92.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87293,7 +87293,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(9, 28.0), (10, 29.0), (6, 40.0)],
+                timed: &[(9, 28.0), (10, 28.0), (6, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87301,7 +87301,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(9, 73.0), (10, 73.0), (11, 90.0)],
+                timed: &[(10, 73.0), (9, 74.0), (11, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87309,7 +87309,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(6, 130.0), (7, 140.0), (9, 160.0)],
+                timed: &[(6, 130.0), (7, 130.0), (9, 160.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87317,7 +87317,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(6, 59.0), (7, 60.0), (11, 89.0)],
+                timed: &[(7, 59.0), (6, 59.0), (11, 90.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87333,7 +87333,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 10.0), (5, 10.0), (2, 11.0)],
+                timed: &[(5, 10.0), (4, 10.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87341,7 +87341,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(9, 51.0), (10, 51.0)],
+                timed: &[(9, 50.0), (11, 51.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87349,7 +87349,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(6, 130.0), (11, 140.0)],
+                timed: &[(11, 140.0), (6, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87357,7 +87357,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(10, 240.0), (9, 250.0), (11, 310.0)],
+                timed: &[(10, 250.0), (9, 250.0), (11, 320.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87365,7 +87365,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 6144, 4096],
-                timed: &[(7, 110.0), (10, 120.0), (11, 130.0)],
+                timed: &[(7, 110.0), (6, 110.0), (11, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87373,7 +87373,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(10, 250.0), (7, 260.0), (11, 270.0)],
+                timed: &[(10, 260.0), (7, 260.0), (11, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87381,7 +87381,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(9, 29.0), (11, 29.0)],
+                timed: &[(10, 28.0), (9, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87389,7 +87389,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(9, 260.0), (11, 270.0)],
+                timed: &[(10, 260.0), (9, 270.0), (11, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -88946,7 +88946,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -88962,7 +88962,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 32.0), (3, 34.0)],
+                timed: &[(1, 27.0), (7, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -88970,7 +88970,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (7, 33.0), (3, 36.0)],
+                timed: &[(1, 29.0), (7, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -88978,7 +88978,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (1, 53.0), (9, 77.0)],
+                timed: &[(0, 50.0), (7, 52.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -88986,7 +88986,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 30.0), (3, 34.0)],
+                timed: &[(7, 29.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -88994,7 +88994,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 38.0), (3, 38.0)],
+                timed: &[(3, 37.0), (2, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89002,7 +89002,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 20.0), (5, 22.0)],
+                timed: &[(2, 20.0), (5, 21.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89010,7 +89010,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(5, 36.0), (7, 36.0), (6, 63.0)],
+                timed: &[(5, 35.0), (7, 35.0), (6, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89026,7 +89026,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (2, 33.0), (3, 36.0)],
+                timed: &[(5, 29.0), (7, 30.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89034,7 +89034,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (5, 49.0), (2, 50.0)],
+                timed: &[(3, 43.0), (5, 49.0), (2, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89042,7 +89042,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(5, 22.0), (6, 25.0), (2, 31.0)],
+                timed: &[(5, 21.0), (6, 24.0), (2, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89050,7 +89050,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 31.0), (9, 33.0), (3, 45.0)],
+                timed: &[(7, 30.0), (9, 30.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89058,7 +89058,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(9, 39.0), (10, 40.0), (6, 52.0)],
+                timed: &[(9, 38.0), (10, 40.0), (6, 55.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89066,7 +89066,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (5, 18.0)],
+                timed: &[(2, 16.0), (4, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89074,7 +89074,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 38.0)],
+                timed: &[(2, 31.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89082,7 +89082,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 21.0), (5, 22.0), (2, 26.0)],
+                timed: &[(4, 20.0), (5, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89090,7 +89090,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 30.0), (9, 31.0), (3, 47.0)],
+                timed: &[(6, 30.0), (7, 30.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89098,7 +89098,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(7, 32.0), (6, 32.0), (3, 48.0)],
+                timed: &[(6, 32.0), (7, 32.0), (3, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89106,7 +89106,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 54.0), (7, 55.0), (9, 65.0)],
+                timed: &[(5, 55.0), (7, 55.0), (9, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89114,7 +89114,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(5, 49.0), (7, 61.0), (2, 66.0)],
+                timed: &[(5, 49.0), (7, 61.0), (2, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89122,7 +89122,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(7, 26.0), (9, 31.0), (3, 45.0)],
+                timed: &[(7, 25.0), (9, 29.0), (3, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89130,7 +89130,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(7, 48.0), (5, 49.0), (9, 61.0)],
+                timed: &[(7, 47.0), (5, 48.0), (9, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89138,7 +89138,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 20.0), (2, 24.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89146,7 +89146,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 44.0), (7, 45.0), (9, 50.0)],
+                timed: &[(6, 43.0), (7, 44.0), (9, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89154,7 +89154,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(6, 63.0), (7, 72.0)],
+                timed: &[(6, 63.0), (7, 73.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89162,7 +89162,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(6, 41.0), (7, 42.0), (9, 48.0)],
+                timed: &[(6, 40.0), (7, 41.0), (9, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89170,7 +89170,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(10, 74.0), (9, 75.0), (11, 94.0)],
+                timed: &[(10, 73.0), (9, 74.0), (11, 93.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89178,7 +89178,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(9, 27.0), (10, 29.0), (6, 40.0)],
+                timed: &[(9, 27.0), (10, 28.0), (6, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89186,7 +89186,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(10, 74.0), (9, 74.0), (11, 93.0)],
+                timed: &[(10, 72.0), (9, 73.0), (11, 92.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89194,7 +89194,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(6, 120.0), (7, 140.0), (9, 150.0)],
+                timed: &[(6, 130.0), (7, 130.0), (9, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89202,7 +89202,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(6, 59.0), (7, 60.0), (11, 91.0)],
+                timed: &[(7, 58.0), (6, 59.0), (11, 90.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89210,7 +89210,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 14336, 4096],
-                timed: &[(7, 130.0), (6, 140.0), (11, 140.0)],
+                timed: &[(7, 130.0), (11, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89218,7 +89218,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.6), (5, 9.7), (2, 11.0)],
+                timed: &[(4, 10.0), (5, 10.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89226,7 +89226,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(9, 49.0), (11, 50.0)],
+                timed: &[(9, 48.0), (11, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89234,7 +89234,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(11, 140.0), (6, 140.0)],
+                timed: &[(11, 140.0), (10, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89242,7 +89242,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(10, 230.0), (9, 240.0), (11, 290.0)],
+                timed: &[(10, 230.0), (9, 240.0), (11, 300.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89258,7 +89258,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(10, 250.0), (9, 250.0), (11, 260.0)],
+                timed: &[(10, 250.0), (7, 250.0), (11, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89266,7 +89266,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(9, 30.0), (10, 30.0)],
+                timed: &[(10, 29.0), (9, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89274,7 +89274,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(9, 260.0), (10, 260.0), (11, 270.0)],
+                timed: &[(9, 250.0), (10, 260.0), (11, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90783,7 +90783,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90791,7 +90791,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 29.0), (3, 30.0)],
+                timed: &[(0, 29.0), (3, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90799,7 +90799,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 32.0), (3, 34.0)],
+                timed: &[(1, 27.0), (7, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90807,7 +90807,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (7, 33.0), (3, 36.0)],
+                timed: &[(1, 30.0), (7, 32.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90815,7 +90815,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (7, 53.0), (9, 78.0)],
+                timed: &[(0, 50.0), (7, 52.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90823,7 +90823,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 30.0), (3, 35.0)],
+                timed: &[(7, 29.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90839,7 +90839,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (2, 34.0), (3, 36.0)],
+                timed: &[(5, 29.0), (7, 30.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90847,7 +90847,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 30.0), (9, 33.0), (3, 45.0)],
+                timed: &[(7, 30.0), (9, 31.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90855,7 +90855,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (5, 18.0)],
+                timed: &[(2, 16.0), (4, 20.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90863,7 +90863,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 38.0)],
+                timed: &[(2, 32.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90871,7 +90871,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 21.0), (5, 22.0), (2, 26.0)],
+                timed: &[(4, 21.0), (5, 21.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90879,7 +90879,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 30.0), (9, 31.0), (3, 48.0)],
+                timed: &[(6, 30.0), (7, 31.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90887,7 +90887,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(7, 32.0), (6, 32.0), (3, 48.0)],
+                timed: &[(6, 32.0), (7, 33.0), (3, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90895,7 +90895,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(7, 56.0), (6, 57.0), (9, 66.0)],
+                timed: &[(7, 56.0), (5, 56.0), (9, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90903,7 +90903,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(5, 21.0), (4, 21.0), (2, 24.0)],
+                timed: &[(5, 20.0), (4, 21.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90911,7 +90911,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 44.0), (7, 46.0), (9, 51.0)],
+                timed: &[(6, 43.0), (7, 44.0), (9, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90919,7 +90919,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(9, 28.0), (10, 30.0), (6, 40.0)],
+                timed: &[(9, 29.0), (10, 29.0), (6, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90927,7 +90927,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(10, 76.0), (9, 77.0), (11, 94.0)],
+                timed: &[(10, 75.0), (9, 76.0), (11, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90935,7 +90935,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.4), (5, 9.7), (2, 11.0)],
+                timed: &[(4, 10.0), (5, 10.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90959,7 +90959,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(9, 30.0), (10, 31.0)],
+                timed: &[(9, 30.0), (10, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92428,7 +92428,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92444,7 +92444,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 31.0), (3, 34.0)],
+                timed: &[(1, 27.0), (7, 29.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92452,7 +92452,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (7, 32.0), (3, 36.0)],
+                timed: &[(1, 30.0), (7, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92460,7 +92460,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (7, 53.0), (9, 76.0)],
+                timed: &[(0, 50.0), (7, 52.0), (1, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92468,7 +92468,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 29.0), (3, 34.0)],
+                timed: &[(7, 29.0), (5, 31.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92476,7 +92476,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 15.0), (3, 15.0)],
+                timed: &[(2, 16.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92484,7 +92484,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (2, 33.0), (3, 36.0)],
+                timed: &[(5, 29.0), (7, 29.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92492,7 +92492,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 30.0), (9, 33.0), (3, 44.0)],
+                timed: &[(7, 30.0), (9, 31.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92500,7 +92500,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 15.0), (5, 18.0)],
+                timed: &[(2, 16.0), (4, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92516,7 +92516,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 21.0), (5, 21.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 21.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92524,7 +92524,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 29.0), (7, 30.0), (3, 47.0)],
+                timed: &[(6, 30.0), (7, 30.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92532,7 +92532,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(7, 31.0), (6, 32.0), (3, 47.0)],
+                timed: &[(7, 32.0), (6, 32.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92540,7 +92540,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(7, 53.0), (6, 54.0), (9, 64.0)],
+                timed: &[(5, 55.0), (7, 55.0), (9, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92548,7 +92548,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 20.0), (2, 24.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92556,7 +92556,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 43.0), (7, 44.0), (9, 49.0)],
+                timed: &[(6, 43.0), (7, 43.0), (9, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92564,7 +92564,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(9, 27.0), (10, 28.0), (6, 38.0)],
+                timed: &[(9, 28.0), (10, 28.0), (6, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92572,7 +92572,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(10, 72.0), (9, 73.0), (11, 91.0)],
+                timed: &[(9, 72.0), (10, 72.0), (11, 90.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92580,7 +92580,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.2), (5, 9.2), (2, 11.0)],
+                timed: &[(5, 10.0), (4, 10.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92588,7 +92588,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(9, 48.0), (11, 50.0)],
+                timed: &[(9, 48.0), (11, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92596,7 +92596,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(11, 140.0), (6, 130.0)],
+                timed: &[(11, 130.0), (10, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92604,7 +92604,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(9, 29.0), (10, 29.0)],
+                timed: &[(10, 28.0), (9, 28.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92612,7 +92612,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(9, 250.0), (10, 260.0), (11, 260.0)],
+                timed: &[(9, 250.0), (11, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94105,7 +94105,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94121,7 +94121,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 31.0), (3, 34.0)],
+                timed: &[(1, 27.0), (7, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94129,7 +94129,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (7, 32.0), (3, 36.0)],
+                timed: &[(1, 30.0), (7, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94137,7 +94137,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(7, 51.0), (0, 52.0), (9, 81.0)],
+                timed: &[(0, 50.0), (7, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94145,7 +94145,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 8192, 8192],
-                timed: &[(3, 43.0), (5, 45.0), (2, 47.0)],
+                timed: &[(5, 43.0), (1, 43.0), (2, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94161,7 +94161,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 10240, 8192],
-                timed: &[(7, 52.0), (5, 52.0), (3, 58.0)],
+                timed: &[(7, 48.0), (5, 52.0), (3, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94169,7 +94169,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 28672, 8192],
-                timed: &[(5, 120.0), (3, 130.0), (9, 180.0)],
+                timed: &[(3, 130.0), (5, 130.0), (9, 200.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94177,7 +94177,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 30.0), (3, 34.0)],
+                timed: &[(7, 29.0), (5, 30.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94185,7 +94185,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 15.0), (3, 15.0)],
+                timed: &[(2, 16.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94193,7 +94193,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (2, 33.0), (3, 35.0)],
+                timed: &[(5, 28.0), (7, 29.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94201,7 +94201,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 8192, 8192],
-                timed: &[(7, 45.0), (5, 47.0), (2, 72.0)],
+                timed: &[(7, 45.0), (5, 47.0), (2, 71.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94209,7 +94209,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 8192, 28672],
-                timed: &[(7, 140.0), (5, 140.0), (2, 240.0)],
+                timed: &[(7, 140.0), (5, 150.0), (2, 240.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94217,7 +94217,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 10240, 8192],
-                timed: &[(7, 58.0), (10, 63.0), (3, 73.0)],
+                timed: &[(7, 56.0), (10, 61.0), (3, 73.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94225,7 +94225,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 28672, 8192],
-                timed: &[(11, 120.0), (9, 140.0)],
+                timed: &[(11, 120.0), (9, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94233,7 +94233,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 30.0), (9, 33.0), (3, 44.0)],
+                timed: &[(7, 30.0), (9, 31.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94241,7 +94241,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 15.0), (5, 18.0)],
+                timed: &[(2, 16.0), (5, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94257,7 +94257,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 20.0), (5, 21.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 21.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94265,7 +94265,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 30.0), (9, 31.0), (3, 47.0)],
+                timed: &[(6, 30.0), (7, 30.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94273,7 +94273,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(7, 31.0), (6, 32.0), (3, 47.0)],
+                timed: &[(7, 32.0), (6, 32.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94281,7 +94281,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 53.0), (7, 54.0), (9, 64.0)],
+                timed: &[(7, 55.0), (5, 55.0), (9, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94289,7 +94289,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 8192, 8192],
-                timed: &[(7, 45.0), (5, 70.0), (6, 120.0)],
+                timed: &[(7, 46.0), (5, 71.0), (6, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94297,7 +94297,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 8192, 28672],
-                timed: &[(7, 140.0), (5, 250.0), (6, 400.0)],
+                timed: &[(7, 180.0), (5, 250.0), (6, 400.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94305,7 +94305,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 10240, 8192],
-                timed: &[(7, 77.0), (5, 77.0), (9, 120.0)],
+                timed: &[(7, 77.0), (5, 83.0), (9, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94313,7 +94313,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 28672, 8192],
-                timed: &[(7, 160.0), (11, 200.0)],
+                timed: &[(7, 160.0), (11, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94321,7 +94321,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 20.0), (2, 24.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94329,7 +94329,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 43.0), (7, 44.0), (9, 49.0)],
+                timed: &[(6, 43.0), (7, 43.0), (9, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94337,7 +94337,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 8192, 8192],
-                timed: &[(7, 75.0), (11, 87.0), (9, 110.0)],
+                timed: &[(7, 76.0), (11, 87.0), (9, 110.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94345,7 +94345,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 8192, 28672],
-                timed: &[(7, 250.0), (5, 300.0), (9, 340.0)],
+                timed: &[(7, 260.0), (5, 310.0), (9, 350.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94353,7 +94353,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 10240, 8192],
-                timed: &[(11, 91.0), (7, 110.0), (9, 120.0)],
+                timed: &[(11, 93.0), (7, 110.0), (9, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94361,7 +94361,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 28672, 8192],
-                timed: &[(7, 230.0), (5, 270.0), (11, 280.0)],
+                timed: &[(7, 250.0), (5, 270.0), (11, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94369,7 +94369,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(9, 28.0), (10, 29.0), (6, 40.0)],
+                timed: &[(9, 28.0), (10, 29.0), (6, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94377,7 +94377,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(10, 74.0), (9, 75.0), (11, 93.0)],
+                timed: &[(10, 74.0), (9, 74.0), (11, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94385,7 +94385,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 8192, 8192],
-                timed: &[(10, 140.0), (7, 140.0), (11, 180.0)],
+                timed: &[(10, 140.0), (7, 140.0), (11, 170.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94393,7 +94393,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 8192, 28672],
-                timed: &[(10, 480.0), (9, 490.0), (11, 620.0)],
+                timed: &[(10, 500.0), (9, 500.0), (11, 620.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94401,7 +94401,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 10240, 8192],
-                timed: &[(11, 180.0), (6, 180.0)],
+                timed: &[(7, 190.0), (11, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94409,7 +94409,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 28672, 8192],
-                timed: &[(10, 430.0), (9, 440.0), (11, 460.0)],
+                timed: &[(10, 440.0), (9, 450.0), (11, 460.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94417,7 +94417,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.2), (5, 9.2), (2, 11.0)],
+                timed: &[(5, 10.0), (4, 10.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94433,7 +94433,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(6, 130.0), (11, 140.0)],
+                timed: &[(6, 140.0), (11, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94441,7 +94441,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 8192, 8192],
-                timed: &[(10, 230.0), (9, 240.0), (11, 270.0)],
+                timed: &[(10, 240.0), (9, 250.0), (11, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94449,7 +94449,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 8192, 28672],
-                timed: &[(10, 820.0), (9, 830.0), (11, 980.0)],
+                timed: &[(10, 840.0), (9, 840.0), (11, 970.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94457,7 +94457,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 10240, 8192],
-                timed: &[(10, 330.0), (7, 330.0), (11, 360.0)],
+                timed: &[(7, 330.0), (10, 330.0), (11, 360.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94465,7 +94465,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 28672, 8192],
-                timed: &[(11, 820.0), (10, 820.0)],
+                timed: &[(11, 820.0), (10, 830.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94473,7 +94473,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(9, 30.0), (10, 29.0)],
+                timed: &[(9, 29.0), (10, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94481,7 +94481,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(10, 260.0), (9, 260.0), (11, 270.0)],
+                timed: &[(10, 260.0), (9, 270.0), (11, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99081,7 +99081,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (6, 31.0), (0, 32.0)],
+                timed: &[(1, 27.0), (6, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99097,7 +99097,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (6, 52.0), (1, 53.0)],
+                timed: &[(0, 50.0), (6, 52.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99105,7 +99105,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 70.0)],
+                timed: &[(1, 67.0), (0, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99113,7 +99113,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0)],
+                timed: &[(1, 250.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99121,7 +99121,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(4, 29.0), (6, 30.0), (3, 35.0)],
+                timed: &[(6, 29.0), (4, 29.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99129,7 +99129,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 38.0), (3, 38.0)],
+                timed: &[(2, 37.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99145,7 +99145,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(4, 35.0), (6, 36.0), (5, 64.0)],
+                timed: &[(4, 35.0), (6, 35.0), (5, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99161,7 +99161,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(4, 29.0), (6, 30.0), (3, 37.0)],
+                timed: &[(4, 28.0), (6, 29.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99169,7 +99169,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (4, 49.0), (2, 51.0)],
+                timed: &[(3, 43.0), (4, 48.0), (2, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99177,7 +99177,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(4, 22.0), (6, 24.0), (2, 29.0)],
+                timed: &[(4, 22.0), (5, 24.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99185,7 +99185,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 31.0), (8, 32.0), (3, 44.0)],
+                timed: &[(6, 30.0), (8, 32.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99193,7 +99193,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(8, 39.0), (4, 41.0), (5, 57.0)],
+                timed: &[(8, 40.0), (4, 44.0), (5, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99201,7 +99201,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (4, 20.0)],
+                timed: &[(2, 16.0), (4, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99209,7 +99209,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 37.0)],
+                timed: &[(2, 31.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99233,7 +99233,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(5, 33.0), (6, 33.0), (3, 47.0)],
+                timed: &[(6, 32.0), (5, 32.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99241,7 +99241,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(6, 56.0), (5, 56.0), (8, 66.0)],
+                timed: &[(6, 56.0), (4, 56.0), (8, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99265,7 +99265,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 50.0), (6, 60.0), (2, 69.0)],
+                timed: &[(4, 50.0), (6, 61.0), (2, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99281,7 +99281,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(6, 47.0), (4, 49.0), (8, 62.0)],
+                timed: &[(6, 47.0), (4, 48.0), (8, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99289,7 +99289,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 23.0), (2, 25.0)],
+                timed: &[(4, 21.0), (6, 23.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99297,7 +99297,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(5, 43.0), (6, 44.0), (8, 50.0)],
+                timed: &[(5, 44.0), (6, 44.0), (8, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99305,7 +99305,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(5, 63.0), (6, 73.0)],
+                timed: &[(5, 65.0), (6, 74.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99313,7 +99313,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(5, 40.0), (6, 41.0), (8, 48.0)],
+                timed: &[(5, 41.0), (6, 41.0), (8, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99321,7 +99321,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(8, 75.0), (5, 78.0), (9, 96.0)],
+                timed: &[(8, 75.0), (6, 79.0), (9, 96.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99329,7 +99329,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 28.0), (4, 33.0), (5, 39.0)],
+                timed: &[(8, 28.0), (4, 33.0), (5, 40.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99337,7 +99337,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(8, 74.0), (5, 76.0), (9, 95.0)],
+                timed: &[(8, 73.0), (6, 76.0), (9, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99345,7 +99345,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(5, 120.0), (6, 130.0), (8, 150.0)],
+                timed: &[(5, 130.0), (6, 140.0), (8, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99353,7 +99353,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(6, 59.0), (5, 60.0), (9, 91.0)],
+                timed: &[(6, 59.0), (5, 61.0), (9, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99361,7 +99361,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 14336, 4096],
-                timed: &[(6, 130.0), (5, 140.0), (9, 140.0)],
+                timed: &[(6, 130.0), (9, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99369,7 +99369,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 10.0), (5, 11.0), (2, 12.0)],
+                timed: &[(4, 11.0), (5, 12.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99377,7 +99377,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 49.0), (9, 52.0)],
+                timed: &[(8, 49.0), (9, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99385,7 +99385,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(9, 140.0), (5, 140.0)],
+                timed: &[(9, 140.0), (8, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99393,7 +99393,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(8, 240.0), (6, 270.0), (9, 290.0)],
+                timed: &[(8, 240.0), (5, 270.0), (9, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99409,7 +99409,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(8, 250.0), (6, 260.0), (9, 260.0)],
+                timed: &[(6, 260.0), (8, 260.0), (9, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99417,7 +99417,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 30.0), (9, 31.0)],
+                timed: &[(8, 30.0), (9, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100915,7 +100915,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (4, 31.0), (0, 32.0)],
+                timed: &[(1, 27.0), (4, 29.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100923,7 +100923,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (4, 33.0), (0, 33.0)],
+                timed: &[(1, 30.0), (4, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100931,7 +100931,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (4, 53.0), (1, 54.0)],
+                timed: &[(0, 50.0), (4, 52.0), (1, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100939,7 +100939,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 69.0), (0, 70.0)],
+                timed: &[(1, 66.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100947,7 +100947,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0)],
+                timed: &[(1, 250.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100955,7 +100955,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(4, 31.0), (2, 38.0)],
+                timed: &[(4, 29.0), (2, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100963,7 +100963,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 38.0), (1, 58.0)],
+                timed: &[(2, 38.0), (1, 55.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100971,7 +100971,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 20.0), (4, 25.0)],
+                timed: &[(2, 20.0), (4, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100979,7 +100979,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(4, 36.0), (2, 36.0), (3, 63.0)],
+                timed: &[(4, 35.0), (2, 36.0), (3, 64.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100987,7 +100987,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 16.0), (1, 23.0)],
+                timed: &[(2, 16.0), (4, 22.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101003,7 +101003,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(2, 51.0), (4, 58.0)],
+                timed: &[(2, 52.0), (4, 58.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101011,7 +101011,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(4, 25.0), (3, 25.0), (2, 30.0)],
+                timed: &[(3, 24.0), (4, 25.0), (2, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101019,7 +101019,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(4, 31.0), (3, 35.0), (2, 44.0)],
+                timed: &[(4, 30.0), (3, 34.0), (2, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101027,7 +101027,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(4, 49.0), (6, 52.0), (3, 53.0)],
+                timed: &[(4, 48.0), (6, 52.0), (3, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101035,7 +101035,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (3, 23.0)],
+                timed: &[(2, 16.0), (3, 22.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101043,7 +101043,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 32.0), (4, 47.0)],
+                timed: &[(2, 31.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101059,7 +101059,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(3, 30.0), (4, 31.0), (2, 36.0)],
+                timed: &[(4, 30.0), (3, 31.0), (2, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101075,7 +101075,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(4, 56.0), (3, 57.0)],
+                timed: &[(4, 55.0), (3, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101083,7 +101083,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(6, 76.0), (4, 82.0), (3, 85.0)],
+                timed: &[(6, 75.0), (4, 80.0), (3, 83.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101091,7 +101091,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 128256, 4096],
-                timed: &[(6, 280.0), (4, 300.0)],
+                timed: &[(6, 280.0), (4, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101099,7 +101099,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 59.0), (2, 71.0)],
+                timed: &[(4, 60.0), (2, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101115,7 +101115,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(4, 47.0), (6, 54.0), (3, 84.0)],
+                timed: &[(4, 47.0), (6, 53.0), (3, 84.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101123,7 +101123,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(3, 23.0), (4, 25.0), (2, 25.0)],
+                timed: &[(3, 23.0), (4, 24.0), (2, 25.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101131,7 +101131,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(4, 44.0), (3, 45.0)],
+                timed: &[(4, 43.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101139,7 +101139,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(4, 65.0), (3, 65.0)],
+                timed: &[(4, 66.0), (3, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101155,7 +101155,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(3, 81.0), (4, 81.0), (6, 99.0)],
+                timed: &[(4, 81.0), (3, 82.0), (6, 99.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101163,7 +101163,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(3, 41.0), (4, 42.0)],
+                timed: &[(4, 40.0), (3, 41.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101171,7 +101171,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(3, 79.0), (4, 79.0), (6, 97.0)],
+                timed: &[(4, 79.0), (3, 81.0), (6, 97.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101187,7 +101187,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(4, 60.0), (3, 61.0), (6, 94.0)],
+                timed: &[(4, 59.0), (3, 62.0), (6, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101195,7 +101195,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 14336, 4096],
-                timed: &[(4, 130.0), (3, 140.0), (6, 140.0)],
+                timed: &[(4, 140.0), (3, 140.0), (6, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101211,7 +101211,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(6, 52.0), (3, 59.0)],
+                timed: &[(6, 52.0), (4, 59.0), (3, 60.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101219,7 +101219,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(3, 140.0), (6, 140.0)],
+                timed: &[(6, 140.0), (3, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101227,7 +101227,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(3, 270.0), (4, 280.0), (6, 300.0)],
+                timed: &[(3, 280.0), (4, 290.0), (6, 310.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101243,7 +101243,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(4, 270.0), (6, 270.0)],
+                timed: &[(4, 270.0), (6, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101251,7 +101251,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(6, 31.0), (4, 36.0), (3, 37.0)],
+                timed: &[(6, 31.0), (4, 36.0), (3, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
