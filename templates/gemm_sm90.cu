@@ -592,8 +592,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             const bool has_k = kb_end > kb_begin;
 {%- if swap %}
             // Selected per output in the epilogue: zeroing the accumulators, as the other tiles
-            // do, measured no faster here (bench/hopper-gemm/NOTES.md). Split-K's partial tiles
-            // would need them zeroed.
+            // do, measured mixed here (plain faster, bias+GELU slower; bench/hopper-gemm/NOTES.md).
+            // Split-K's partial tiles would need them zeroed.
             static_assert(SPLIT_K == 1, "swap-AB tiles take no split-K");
 {%- else %}
             // The accumulators are zeroed on that path rather than selected per output in the

@@ -981,8 +981,8 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // K = 0 (or this block's share of it empty): D = epilogue(0).
             const bool has_k = kb_end > kb_begin;
             // Selected per output in the epilogue: zeroing the accumulators, as the other tiles
-            // do, measured no faster here (bench/hopper-gemm/NOTES.md). Split-K's partial tiles
-            // would need them zeroed.
+            // do, measured mixed here (plain faster, bias+GELU slower; bench/hopper-gemm/NOTES.md).
+            // Split-K's partial tiles would need them zeroed.
             static_assert(SPLIT_K == 1, "swap-AB tiles take no split-K");
             if constexpr (SPLIT_K > 1) {
                 // Thread tid's accumulators i..i+3 sit at float4 slot (i / 4) * 128 + tid of
