@@ -600,11 +600,9 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // epilogue, where a select costs one instruction per output on every path (as many
             // as a plain 16-bit epilogue's conversions and stores together).
             if (!has_k) {
-#pragma unroll
-                for (int i = 0; i < ACC; ++i) asm volatile("mov.b32 %0, 0;" : "=f"(acc[i]));
+                tg_reg_zero(acc);
 {%- if units > 1 %}
-#pragma unroll
-                for (int i = 0; i < ACC; ++i) asm volatile("mov.b32 %0, 0;" : "=f"(acc1[i]));
+                tg_reg_zero(acc1);
 {%- endif %}
             }
 {%- endif %}

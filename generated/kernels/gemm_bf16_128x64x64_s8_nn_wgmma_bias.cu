@@ -559,6 +559,12 @@ template <int N> __device__ __forceinline__ void tg_reg_fence(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// Zeroes wgmma accumulators outside a wgmma (asm, so that the compiler keeps them the same
+// registers rather than folding the zeros into their uses).
+template <int N> __device__ __forceinline__ void tg_reg_zero(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("mov.b32 %0, 0;" : "=f"(r[i]));
+}
 
 // CUtensorMap as CUDA 13's cuda.h declares it (128-byte aligned), without the header.
 struct alignas(128) TgTensorMap { unsigned long long v[16]; };
@@ -950,8 +956,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             // epilogue, where a select costs one instruction per output on every path (as many
             // as a plain 16-bit epilogue's conversions and stores together).
             if (!has_k) {
-#pragma unroll
-                for (int i = 0; i < ACC; ++i) asm volatile("mov.b32 %0, 0;" : "=f"(acc[i]));
+                tg_reg_zero(acc);
             }
             if constexpr (SPLIT_K > 1) {
                 // Thread tid's accumulators i..i+3 sit at float4 slot (i / 4) * 128 + tid of

@@ -563,6 +563,12 @@ template <int N> __device__ __forceinline__ void tg_reg_fence(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// Zeroes wgmma accumulators outside a wgmma (asm, so that the compiler keeps them the same
+// registers rather than folding the zeros into their uses).
+template <int N> __device__ __forceinline__ void tg_reg_zero(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("mov.b32 %0, 0;" : "=f"(r[i]));
+}
 
 // CUtensorMap as CUDA 13's cuda.h declares it (128-byte aligned), without the header.
 struct alignas(128) TgTensorMap { unsigned long long v[16]; };
