@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 eaa956dcc5a9c820
+// content sha256 319a3ef279106bd2
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -38934,7 +38934,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     /// - [`Self::gemm_bf16_256x128x32_w64x64_s3_nn`]: tile 256x128x32
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 60 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 66 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// `m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -44040,7 +44040,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x256x64_s3_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_w64x64_s4_nn`]: tile 128x256x64
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 66 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 102 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -44689,7 +44689,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_to_f32_128x128x32_w64x64_s4_nn`]: tile 128x128x32
     /// - [`Self::gemm_f16_to_f32_128x256x64_s3_nn_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 66 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 102 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 4 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 4 (16 bytes of elements).
     ///
@@ -46399,7 +46399,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_128x128x64_s6_nt_wgmma_pp`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 96 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 102 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -47027,7 +47027,7 @@ impl Kernels {
     /// - [`Self::gemm_bf16_to_f32_128x128x64_s5_nt_wgmma`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_bf16_to_f32_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 66 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 102 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 4 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 4 (16 bytes of elements).
     ///
@@ -51308,7 +51308,7 @@ impl Kernels {
     /// - [`Self::gemm_f16_128x128x64_s6_nt_wgmma_pp`]: tile 128x128x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     /// - [`Self::gemm_f16_128x256x64_s3_nt_wgmma`]: tile 128x256x64, wgmma fed by TMA, persistent grid of 1 block per SM; runs only on sm_90
     ///
-    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 30 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
+    /// Before these rules, a tuning table measured on NVIDIA H200 picks the instance predicted fastest from its times at the nearby ones of 66 measured shapes, scaled by rounds of output tiles (by name, else by compute capability; see `tilegen_runtime::tuning`).
     ///
     /// Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of 8 (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). Every matrix holds `(rows - 1) * ld + row length` elements for its leading dimension (≥ its row length) and starts 16-byte aligned; `lda`/`ldb` are multiples of 8 and `ldc`/`ldd` of 8 (16 bytes of elements).
     ///
@@ -60417,7 +60417,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(1, 13.0), (2, 17.0), (0, 19.0)],
+                timed: &[(1, 14.0), (5, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60433,7 +60433,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(1, 18.0), (2, 18.0)],
+                timed: &[(2, 18.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60441,7 +60441,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(2, 28.0), (0, 29.0), (3, 44.0)],
+                timed: &[(2, 26.0), (0, 29.0), (1, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60449,7 +60449,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(2, 32.0), (1, 33.0), (5, 47.0)],
+                timed: &[(2, 32.0), (1, 33.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 32000, 4096],
+                timed: &[(2, 65.0), (1, 66.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 128256, 4096],
+                timed: &[(2, 240.0), (1, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60473,7 +60489,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(2, 32.0), (1, 33.0), (5, 44.0)],
+                timed: &[(2, 32.0), (1, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60481,7 +60497,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(1, 13.0), (5, 14.0), (0, 20.0)],
+                timed: &[(1, 14.0), (5, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60489,7 +60505,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(1, 28.0), (5, 29.0), (0, 53.0)],
+                timed: &[(1, 28.0), (5, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60497,7 +60513,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(2, 28.0), (1, 31.0), (3, 45.0)],
+                timed: &[(2, 27.0), (1, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60505,7 +60521,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(2, 29.0), (1, 32.0), (5, 35.0)],
+                timed: &[(2, 29.0), (1, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60513,7 +60529,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(1, 50.0), (8, 51.0), (11, 100.0)],
+                timed: &[(1, 50.0), (8, 51.0), (2, 52.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[16, 32000, 4096],
+                timed: &[(2, 67.0), (1, 69.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[16, 128256, 4096],
+                timed: &[(2, 240.0), (1, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60521,7 +60553,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(7, 30.0), (5, 34.0)],
+                timed: &[(8, 28.0), (7, 30.0), (5, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60529,7 +60561,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(5, 36.0), (4, 36.0)],
+                timed: &[(4, 36.0), (5, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60537,7 +60569,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(7, 20.0), (4, 20.0)],
+                timed: &[(4, 20.0), (7, 20.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60553,7 +60585,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(4, 14.0), (5, 14.0)],
+                timed: &[(4, 15.0), (5, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60561,7 +60593,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(7, 29.0), (4, 32.0), (5, 35.0)],
+                timed: &[(8, 27.0), (7, 28.0), (5, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60569,7 +60601,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(5, 42.0), (7, 45.0), (4, 50.0)],
+                timed: &[(5, 42.0), (7, 46.0), (4, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60585,7 +60617,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(8, 29.0), (12, 33.0), (5, 43.0)],
+                timed: &[(8, 29.0), (11, 33.0), (5, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60593,7 +60625,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(12, 38.0), (11, 38.0), (8, 46.0)],
+                timed: &[(11, 38.0), (12, 38.0), (8, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60601,7 +60633,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(4, 14.0), (7, 17.0)],
+                timed: &[(4, 16.0), (7, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60609,7 +60641,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(4, 30.0), (7, 36.0)],
+                timed: &[(4, 30.0), (7, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60625,7 +60657,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(8, 29.0), (12, 29.0), (5, 46.0)],
+                timed: &[(8, 29.0), (13, 30.0), (5, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60633,7 +60665,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(8, 30.0), (12, 34.0), (5, 46.0)],
+                timed: &[(8, 30.0), (12, 33.0), (5, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60641,7 +60673,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(8, 54.0), (15, 55.0), (11, 66.0)],
+                timed: &[(8, 55.0), (15, 55.0), (11, 66.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[128, 32000, 4096],
+                timed: &[(15, 70.0), (13, 75.0), (11, 76.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[128, 128256, 4096],
+                timed: &[(15, 270.0), (13, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60649,7 +60697,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(7, 46.0), (8, 60.0), (4, 68.0)],
+                timed: &[(7, 47.0), (8, 60.0), (4, 66.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60665,7 +60713,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(8, 43.0), (7, 46.0), (11, 68.0)],
+                timed: &[(8, 43.0), (7, 45.0), (11, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60689,7 +60737,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(8, 70.0), (12, 73.0)],
+                timed: &[(8, 68.0), (12, 74.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60697,7 +60745,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(8, 38.0), (7, 41.0), (11, 49.0)],
+                timed: &[(8, 38.0), (7, 42.0), (11, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60705,7 +60753,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(13, 68.0), (12, 70.0), (15, 90.0)],
+                timed: &[(13, 69.0), (12, 70.0), (15, 90.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60721,7 +60769,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(13, 69.0), (12, 71.0), (15, 90.0)],
+                timed: &[(13, 69.0), (12, 70.0), (15, 89.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60729,7 +60777,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(8, 130.0), (7, 130.0), (11, 160.0)],
+                timed: &[(8, 130.0), (7, 140.0), (11, 160.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60737,7 +60785,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(8, 57.0), (7, 67.0), (15, 88.0)],
+                timed: &[(8, 58.0), (13, 67.0), (15, 88.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60753,7 +60801,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(7, 8.7), (6, 8.9), (4, 10.0)],
+                timed: &[(7, 9.8), (6, 10.0), (4, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60761,7 +60809,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(13, 48.0), (15, 48.0), (11, 52.0)],
+                timed: &[(15, 48.0), (13, 48.0), (11, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60809,7 +60857,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(13, 250.0), (12, 250.0), (15, 260.0)],
+                timed: &[(12, 250.0), (13, 260.0), (15, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60825,7 +60873,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(13, 200.0), (12, 200.0), (15, 220.0)],
+                timed: &[(13, 200.0), (12, 210.0), (15, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60833,7 +60881,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(15, 480.0), (12, 480.0)],
+                timed: &[(15, 480.0), (12, 490.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60841,7 +60889,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(15, 180.0), (12, 180.0)],
+                timed: &[(15, 170.0), (12, 180.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -60881,7 +60929,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(15, 920.0), (11, 1000.0)],
+                timed: &[(15, 910.0), (11, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62865,7 +62913,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(1, 18.0), (0, 18.0)],
+                timed: &[(0, 18.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62873,7 +62921,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 26.0), (0, 30.0), (3, 40.0)],
+                timed: &[(1, 26.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62881,7 +62929,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 32.0), (0, 33.0), (3, 51.0)],
+                timed: &[(1, 32.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62889,7 +62937,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 66.0), (0, 67.0), (7, 120.0)],
+                timed: &[(1, 66.0), (0, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62897,7 +62945,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 240.0), (0, 250.0), (8, 360.0)],
+                timed: &[(1, 240.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62921,7 +62969,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 32.0), (0, 34.0), (3, 45.0)],
+                timed: &[(1, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62945,7 +62993,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (5, 30.0), (3, 35.0)],
+                timed: &[(1, 27.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62953,7 +63001,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 31.0), (3, 36.0)],
+                timed: &[(1, 29.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62961,7 +63009,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 50.0), (5, 51.0), (7, 88.0)],
+                timed: &[(0, 50.0), (5, 50.0), (1, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62969,7 +63017,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 67.0), (0, 69.0), (7, 110.0)],
+                timed: &[(1, 67.0), (0, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62977,7 +63025,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 250.0), (0, 260.0), (8, 340.0)],
+                timed: &[(1, 250.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -62985,7 +63033,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 29.0), (4, 30.0), (3, 35.0)],
+                timed: &[(5, 29.0), (4, 31.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63017,7 +63065,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 15.0), (3, 16.0)],
+                timed: &[(2, 16.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63025,7 +63073,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 29.0), (4, 29.0), (3, 36.0)],
+                timed: &[(4, 29.0), (5, 29.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63033,7 +63081,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 42.0), (4, 45.0), (2, 49.0)],
+                timed: &[(3, 43.0), (4, 46.0), (2, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63041,7 +63089,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(4, 21.0), (5, 23.0), (2, 28.0)],
+                timed: &[(4, 22.0), (5, 23.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63049,7 +63097,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(5, 31.0), (7, 33.0), (3, 44.0)],
+                timed: &[(5, 30.0), (7, 33.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63057,7 +63105,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(7, 39.0), (4, 41.0), (5, 50.0)],
+                timed: &[(7, 39.0), (4, 40.0), (5, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63081,7 +63129,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 21.0), (5, 23.0), (2, 25.0)],
+                timed: &[(4, 21.0), (5, 23.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63089,7 +63137,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(5, 30.0), (7, 32.0), (3, 47.0)],
+                timed: &[(5, 30.0), (7, 31.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63097,7 +63145,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(5, 32.0), (7, 33.0), (3, 47.0)],
+                timed: &[(5, 32.0), (7, 34.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63105,7 +63153,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(5, 56.0), (4, 57.0), (7, 67.0)],
+                timed: &[(8, 57.0), (5, 57.0), (7, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63113,7 +63161,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(8, 72.0), (4, 77.0), (7, 79.0)],
+                timed: &[(8, 73.0), (4, 77.0), (7, 79.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63121,7 +63169,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 128256, 4096],
-                timed: &[(8, 290.0), (7, 290.0)],
+                timed: &[(8, 290.0), (4, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63129,7 +63177,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 46.0), (5, 58.0), (2, 66.0)],
+                timed: &[(4, 46.0), (5, 58.0), (2, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63145,7 +63193,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(5, 46.0), (4, 47.0), (7, 63.0)],
+                timed: &[(5, 46.0), (4, 47.0), (7, 62.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63161,7 +63209,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(5, 43.0), (4, 44.0), (7, 51.0)],
+                timed: &[(5, 43.0), (4, 45.0), (7, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63169,7 +63217,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(5, 72.0), (7, 74.0)],
+                timed: &[(5, 73.0), (7, 75.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63177,7 +63225,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(5, 40.0), (4, 42.0), (7, 48.0)],
+                timed: &[(5, 40.0), (4, 43.0), (7, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63185,7 +63233,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(7, 76.0), (5, 77.0), (8, 94.0)],
+                timed: &[(7, 77.0), (5, 77.0), (8, 94.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63193,7 +63241,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(7, 28.0), (4, 31.0), (5, 38.0)],
+                timed: &[(7, 29.0), (4, 31.0), (5, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63201,7 +63249,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(7, 75.0), (5, 76.0), (8, 93.0)],
+                timed: &[(7, 76.0), (5, 76.0), (8, 93.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63209,7 +63257,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(5, 140.0), (8, 140.0), (7, 150.0)],
+                timed: &[(5, 140.0), (4, 140.0), (7, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63217,7 +63265,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(5, 59.0), (4, 69.0), (8, 90.0)],
+                timed: &[(5, 58.0), (4, 70.0), (8, 90.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63233,7 +63281,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 10.0), (5, 11.0), (2, 12.0)],
+                timed: &[(4, 10.0), (5, 12.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63241,7 +63289,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(7, 51.0), (8, 51.0)],
+                timed: &[(7, 50.0), (8, 51.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63257,7 +63305,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(7, 240.0), (5, 270.0), (8, 290.0)],
+                timed: &[(7, 240.0), (5, 280.0), (8, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63281,7 +63329,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(8, 30.0), (7, 31.0)],
+                timed: &[(7, 31.0), (8, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63297,7 +63345,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(8, 460.0), (7, 490.0)],
+                timed: &[(8, 460.0), (7, 480.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63305,7 +63353,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(5, 220.0), (8, 220.0)],
+                timed: &[(5, 220.0), (7, 220.0), (8, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63313,7 +63361,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(8, 500.0), (7, 560.0)],
+                timed: &[(8, 490.0), (5, 520.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63329,7 +63377,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(8, 940.0), (7, 1000.0)],
+                timed: &[(8, 910.0), (7, 980.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63345,7 +63393,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(8, 960.0), (7, 1100.0)],
+                timed: &[(8, 940.0), (5, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63361,7 +63409,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(8, 970.0), (7, 1100.0)],
+                timed: &[(8, 950.0), (7, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -63369,7 +63417,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(8, 740.0), (7, 830.0)],
+                timed: &[(8, 720.0), (7, 830.0)],
             },
         ];
         let picked = {
@@ -64405,7 +64453,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 15.0), (1, 18.0)],
+                timed: &[(0, 14.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64413,7 +64461,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 36.0), (3, 39.0)],
+                timed: &[(0, 35.0), (3, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64421,7 +64469,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 18.0), (1, 18.0)],
+                timed: &[(1, 18.0), (0, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64429,7 +64477,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 26.0), (0, 30.0), (3, 37.0)],
+                timed: &[(1, 26.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64437,7 +64485,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 32.0), (0, 33.0), (3, 52.0)],
+                timed: &[(1, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64445,7 +64493,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 65.0), (0, 68.0), (8, 100.0)],
+                timed: &[(1, 66.0), (0, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64453,7 +64501,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 240.0), (0, 250.0), (10, 350.0)],
+                timed: &[(1, 240.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64853,7 +64901,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(10, 440.0), (9, 470.0)],
+                timed: &[(10, 440.0), (9, 460.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64861,7 +64909,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(6, 210.0), (10, 220.0)],
+                timed: &[(6, 200.0), (8, 210.0), (10, 210.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64869,7 +64917,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(10, 470.0), (6, 500.0)],
+                timed: &[(10, 470.0), (6, 490.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64877,7 +64925,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(10, 180.0), (8, 190.0)],
+                timed: &[(10, 170.0), (8, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64885,7 +64933,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(10, 930.0), (9, 960.0)],
+                timed: &[(10, 910.0), (9, 940.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64893,7 +64941,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(10, 390.0), (6, 420.0)],
+                timed: &[(10, 390.0), (6, 410.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64901,7 +64949,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(10, 910.0), (6, 990.0)],
+                timed: &[(10, 900.0), (6, 990.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64909,7 +64957,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(10, 1400.0), (8, 1600.0)],
+                timed: &[(10, 1400.0), (8, 1500.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64917,7 +64965,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(10, 920.0), (8, 1100.0)],
+                timed: &[(10, 900.0), (8, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -64925,7 +64973,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(10, 700.0), (8, 790.0)],
+                timed: &[(10, 690.0), (8, 780.0)],
             },
         ];
         let picked = {
@@ -66224,7 +66272,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 18.0)],
+                timed: &[(0, 15.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66240,7 +66288,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 18.0), (1, 18.0)],
+                timed: &[(1, 18.0), (0, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66248,7 +66296,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 26.0), (0, 30.0), (3, 37.0)],
+                timed: &[(1, 26.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66256,7 +66304,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 32.0), (0, 33.0), (3, 52.0)],
+                timed: &[(1, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66264,7 +66312,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 65.0), (0, 68.0), (8, 100.0)],
+                timed: &[(1, 66.0), (0, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66272,7 +66320,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 240.0), (0, 250.0), (10, 350.0)],
+                timed: &[(1, 240.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66672,7 +66720,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(10, 480.0), (9, 500.0)],
+                timed: &[(10, 470.0), (9, 490.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66680,7 +66728,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(8, 220.0), (9, 220.0), (10, 230.0)],
+                timed: &[(9, 210.0), (6, 210.0), (10, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66688,7 +66736,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(10, 500.0), (8, 500.0)],
+                timed: &[(10, 490.0), (8, 500.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66696,7 +66744,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(10, 180.0), (8, 190.0)],
+                timed: &[(10, 180.0), (9, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66704,7 +66752,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(10, 990.0), (9, 1000.0)],
+                timed: &[(10, 970.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66712,7 +66760,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(10, 410.0), (8, 430.0)],
+                timed: &[(10, 400.0), (9, 420.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66720,7 +66768,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(10, 960.0), (8, 980.0)],
+                timed: &[(10, 950.0), (8, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66728,7 +66776,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(10, 1500.0), (9, 1600.0)],
+                timed: &[(10, 1400.0), (9, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66736,7 +66784,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(10, 970.0), (8, 1000.0)],
+                timed: &[(10, 950.0), (8, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -66744,7 +66792,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(10, 740.0), (8, 780.0)],
+                timed: &[(10, 720.0), (9, 770.0)],
             },
         ];
         let picked = {
@@ -68043,7 +68091,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68051,7 +68099,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 8192, 8192],
-                timed: &[(0, 35.0), (1, 35.0)],
+                timed: &[(0, 36.0), (1, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68067,7 +68115,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 10240, 8192],
-                timed: &[(1, 43.0), (0, 54.0), (3, 58.0)],
+                timed: &[(1, 43.0), (0, 55.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68075,7 +68123,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 28.0), (0, 32.0), (3, 37.0)],
+                timed: &[(1, 26.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68083,7 +68131,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 28672, 8192],
-                timed: &[(1, 110.0), (0, 120.0), (8, 190.0)],
+                timed: &[(1, 110.0), (0, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68475,7 +68523,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 8192, 8192],
-                timed: &[(11, 440.0), (9, 460.0)],
+                timed: &[(11, 420.0), (8, 450.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68491,7 +68539,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 10240, 8192],
-                timed: &[(9, 590.0), (8, 600.0), (11, 610.0)],
+                timed: &[(11, 600.0), (9, 600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68515,7 +68563,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 8192, 8192],
-                timed: &[(11, 870.0), (9, 910.0)],
+                timed: &[(11, 850.0), (9, 920.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68523,7 +68571,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 8192, 28672],
-                timed: &[(11, 3200.0), (9, 3200.0)],
+                timed: &[(11, 3100.0), (8, 3200.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68539,7 +68587,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 28672, 8192],
-                timed: &[(11, 3000.0), (9, 3200.0)],
+                timed: &[(11, 2900.0), (9, 3200.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68555,7 +68603,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 950.0), (9, 970.0)],
+                timed: &[(11, 920.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -68563,7 +68611,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 720.0), (9, 740.0)],
+                timed: &[(11, 700.0), (9, 740.0)],
             },
         ];
         let picked = {
@@ -69950,7 +69998,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -69958,7 +70006,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 28.0), (0, 31.0), (3, 37.0)],
+                timed: &[(1, 26.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70158,7 +70206,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(11, 190.0), (9, 190.0)],
+                timed: &[(11, 180.0), (9, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70166,7 +70214,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(11, 1500.0), (9, 1600.0)],
+                timed: &[(11, 1400.0), (9, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70174,7 +70222,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 1000.0), (9, 1000.0)],
+                timed: &[(11, 970.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -70182,7 +70230,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 750.0), (9, 790.0)],
+                timed: &[(11, 730.0), (9, 770.0)],
             },
         ];
         let picked = {
@@ -71644,7 +71692,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71652,7 +71700,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 28.0), (0, 32.0), (3, 37.0)],
+                timed: &[(1, 26.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71852,7 +71900,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(10, 180.0), (8, 190.0)],
+                timed: &[(10, 170.0), (8, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71860,7 +71908,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(10, 1400.0), (8, 1500.0)],
+                timed: &[(10, 1400.0), (6, 1500.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71868,7 +71916,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(10, 930.0), (8, 1000.0)],
+                timed: &[(10, 900.0), (8, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -71876,7 +71924,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(10, 710.0), (8, 740.0)],
+                timed: &[(10, 690.0), (8, 770.0)],
             },
         ];
         let picked = {
@@ -73175,7 +73223,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 14.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73183,7 +73231,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 28.0), (0, 31.0), (3, 37.0)],
+                timed: &[(1, 26.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73383,7 +73431,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(10, 190.0), (9, 190.0)],
+                timed: &[(10, 180.0), (9, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73391,7 +73439,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(10, 1500.0), (8, 1600.0)],
+                timed: &[(10, 1400.0), (8, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73399,7 +73447,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(10, 980.0), (8, 1000.0)],
+                timed: &[(10, 950.0), (8, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -73407,7 +73455,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(10, 740.0), (9, 770.0)],
+                timed: &[(10, 720.0), (9, 760.0)],
             },
         ];
         let picked = {
@@ -74712,8 +74760,24 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[1, 4096, 14336],
+                timed: &[(0, 33.0), (4, 39.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 6144, 4096],
+                timed: &[(1, 18.0), (0, 18.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[1, 8192, 8192],
-                timed: &[(0, 36.0), (1, 36.0)],
+                timed: &[(0, 35.0), (1, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74729,7 +74793,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 10240, 8192],
-                timed: &[(1, 44.0), (0, 53.0), (4, 65.0)],
+                timed: &[(1, 43.0), (0, 55.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74737,7 +74801,15 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 28.0), (0, 31.0), (4, 39.0)],
+                timed: &[(1, 26.0), (0, 31.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 14336, 4096],
+                timed: &[(1, 32.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74745,7 +74817,47 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 28672, 8192],
-                timed: &[(1, 110.0), (0, 120.0), (9, 190.0)],
+                timed: &[(0, 120.0), (1, 120.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 32000, 4096],
+                timed: &[(1, 65.0), (0, 67.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 128256, 4096],
+                timed: &[(1, 240.0), (0, 250.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[8, 4096, 14336],
+                timed: &[(0, 34.0), (4, 35.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[8, 6144, 4096],
+                timed: &[(0, 18.0), (1, 18.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[8, 14336, 4096],
+                timed: &[(1, 32.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74753,7 +74865,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (4, 14.0)],
+                timed: &[(0, 14.0), (4, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74761,7 +74873,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 28.0), (4, 28.0)],
+                timed: &[(0, 27.0), (4, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74769,7 +74881,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (0, 31.0), (4, 34.0)],
+                timed: &[(1, 27.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74777,7 +74889,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 29.0), (0, 31.0), (4, 35.0)],
+                timed: &[(1, 29.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74785,7 +74897,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 50.0), (7, 51.0), (9, 81.0)],
+                timed: &[(0, 50.0), (7, 51.0), (1, 51.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[16, 32000, 4096],
+                timed: &[(1, 66.0), (0, 68.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[16, 128256, 4096],
+                timed: &[(1, 240.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74793,7 +74921,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 8192, 8192],
-                timed: &[(4, 43.0), (3, 43.0)],
+                timed: &[(4, 42.0), (3, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74809,7 +74937,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 10240, 8192],
-                timed: &[(7, 49.0), (6, 53.0), (4, 57.0)],
+                timed: &[(7, 50.0), (6, 53.0), (4, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74825,7 +74953,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(6, 30.0), (4, 34.0)],
+                timed: &[(7, 29.0), (6, 30.0), (4, 35.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[48, 4096, 14336],
+                timed: &[(3, 36.0), (4, 36.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[48, 6144, 4096],
+                timed: &[(3, 20.0), (6, 20.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[48, 14336, 4096],
+                timed: &[(6, 33.0), (7, 34.0), (4, 45.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74833,7 +74985,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(3, 14.0), (4, 15.0)],
+                timed: &[(3, 15.0), (4, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74841,7 +74993,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(6, 28.0), (3, 33.0), (4, 35.0)],
+                timed: &[(7, 28.0), (6, 28.0), (4, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74849,7 +75001,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 8192, 8192],
-                timed: &[(7, 44.0), (6, 44.0), (3, 70.0)],
+                timed: &[(7, 43.0), (6, 44.0), (3, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74865,7 +75017,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 10240, 8192],
-                timed: &[(7, 56.0), (9, 60.0), (4, 72.0)],
+                timed: &[(7, 57.0), (9, 60.0), (4, 72.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74880,8 +75032,32 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[96, 4096, 14336],
+                timed: &[(4, 42.0), (6, 46.0), (3, 50.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[96, 6144, 4096],
+                timed: &[(6, 20.0), (7, 22.0), (3, 29.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 29.0), (9, 33.0), (4, 43.0)],
+                timed: &[(7, 29.0), (9, 34.0), (4, 43.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[96, 14336, 4096],
+                timed: &[(9, 38.0), (10, 38.0), (7, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74889,7 +75065,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(3, 15.0), (6, 17.0)],
+                timed: &[(3, 16.0), (6, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74897,7 +75073,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(3, 30.0), (6, 36.0)],
+                timed: &[(3, 30.0), (6, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74905,7 +75081,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(6, 20.0), (5, 20.0), (3, 24.0)],
+                timed: &[(6, 19.0), (5, 20.0), (3, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74913,7 +75089,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(7, 29.0), (9, 29.0), (4, 46.0)],
+                timed: &[(7, 28.0), (9, 29.0), (4, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74921,7 +75097,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(7, 31.0), (10, 34.0), (4, 46.0)],
+                timed: &[(7, 30.0), (10, 33.0), (4, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74930,6 +75106,22 @@ pub mod plan {
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
                 timed: &[(7, 54.0), (6, 54.0), (9, 64.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[128, 32000, 4096],
+                timed: &[(12, 70.0), (6, 74.0), (9, 75.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[128, 128256, 4096],
+                timed: &[(12, 270.0), (9, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74953,7 +75145,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 10240, 8192],
-                timed: &[(6, 73.0), (7, 74.0), (9, 130.0)],
+                timed: &[(6, 72.0), (7, 75.0), (9, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74962,6 +75154,30 @@ pub mod plan {
                 sm_count: 132,
                 shape: &[160, 28672, 8192],
                 timed: &[(7, 160.0), (12, 190.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[192, 4096, 14336],
+                timed: &[(6, 46.0), (7, 58.0), (3, 66.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[192, 6144, 4096],
+                timed: &[(7, 23.0), (9, 27.0), (4, 44.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[192, 14336, 4096],
+                timed: &[(7, 44.0), (6, 45.0), (9, 66.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74977,7 +75193,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(7, 42.0), (6, 43.0), (9, 48.0)],
+                timed: &[(7, 41.0), (6, 43.0), (9, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74985,7 +75201,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 8192, 8192],
-                timed: &[(7, 73.0), (6, 82.0), (9, 110.0)],
+                timed: &[(7, 73.0), (6, 83.0), (9, 110.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -74993,7 +75209,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 8192, 28672],
-                timed: &[(7, 240.0), (6, 280.0), (9, 320.0)],
+                timed: &[(7, 250.0), (6, 290.0), (9, 340.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75001,7 +75217,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 10240, 8192],
-                timed: &[(12, 90.0), (6, 110.0), (9, 120.0)],
+                timed: &[(12, 91.0), (7, 110.0), (9, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75009,7 +75225,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 28672, 8192],
-                timed: &[(7, 230.0), (6, 260.0), (12, 280.0)],
+                timed: &[(7, 230.0), (12, 280.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[384, 4096, 14336],
+                timed: &[(9, 74.0), (10, 76.0), (7, 78.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[384, 6144, 4096],
+                timed: &[(7, 39.0), (6, 43.0), (9, 47.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[384, 14336, 4096],
+                timed: &[(10, 72.0), (9, 73.0), (12, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75017,7 +75257,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(9, 27.0), (10, 28.0), (7, 38.0)],
+                timed: &[(9, 28.0), (10, 28.0), (7, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75025,7 +75265,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(9, 73.0), (10, 73.0), (12, 92.0)],
+                timed: &[(9, 72.0), (10, 72.0), (12, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75033,7 +75273,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 8192, 8192],
-                timed: &[(6, 140.0), (10, 140.0), (12, 180.0)],
+                timed: &[(10, 140.0), (9, 140.0), (12, 170.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75041,7 +75281,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 8192, 28672],
-                timed: &[(10, 480.0), (6, 480.0), (12, 610.0)],
+                timed: &[(10, 480.0), (9, 490.0), (12, 620.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75064,8 +75304,32 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[768, 4096, 14336],
+                timed: &[(7, 140.0), (12, 150.0), (9, 160.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[768, 6144, 4096],
+                timed: &[(7, 58.0), (6, 69.0), (12, 90.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[768, 14336, 4096],
+                timed: &[(7, 130.0), (12, 140.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(6, 8.7), (5, 9.2), (3, 11.0)],
+                timed: &[(6, 9.7), (5, 9.8), (3, 11.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75073,7 +75337,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(9, 49.0), (10, 50.0)],
+                timed: &[(9, 50.0), (10, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75097,7 +75361,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 8192, 28672],
-                timed: &[(10, 820.0), (9, 830.0), (12, 970.0)],
+                timed: &[(10, 820.0), (9, 830.0), (12, 960.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75105,7 +75369,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 10240, 8192],
-                timed: &[(10, 330.0), (9, 330.0), (12, 370.0)],
+                timed: &[(10, 330.0), (9, 330.0), (12, 360.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75113,7 +75377,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 28672, 8192],
-                timed: &[(10, 810.0), (9, 820.0), (12, 830.0)],
+                timed: &[(12, 820.0), (10, 810.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1536, 4096, 14336],
+                timed: &[(10, 240.0), (9, 250.0), (12, 310.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1536, 6144, 4096],
+                timed: &[(7, 110.0), (10, 110.0), (12, 140.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1536, 14336, 4096],
+                timed: &[(10, 250.0), (9, 260.0), (12, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75121,7 +75409,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(9, 29.0), (10, 29.0)],
+                timed: &[(10, 28.0), (9, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75129,7 +75417,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(10, 250.0), (9, 260.0), (12, 270.0)],
+                timed: &[(10, 260.0), (9, 260.0), (12, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75145,7 +75433,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 8192, 28672],
-                timed: &[(12, 1700.0), (10, 1700.0)],
+                timed: &[(12, 1600.0), (10, 1700.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75153,7 +75441,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 10240, 8192],
-                timed: &[(10, 620.0), (9, 620.0), (12, 640.0)],
+                timed: &[(10, 620.0), (9, 630.0), (12, 640.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75161,7 +75449,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 28672, 8192],
-                timed: &[(12, 1600.0), (10, 1700.0)],
+                timed: &[(12, 1500.0), (10, 1700.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[3072, 4096, 14336],
+                timed: &[(12, 470.0), (10, 500.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[3072, 6144, 4096],
+                timed: &[(10, 210.0), (9, 220.0), (12, 230.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[3072, 14336, 4096],
+                timed: &[(10, 490.0), (12, 500.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75177,7 +75489,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 8192, 8192],
-                timed: &[(12, 910.0), (10, 970.0)],
+                timed: &[(12, 900.0), (10, 970.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75185,7 +75497,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 8192, 28672],
-                timed: &[(10, 3500.0), (9, 3500.0), (12, 3500.0)],
+                timed: &[(12, 3400.0), (10, 3500.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75201,7 +75513,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 28672, 8192],
-                timed: &[(12, 3200.0), (9, 3400.0)],
+                timed: &[(12, 3100.0), (10, 3400.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[6144, 4096, 14336],
+                timed: &[(12, 990.0), (10, 1000.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[6144, 6144, 4096],
+                timed: &[(12, 410.0), (10, 430.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[6144, 14336, 4096],
+                timed: &[(12, 960.0), (10, 970.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75209,7 +75545,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(12, 1500.0), (10, 1600.0)],
+                timed: &[(12, 1400.0), (10, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75217,7 +75553,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(12, 970.0), (10, 1000.0)],
+                timed: &[(12, 960.0), (10, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -75225,7 +75561,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(12, 740.0), (10, 770.0)],
+                timed: &[(12, 730.0), (10, 760.0)],
             },
         ];
         let picked = {
@@ -76735,7 +77071,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 14.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76743,7 +77079,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 32.0), (1, 47.0)],
+                timed: &[(0, 33.0), (1, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76751,7 +77087,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(1, 18.0), (0, 18.0)],
+                timed: &[(0, 18.0), (1, 18.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 8192, 8192],
+                timed: &[(0, 35.0), (1, 35.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 8192, 28672],
+                timed: &[(0, 110.0), (1, 110.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 10240, 8192],
+                timed: &[(1, 43.0), (0, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76767,7 +77127,15 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 32.0), (0, 33.0)],
+                timed: &[(1, 32.0), (0, 35.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 28672, 8192],
+                timed: &[(1, 110.0), (0, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76775,7 +77143,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 66.0), (0, 68.0)],
+                timed: &[(1, 66.0), (0, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76799,7 +77167,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 6144, 4096],
-                timed: &[(0, 18.0), (1, 19.0)],
+                timed: &[(1, 18.0), (0, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76807,7 +77175,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 32.0), (0, 33.0)],
+                timed: &[(1, 32.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76815,7 +77183,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 14.0), (1, 18.0)],
+                timed: &[(0, 14.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76823,7 +77191,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 27.0), (1, 37.0)],
+                timed: &[(0, 27.0), (1, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76839,7 +77207,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 28.0), (0, 32.0)],
+                timed: &[(1, 28.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76847,7 +77215,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 50.0), (3, 51.0), (1, 52.0)],
+                timed: &[(0, 51.0), (3, 51.0), (1, 52.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76855,7 +77223,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 70.0)],
+                timed: &[(1, 67.0), (0, 70.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76864,6 +77232,38 @@ pub mod plan {
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
                 timed: &[(1, 250.0), (0, 260.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[24, 8192, 8192],
+                timed: &[(2, 42.0), (3, 47.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[24, 8192, 28672],
+                timed: &[(2, 130.0), (3, 150.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[24, 10240, 8192],
+                timed: &[(3, 51.0), (2, 67.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[24, 28672, 8192],
+                timed: &[(3, 130.0), (5, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76879,7 +77279,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 36.0), (1, 55.0)],
+                timed: &[(2, 36.0), (1, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76887,7 +77287,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 6144, 4096],
-                timed: &[(2, 20.0), (3, 25.0)],
+                timed: &[(2, 20.0), (3, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76895,7 +77295,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(3, 34.0), (2, 36.0)],
+                timed: &[(3, 35.0), (2, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76918,6 +77318,38 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[80, 8192, 8192],
+                timed: &[(3, 44.0), (2, 68.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[80, 8192, 28672],
+                timed: &[(3, 130.0), (2, 230.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[80, 10240, 8192],
+                timed: &[(3, 58.0), (5, 83.0), (2, 100.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[80, 28672, 8192],
+                timed: &[(5, 120.0), (3, 140.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[96, 4096, 14336],
                 timed: &[(2, 49.0), (3, 57.0)],
             },
@@ -76927,7 +77359,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(3, 24.0), (2, 29.0)],
+                timed: &[(3, 23.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76935,7 +77367,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(3, 29.0), (2, 45.0)],
+                timed: &[(3, 30.0), (2, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76943,7 +77375,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(3, 47.0), (5, 47.0)],
+                timed: &[(3, 47.0), (5, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76951,7 +77383,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (3, 22.0)],
+                timed: &[(2, 15.0), (3, 22.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76959,7 +77391,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 30.0), (3, 45.0)],
+                timed: &[(2, 30.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76991,7 +77423,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(3, 56.0), (5, 58.0)],
+                timed: &[(3, 55.0), (5, 58.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -76999,7 +77431,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(5, 73.0), (3, 82.0)],
+                timed: &[(5, 73.0), (3, 81.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77014,8 +77446,40 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[160, 8192, 8192],
+                timed: &[(3, 44.0), (2, 82.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[160, 8192, 28672],
+                timed: &[(3, 140.0), (5, 270.0), (2, 270.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[160, 10240, 8192],
+                timed: &[(3, 78.0), (5, 86.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[160, 28672, 8192],
+                timed: &[(3, 160.0), (5, 210.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(3, 57.0), (2, 69.0)],
+                timed: &[(3, 57.0), (2, 66.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77023,7 +77487,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(3, 24.0), (2, 33.0)],
+                timed: &[(3, 24.0), (2, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77031,7 +77495,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(3, 45.0), (5, 50.0)],
+                timed: &[(3, 45.0), (5, 51.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77047,7 +77511,39 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(3, 42.0), (5, 48.0)],
+                timed: &[(3, 42.0), (5, 49.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[320, 8192, 8192],
+                timed: &[(3, 78.0), (5, 89.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[320, 8192, 28672],
+                timed: &[(3, 260.0), (5, 290.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[320, 10240, 8192],
+                timed: &[(5, 93.0), (3, 110.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[320, 28672, 8192],
+                timed: &[(3, 240.0), (5, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77055,7 +77551,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(3, 65.0), (2, 110.0)],
+                timed: &[(3, 71.0), (2, 100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77063,7 +77559,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(3, 40.0), (5, 47.0)],
+                timed: &[(3, 40.0), (5, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77071,7 +77567,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(3, 80.0), (5, 97.0)],
+                timed: &[(3, 79.0), (5, 96.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77087,7 +77583,39 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(3, 78.0), (5, 96.0)],
+                timed: &[(3, 77.0), (5, 96.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[640, 8192, 8192],
+                timed: &[(3, 150.0), (5, 180.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[640, 8192, 28672],
+                timed: &[(3, 490.0), (5, 590.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[640, 10240, 8192],
+                timed: &[(5, 180.0), (3, 180.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[640, 28672, 8192],
+                timed: &[(3, 450.0), (5, 460.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77095,7 +77623,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(3, 130.0), (5, 150.0)],
+                timed: &[(3, 140.0), (5, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77103,7 +77631,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(3, 59.0), (5, 92.0)],
+                timed: &[(3, 59.0), (2, 91.0), (5, 92.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77119,7 +77647,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(2, 11.0), (3, 11.0)],
+                timed: &[(3, 11.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77127,7 +77655,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(5, 52.0), (3, 63.0)],
+                timed: &[(5, 51.0), (3, 59.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77136,6 +77664,38 @@ pub mod plan {
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
                 timed: &[(5, 140.0), (3, 150.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1280, 8192, 8192],
+                timed: &[(3, 260.0), (5, 260.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1280, 8192, 28672],
+                timed: &[(3, 890.0), (5, 930.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1280, 10240, 8192],
+                timed: &[(3, 330.0), (5, 350.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1280, 28672, 8192],
+                timed: &[(5, 810.0), (3, 880.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77159,7 +77719,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(5, 280.0), (3, 280.0)],
+                timed: &[(3, 270.0), (5, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77175,7 +77735,39 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(5, 280.0), (3, 290.0)],
+                timed: &[(5, 280.0), (3, 280.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[2560, 8192, 8192],
+                timed: &[(5, 450.0), (3, 520.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[2560, 8192, 28672],
+                timed: &[(5, 1600.0), (3, 1800.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[2560, 10240, 8192],
+                timed: &[(5, 630.0), (3, 640.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[2560, 28672, 8192],
+                timed: &[(5, 1600.0), (3, 1800.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77183,7 +77775,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(5, 480.0), (3, 550.0)],
+                timed: &[(5, 470.0), (3, 550.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77191,7 +77783,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(5, 240.0), (3, 230.0)],
+                timed: &[(3, 230.0), (5, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77199,7 +77791,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(5, 520.0), (3, 560.0)],
+                timed: &[(5, 510.0), (3, 550.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77214,8 +77806,40 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[5120, 8192, 8192],
+                timed: &[(5, 910.0), (3, 1000.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[5120, 8192, 28672],
+                timed: &[(5, 3100.0), (3, 3600.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[5120, 10240, 8192],
+                timed: &[(5, 1200.0), (3, 1300.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[5120, 28672, 8192],
+                timed: &[(5, 3100.0), (3, 3500.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(5, 970.0), (3, 1100.0)],
+                timed: &[(5, 950.0), (3, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77223,7 +77847,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(5, 430.0), (3, 470.0)],
+                timed: &[(5, 420.0), (3, 460.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77231,7 +77855,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(5, 1000.0), (3, 1200.0)],
+                timed: &[(5, 990.0), (3, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77239,7 +77863,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(5, 1500.0), (3, 1700.0)],
+                timed: &[(5, 1500.0), (3, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77247,7 +77871,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(5, 1000.0), (3, 1200.0)],
+                timed: &[(5, 990.0), (3, 1200.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -77255,7 +77879,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(5, 770.0), (3, 870.0)],
+                timed: &[(5, 750.0), (3, 880.0)],
             },
         ];
         let picked = {
@@ -78032,7 +78656,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 35.0), (3, 39.0)],
+                timed: &[(0, 36.0), (3, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78056,7 +78680,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 32.0), (0, 33.0)],
+                timed: &[(1, 32.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78472,7 +79096,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(8, 450.0), (7, 480.0)],
+                timed: &[(8, 440.0), (7, 470.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78480,7 +79104,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(5, 220.0), (8, 220.0)],
+                timed: &[(5, 210.0), (8, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78488,7 +79112,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(8, 490.0), (5, 520.0)],
+                timed: &[(8, 480.0), (5, 500.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78512,7 +79136,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(8, 400.0), (5, 440.0)],
+                timed: &[(8, 400.0), (5, 430.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78520,7 +79144,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(8, 940.0), (5, 1000.0)],
+                timed: &[(8, 930.0), (5, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78528,7 +79152,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(8, 1400.0), (5, 1500.0)],
+                timed: &[(8, 1400.0), (5, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78536,7 +79160,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(8, 940.0), (7, 1100.0)],
+                timed: &[(8, 930.0), (7, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -78544,7 +79168,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(8, 720.0), (7, 790.0)],
+                timed: &[(8, 710.0), (7, 800.0)],
             },
         ];
         let picked = {
@@ -79755,7 +80379,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 26.0), (0, 31.0)],
+                timed: &[(1, 26.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80179,7 +80803,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(5, 470.0), (3, 550.0)],
+                timed: &[(5, 460.0), (3, 540.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80187,7 +80811,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(3, 230.0), (5, 230.0)],
+                timed: &[(3, 220.0), (5, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80195,7 +80819,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(5, 510.0), (3, 530.0)],
+                timed: &[(5, 500.0), (3, 520.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80211,7 +80835,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(5, 940.0), (3, 1100.0)],
+                timed: &[(5, 930.0), (3, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80219,7 +80843,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(5, 420.0), (3, 460.0)],
+                timed: &[(5, 410.0), (3, 440.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80227,7 +80851,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(5, 980.0), (3, 1100.0)],
+                timed: &[(5, 960.0), (3, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80243,7 +80867,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(5, 980.0), (3, 1100.0)],
+                timed: &[(5, 970.0), (3, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -80251,7 +80875,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(5, 750.0), (3, 870.0)],
+                timed: &[(5, 740.0), (3, 900.0)],
             },
         ];
         let picked = {
@@ -81115,7 +81739,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 13.0), (1, 16.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81155,7 +81779,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 10240, 8192],
-                timed: &[(1, 44.0), (0, 54.0), (3, 64.0)],
+                timed: &[(1, 44.0), (0, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81163,7 +81787,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 30.0), (3, 39.0)],
+                timed: &[(1, 26.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81171,7 +81795,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 36.0), (6, 64.0)],
+                timed: &[(1, 33.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81179,7 +81803,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 28672, 8192],
-                timed: &[(1, 110.0), (0, 120.0), (9, 240.0)],
+                timed: &[(1, 110.0), (0, 120.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 32000, 4096],
+                timed: &[(1, 66.0), (0, 66.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 128256, 4096],
+                timed: &[(1, 240.0), (0, 240.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81195,7 +81835,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 6144, 4096],
-                timed: &[(0, 18.0), (1, 19.0)],
+                timed: &[(0, 18.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81203,7 +81843,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 33.0), (0, 36.0), (6, 63.0)],
+                timed: &[(1, 33.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81211,7 +81851,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 13.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81219,7 +81859,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 28.0), (3, 30.0)],
+                timed: &[(0, 28.0), (3, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81227,7 +81867,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (5, 31.0), (3, 33.0)],
+                timed: &[(1, 27.0), (7, 30.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81235,7 +81875,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (7, 31.0), (3, 35.0)],
+                timed: &[(1, 29.0), (7, 32.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81243,7 +81883,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 50.0), (7, 51.0), (9, 98.0)],
+                timed: &[(0, 49.0), (7, 51.0), (1, 53.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[16, 32000, 4096],
+                timed: &[(1, 68.0), (0, 68.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[16, 128256, 4096],
+                timed: &[(1, 250.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81267,7 +81923,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[24, 10240, 8192],
-                timed: &[(7, 51.0), (5, 52.0), (3, 56.0)],
+                timed: &[(7, 51.0), (5, 53.0), (3, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81283,7 +81939,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 29.0), (3, 33.0)],
+                timed: &[(7, 29.0), (5, 30.0), (3, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81291,7 +81947,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 37.0), (3, 37.0)],
+                timed: &[(2, 36.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81307,7 +81963,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(5, 34.0), (7, 35.0), (6, 61.0)],
+                timed: &[(5, 34.0), (7, 35.0), (6, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81315,7 +81971,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 14.0), (3, 14.0)],
+                timed: &[(2, 16.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81323,7 +81979,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 27.0), (2, 33.0), (3, 34.0)],
+                timed: &[(5, 28.0), (7, 29.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81331,7 +81987,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 8192, 8192],
-                timed: &[(7, 45.0), (5, 48.0), (2, 73.0)],
+                timed: &[(7, 45.0), (5, 47.0), (2, 72.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81347,7 +82003,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[80, 10240, 8192],
-                timed: &[(7, 56.0), (10, 60.0), (3, 72.0)],
+                timed: &[(7, 55.0), (10, 60.0), (3, 72.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81363,7 +82019,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (5, 47.0), (2, 51.0)],
+                timed: &[(3, 42.0), (5, 47.0), (2, 51.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81379,7 +82035,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 29.0), (10, 32.0), (3, 44.0)],
+                timed: &[(7, 29.0), (10, 32.0), (3, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81387,7 +82043,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(9, 39.0), (11, 39.0), (6, 52.0)],
+                timed: &[(10, 38.0), (9, 38.0), (6, 56.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81395,7 +82051,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 14.0), (5, 16.0)],
+                timed: &[(2, 16.0), (4, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81403,7 +82059,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 30.0), (5, 37.0)],
+                timed: &[(2, 30.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81411,7 +82067,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(5, 20.0), (4, 21.0), (2, 25.0)],
+                timed: &[(5, 20.0), (4, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81419,7 +82075,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 29.0), (7, 30.0), (3, 46.0)],
+                timed: &[(7, 29.0), (6, 29.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81435,7 +82091,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(7, 53.0), (6, 54.0), (9, 66.0)],
+                timed: &[(7, 53.0), (6, 53.0), (9, 66.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[128, 32000, 4096],
+                timed: &[(12, 72.0), (5, 74.0), (9, 77.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[128, 128256, 4096],
+                timed: &[(12, 270.0), (11, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81443,7 +82115,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 8192, 8192],
-                timed: &[(7, 45.0), (5, 69.0), (6, 120.0)],
+                timed: &[(7, 45.0), (5, 68.0), (6, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81459,7 +82131,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 10240, 8192],
-                timed: &[(5, 74.0), (7, 75.0), (9, 130.0)],
+                timed: &[(5, 74.0), (7, 76.0), (9, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81467,7 +82139,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[160, 28672, 8192],
-                timed: &[(7, 160.0), (12, 190.0)],
+                timed: &[(7, 160.0), (12, 180.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81475,7 +82147,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(5, 48.0), (7, 59.0), (2, 66.0)],
+                timed: &[(5, 47.0), (7, 59.0), (2, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81483,7 +82155,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(7, 24.0), (10, 29.0), (3, 44.0)],
+                timed: &[(7, 24.0), (11, 28.0), (3, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81491,7 +82163,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(7, 45.0), (5, 46.0), (9, 62.0)],
+                timed: &[(7, 44.0), (5, 46.0), (9, 62.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81499,7 +82171,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(5, 19.0), (4, 19.0), (2, 24.0)],
+                timed: &[(5, 19.0), (4, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81507,7 +82179,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 42.0), (7, 43.0), (9, 53.0)],
+                timed: &[(7, 42.0), (6, 42.0), (9, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81515,7 +82187,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 8192, 8192],
-                timed: &[(7, 74.0), (12, 84.0), (9, 100.0)],
+                timed: &[(7, 74.0), (12, 85.0), (9, 100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81523,7 +82195,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 8192, 28672],
-                timed: &[(7, 240.0), (5, 280.0), (9, 340.0)],
+                timed: &[(7, 240.0), (5, 280.0), (9, 350.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81531,7 +82203,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[320, 10240, 8192],
-                timed: &[(12, 89.0), (7, 110.0), (9, 110.0)],
+                timed: &[(12, 89.0), (9, 110.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81547,7 +82219,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(6, 62.0), (10, 74.0), (7, 74.0)],
+                timed: &[(6, 62.0), (7, 72.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81555,7 +82227,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(6, 39.0), (7, 39.0), (9, 50.0)],
+                timed: &[(7, 39.0), (6, 39.0), (9, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81579,7 +82251,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(11, 69.0), (10, 71.0), (12, 89.0)],
+                timed: &[(11, 69.0), (10, 71.0), (12, 88.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81595,7 +82267,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[640, 8192, 28672],
-                timed: &[(11, 450.0), (10, 460.0), (12, 580.0)],
+                timed: &[(11, 460.0), (10, 460.0), (12, 590.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81635,7 +82307,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 14336, 4096],
-                timed: &[(7, 120.0), (6, 130.0), (12, 130.0)],
+                timed: &[(7, 120.0), (12, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81643,7 +82315,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(5, 8.7), (4, 8.7), (2, 10.0)],
+                timed: &[(5, 9.5), (4, 9.8), (2, 11.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81651,7 +82323,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(11, 48.0), (12, 48.0), (9, 51.0)],
+                timed: &[(11, 48.0), (12, 49.0), (9, 51.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81675,7 +82347,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 8192, 28672],
-                timed: &[(10, 780.0), (11, 780.0), (12, 920.0)],
+                timed: &[(11, 770.0), (10, 780.0), (12, 900.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81691,7 +82363,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1280, 28672, 8192],
-                timed: &[(11, 770.0), (10, 770.0), (12, 790.0)],
+                timed: &[(12, 770.0), (11, 760.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81723,7 +82395,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(11, 28.0), (10, 28.0), (9, 30.0)],
+                timed: &[(11, 27.0), (10, 28.0), (9, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81731,7 +82403,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(11, 250.0), (10, 250.0), (12, 260.0)],
+                timed: &[(10, 250.0), (11, 250.0), (12, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81747,7 +82419,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 8192, 28672],
-                timed: &[(12, 1600.0), (11, 1600.0)],
+                timed: &[(12, 1500.0), (11, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81771,7 +82443,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(12, 470.0), (11, 470.0)],
+                timed: &[(12, 460.0), (11, 470.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81795,7 +82467,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(12, 180.0), (11, 180.0)],
+                timed: &[(12, 180.0), (10, 180.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81803,7 +82475,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 8192, 8192],
-                timed: &[(12, 870.0), (10, 940.0)],
+                timed: &[(12, 860.0), (10, 930.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81811,7 +82483,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 8192, 28672],
-                timed: &[(12, 3200.0), (11, 3200.0)],
+                timed: &[(12, 3100.0), (9, 3200.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81827,7 +82499,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 28672, 8192],
-                timed: &[(12, 3000.0), (9, 3200.0)],
+                timed: &[(12, 2900.0), (9, 3200.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81835,7 +82507,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(12, 950.0), (11, 950.0)],
+                timed: &[(12, 930.0), (11, 950.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81851,7 +82523,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(12, 920.0), (9, 970.0)],
+                timed: &[(12, 910.0), (9, 980.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81867,7 +82539,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(12, 920.0), (10, 1000.0)],
+                timed: &[(12, 910.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -81875,7 +82547,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(12, 700.0), (10, 740.0)],
+                timed: &[(12, 700.0), (10, 730.0)],
             },
         ];
         let picked = {
@@ -83350,7 +84022,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 15.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83358,7 +84030,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 34.0), (3, 39.0)],
+                timed: &[(0, 33.0), (3, 39.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83366,7 +84038,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 19.0), (1, 19.0)],
+                timed: &[(1, 18.0), (0, 19.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 8192, 8192],
+                timed: &[(0, 37.0), (1, 37.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 8192, 28672],
+                timed: &[(0, 110.0), (1, 110.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 10240, 8192],
+                timed: &[(1, 44.0), (0, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83374,7 +84070,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 32.0), (3, 37.0)],
+                timed: &[(1, 26.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83382,7 +84078,15 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 36.0), (5, 65.0)],
+                timed: &[(1, 33.0), (0, 34.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 28672, 8192],
+                timed: &[(1, 110.0), (0, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83390,7 +84094,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 67.0), (0, 68.0), (8, 120.0)],
+                timed: &[(1, 65.0), (0, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83398,7 +84102,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 250.0), (0, 250.0), (9, 350.0)],
+                timed: &[(1, 240.0), (0, 240.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83406,7 +84110,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 4096, 14336],
-                timed: &[(0, 34.0), (3, 37.0)],
+                timed: &[(0, 33.0), (3, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83422,7 +84126,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 34.0), (0, 37.0), (5, 64.0)],
+                timed: &[(1, 33.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83446,7 +84150,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 27.0), (6, 31.0), (3, 34.0)],
+                timed: &[(1, 27.0), (6, 31.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83454,7 +84158,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 31.0), (0, 33.0), (3, 36.0)],
+                timed: &[(1, 30.0), (0, 33.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83462,7 +84166,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(6, 51.0), (0, 53.0), (8, 90.0)],
+                timed: &[(0, 50.0), (6, 52.0), (1, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83470,7 +84174,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 70.0), (8, 110.0)],
+                timed: &[(1, 68.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83478,7 +84182,39 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 260.0), (0, 260.0), (9, 330.0)],
+                timed: &[(1, 250.0), (0, 260.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[24, 8192, 8192],
+                timed: &[(3, 43.0), (4, 44.0), (2, 46.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[24, 8192, 28672],
+                timed: &[(3, 120.0), (4, 130.0), (2, 140.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[24, 10240, 8192],
+                timed: &[(6, 51.0), (4, 53.0), (3, 57.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[24, 28672, 8192],
+                timed: &[(3, 130.0), (4, 140.0), (8, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83486,7 +84222,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(6, 30.0), (4, 31.0), (3, 35.0)],
+                timed: &[(6, 29.0), (4, 31.0), (3, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83494,7 +84230,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 4096, 14336],
-                timed: &[(2, 37.0), (3, 38.0)],
+                timed: &[(2, 37.0), (3, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83526,7 +84262,39 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(4, 29.0), (6, 30.0), (3, 36.0)],
+                timed: &[(4, 28.0), (6, 30.0), (3, 36.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[80, 8192, 8192],
+                timed: &[(6, 45.0), (4, 48.0), (2, 72.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[80, 8192, 28672],
+                timed: &[(6, 140.0), (4, 140.0), (2, 240.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[80, 10240, 8192],
+                timed: &[(6, 58.0), (5, 64.0), (3, 73.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[80, 28672, 8192],
+                timed: &[(9, 120.0), (6, 150.0), (8, 150.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83534,7 +84302,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(3, 43.0), (4, 48.0), (2, 51.0)],
+                timed: &[(3, 43.0), (4, 47.0), (2, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83542,7 +84310,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(4, 22.0), (5, 25.0), (2, 29.0)],
+                timed: &[(4, 22.0), (6, 24.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83550,7 +84318,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(6, 31.0), (8, 33.0), (3, 44.0)],
+                timed: &[(6, 30.0), (8, 33.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83558,7 +84326,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(8, 39.0), (4, 42.0), (5, 57.0)],
+                timed: &[(8, 39.0), (4, 41.0), (5, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83566,7 +84334,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (4, 20.0)],
+                timed: &[(2, 16.0), (4, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83574,7 +84342,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 31.0), (3, 37.0)],
+                timed: &[(2, 31.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83598,7 +84366,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 12288, 4096],
-                timed: &[(5, 33.0), (6, 33.0), (3, 47.0)],
+                timed: &[(5, 32.0), (6, 33.0), (3, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83606,7 +84374,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(5, 56.0), (6, 57.0), (8, 68.0)],
+                timed: &[(5, 55.0), (6, 56.0), (8, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83614,7 +84382,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(9, 74.0), (4, 78.0), (8, 81.0)],
+                timed: &[(9, 74.0), (4, 77.0), (8, 80.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83629,8 +84397,40 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[160, 8192, 8192],
+                timed: &[(6, 46.0), (4, 71.0), (5, 120.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[160, 8192, 28672],
+                timed: &[(6, 160.0), (4, 250.0), (5, 440.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[160, 10240, 8192],
+                timed: &[(4, 77.0), (6, 77.0), (8, 130.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[160, 28672, 8192],
+                timed: &[(6, 160.0), (9, 210.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 48.0), (6, 60.0), (2, 67.0)],
+                timed: &[(4, 48.0), (6, 60.0), (2, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83638,7 +84438,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 6144, 4096],
-                timed: &[(6, 25.0), (8, 30.0), (3, 45.0)],
+                timed: &[(6, 25.0), (8, 30.0), (3, 44.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83646,7 +84446,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 14336, 4096],
-                timed: &[(6, 48.0), (4, 48.0), (8, 64.0)],
+                timed: &[(6, 47.0), (4, 48.0), (8, 65.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83654,7 +84454,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 4096, 4096],
-                timed: &[(4, 20.0), (5, 23.0), (2, 24.0)],
+                timed: &[(4, 20.0), (6, 23.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83662,7 +84462,39 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(5, 43.0), (6, 45.0), (8, 52.0)],
+                timed: &[(5, 43.0), (6, 44.0), (8, 52.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[320, 8192, 8192],
+                timed: &[(6, 76.0), (9, 86.0), (8, 110.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[320, 8192, 28672],
+                timed: &[(6, 240.0), (9, 290.0), (8, 360.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[320, 10240, 8192],
+                timed: &[(9, 90.0), (6, 110.0), (8, 120.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[320, 28672, 8192],
+                timed: &[(6, 250.0), (9, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83670,7 +84502,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(5, 63.0), (6, 72.0)],
+                timed: &[(5, 63.0), (6, 71.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83678,7 +84510,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 6144, 4096],
-                timed: &[(5, 40.0), (6, 41.0), (8, 49.0)],
+                timed: &[(6, 41.0), (5, 41.0), (8, 49.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83686,7 +84518,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(8, 77.0), (5, 79.0), (9, 94.0)],
+                timed: &[(8, 78.0), (6, 80.0), (9, 95.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83694,7 +84526,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(8, 29.0), (4, 32.0), (5, 39.0)],
+                timed: &[(8, 29.0), (4, 31.0), (5, 40.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83702,7 +84534,39 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(8, 75.0), (6, 77.0), (9, 93.0)],
+                timed: &[(8, 76.0), (6, 77.0), (9, 94.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[640, 8192, 8192],
+                timed: &[(6, 140.0), (8, 140.0), (9, 170.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[640, 8192, 28672],
+                timed: &[(8, 460.0), (6, 470.0), (9, 580.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[640, 10240, 8192],
+                timed: &[(9, 180.0), (6, 180.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[640, 28672, 8192],
+                timed: &[(8, 430.0), (6, 430.0), (9, 440.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83718,7 +84582,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 6144, 4096],
-                timed: &[(6, 59.0), (5, 61.0), (9, 90.0)],
+                timed: &[(6, 59.0), (5, 61.0), (9, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83734,7 +84598,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(4, 9.9), (5, 11.0), (2, 12.0)],
+                timed: &[(4, 10.0), (5, 11.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83742,7 +84606,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(8, 51.0), (9, 52.0)],
+                timed: &[(8, 50.0), (9, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83757,8 +84621,40 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[1280, 8192, 8192],
+                timed: &[(8, 240.0), (6, 250.0), (9, 260.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1280, 8192, 28672],
+                timed: &[(8, 790.0), (6, 850.0), (9, 900.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1280, 10240, 8192],
+                timed: &[(8, 320.0), (6, 320.0), (9, 340.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1280, 28672, 8192],
+                timed: &[(9, 780.0), (6, 840.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(8, 230.0), (5, 270.0), (9, 280.0)],
+                timed: &[(8, 240.0), (5, 270.0), (9, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83774,7 +84670,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 14336, 4096],
-                timed: &[(6, 260.0), (8, 260.0), (9, 260.0)],
+                timed: &[(6, 260.0), (8, 260.0), (9, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83797,8 +84693,40 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[2560, 8192, 8192],
+                timed: &[(9, 440.0), (6, 500.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[2560, 8192, 28672],
+                timed: &[(9, 1500.0), (8, 1600.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[2560, 10240, 8192],
+                timed: &[(9, 610.0), (6, 610.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[2560, 28672, 8192],
+                timed: &[(9, 1500.0), (6, 1700.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(9, 460.0), (8, 480.0)],
+                timed: &[(9, 460.0), (8, 490.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83806,7 +84734,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(6, 220.0), (9, 220.0)],
+                timed: &[(6, 220.0), (9, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83814,7 +84742,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(9, 490.0), (6, 520.0)],
+                timed: &[(9, 500.0), (6, 520.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83829,8 +84757,40 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[5120, 8192, 8192],
+                timed: &[(9, 870.0), (6, 970.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[5120, 8192, 28672],
+                timed: &[(9, 3100.0), (8, 3400.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[5120, 10240, 8192],
+                timed: &[(9, 1100.0), (8, 1300.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[5120, 28672, 8192],
+                timed: &[(9, 3000.0), (6, 3400.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(9, 930.0), (8, 1000.0)],
+                timed: &[(9, 920.0), (8, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83838,7 +84798,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(9, 400.0), (6, 440.0)],
+                timed: &[(9, 410.0), (6, 440.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83846,7 +84806,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(9, 940.0), (6, 1100.0)],
+                timed: &[(9, 950.0), (6, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83862,7 +84822,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(9, 950.0), (8, 1100.0)],
+                timed: &[(9, 960.0), (8, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -83870,7 +84830,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(9, 730.0), (8, 830.0)],
+                timed: &[(9, 730.0), (8, 810.0)],
             },
         ];
         let picked = {
@@ -85032,7 +85992,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 18.0), (1, 18.0)],
+                timed: &[(0, 19.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85040,7 +86000,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 31.0), (3, 35.0)],
+                timed: &[(1, 27.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85048,7 +86008,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 34.0), (6, 63.0)],
+                timed: &[(1, 33.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85056,7 +86016,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 67.0), (0, 68.0), (9, 99.0)],
+                timed: &[(1, 68.0), (0, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85064,7 +86024,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 250.0), (0, 250.0), (11, 350.0)],
+                timed: &[(1, 240.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85464,7 +86424,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(11, 450.0), (10, 470.0)],
+                timed: &[(11, 450.0), (10, 460.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85472,7 +86432,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(10, 200.0), (7, 210.0), (11, 220.0)],
+                timed: &[(10, 200.0), (9, 210.0), (11, 210.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85480,7 +86440,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(11, 480.0), (9, 500.0)],
+                timed: &[(11, 470.0), (7, 490.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85488,7 +86448,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(11, 180.0), (9, 190.0)],
+                timed: &[(11, 170.0), (9, 180.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85496,7 +86456,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(11, 940.0), (10, 950.0)],
+                timed: &[(11, 910.0), (10, 940.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85504,7 +86464,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(11, 390.0), (7, 420.0)],
+                timed: &[(11, 390.0), (7, 410.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85512,7 +86472,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(11, 920.0), (7, 1000.0)],
+                timed: &[(11, 900.0), (7, 990.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85528,7 +86488,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 920.0), (9, 1100.0)],
+                timed: &[(11, 910.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -85536,7 +86496,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 700.0), (9, 770.0)],
+                timed: &[(11, 690.0), (9, 770.0)],
             },
         ];
         let picked = {
@@ -86965,7 +87925,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 18.0), (1, 19.0)],
+                timed: &[(0, 19.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -86973,7 +87933,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 31.0), (3, 35.0)],
+                timed: &[(1, 27.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -86981,7 +87941,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 35.0), (6, 64.0)],
+                timed: &[(1, 33.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -86989,7 +87949,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 67.0), (0, 68.0), (9, 100.0)],
+                timed: &[(1, 68.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -86997,7 +87957,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 250.0), (0, 250.0), (11, 350.0)],
+                timed: &[(1, 240.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87397,7 +88357,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(11, 480.0), (10, 500.0)],
+                timed: &[(11, 470.0), (10, 490.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87405,7 +88365,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(10, 210.0), (9, 220.0), (11, 230.0)],
+                timed: &[(10, 200.0), (7, 220.0), (11, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87413,7 +88373,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(11, 500.0), (9, 500.0)],
+                timed: &[(11, 490.0), (9, 500.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87421,7 +88381,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(11, 180.0), (9, 190.0)],
+                timed: &[(11, 180.0), (10, 180.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87429,7 +88389,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(11, 1000.0), (10, 1000.0)],
+                timed: &[(11, 970.0), (10, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87437,7 +88397,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(11, 410.0), (9, 430.0)],
+                timed: &[(11, 410.0), (10, 430.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87445,7 +88405,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(11, 970.0), (9, 990.0)],
+                timed: &[(11, 950.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87453,7 +88413,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(11, 1500.0), (10, 1600.0)],
+                timed: &[(11, 1400.0), (10, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87461,7 +88421,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 970.0), (9, 1000.0)],
+                timed: &[(11, 950.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -87469,7 +88429,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 740.0), (10, 780.0)],
+                timed: &[(11, 730.0), (10, 760.0)],
             },
         ];
         let picked = {
@@ -88882,7 +89842,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -88906,7 +89866,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 32.0), (3, 37.0)],
+                timed: &[(1, 27.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -88914,7 +89874,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 36.0), (6, 67.0)],
+                timed: &[(1, 34.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89282,7 +90242,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(11, 460.0), (10, 470.0)],
+                timed: &[(11, 450.0), (10, 470.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89298,7 +90258,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(11, 490.0), (10, 490.0)],
+                timed: &[(11, 480.0), (9, 480.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89314,7 +90274,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(11, 940.0), (10, 960.0)],
+                timed: &[(11, 910.0), (10, 940.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89322,7 +90282,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(11, 400.0), (10, 410.0)],
+                timed: &[(11, 390.0), (10, 410.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89330,7 +90290,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(11, 940.0), (10, 930.0)],
+                timed: &[(11, 920.0), (10, 930.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89346,7 +90306,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 950.0), (10, 970.0)],
+                timed: &[(11, 920.0), (10, 980.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -89354,7 +90314,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 720.0), (10, 740.0)],
+                timed: &[(11, 700.0), (10, 730.0)],
             },
         ];
         let picked = {
@@ -90767,7 +91727,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90775,7 +91735,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 28.0), (0, 31.0), (3, 37.0)],
+                timed: &[(1, 27.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90983,7 +91943,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(11, 1500.0), (10, 1600.0)],
+                timed: &[(11, 1400.0), (10, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90991,7 +91951,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 990.0), (10, 1000.0)],
+                timed: &[(11, 960.0), (10, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -90999,7 +91959,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 760.0), (10, 790.0)],
+                timed: &[(11, 740.0), (10, 770.0)],
             },
         ];
         let picked = {
@@ -92412,7 +93372,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92420,7 +93380,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 28.0), (0, 31.0), (3, 37.0)],
+                timed: &[(1, 27.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92620,7 +93580,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(11, 180.0), (9, 190.0)],
+                timed: &[(11, 170.0), (9, 180.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92636,7 +93596,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 930.0), (9, 980.0)],
+                timed: &[(11, 910.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -92644,7 +93604,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 710.0), (9, 750.0)],
+                timed: &[(11, 700.0), (9, 760.0)],
             },
         ];
         let picked = {
@@ -94057,7 +95017,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 14.0), (1, 17.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94065,7 +95025,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 8192, 8192],
-                timed: &[(0, 37.0), (1, 37.0)],
+                timed: &[(0, 38.0), (1, 37.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94081,7 +95041,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 10240, 8192],
-                timed: &[(1, 44.0), (0, 55.0), (3, 65.0)],
+                timed: &[(1, 45.0), (0, 55.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94089,7 +95049,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 28.0), (0, 32.0), (3, 37.0)],
+                timed: &[(1, 27.0), (0, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94097,7 +95057,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 28672, 8192],
-                timed: &[(1, 110.0), (0, 120.0), (9, 200.0)],
+                timed: &[(1, 110.0), (0, 120.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94489,7 +95449,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 8192, 8192],
-                timed: &[(11, 460.0), (9, 480.0)],
+                timed: &[(11, 450.0), (9, 480.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94497,7 +95457,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 8192, 28672],
-                timed: &[(11, 1700.0), (10, 1700.0)],
+                timed: &[(11, 1600.0), (10, 1700.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94505,7 +95465,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 10240, 8192],
-                timed: &[(10, 620.0), (9, 630.0), (11, 640.0)],
+                timed: &[(11, 620.0), (10, 620.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94513,7 +95473,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2560, 28672, 8192],
-                timed: &[(11, 1600.0), (9, 1700.0)],
+                timed: &[(11, 1500.0), (9, 1700.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94521,7 +95481,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(11, 190.0), (10, 190.0)],
+                timed: &[(11, 180.0), (10, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94529,7 +95489,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 8192, 8192],
-                timed: &[(11, 910.0), (9, 980.0)],
+                timed: &[(11, 890.0), (9, 970.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94545,7 +95505,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 10240, 8192],
-                timed: &[(11, 1200.0), (9, 1200.0)],
+                timed: &[(11, 1200.0), (10, 1200.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94553,7 +95513,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[5120, 28672, 8192],
-                timed: &[(11, 3200.0), (9, 3400.0)],
+                timed: &[(11, 3000.0), (9, 3400.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94561,7 +95521,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(11, 1500.0), (10, 1600.0)],
+                timed: &[(11, 1400.0), (10, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94569,7 +95529,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 980.0), (9, 1000.0)],
+                timed: &[(11, 950.0), (9, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -94577,7 +95537,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 750.0), (10, 770.0)],
+                timed: &[(11, 720.0), (10, 770.0)],
             },
         ];
         let picked = {
@@ -95989,7 +96949,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 13.0), (1, 16.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 4096, 14336],
+                timed: &[(0, 34.0), (3, 39.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 6144, 4096],
+                timed: &[(0, 18.0), (1, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -95997,7 +96973,55 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 31.0), (3, 39.0)],
+                timed: &[(1, 26.0), (0, 30.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 14336, 4096],
+                timed: &[(1, 33.0), (0, 34.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 32000, 4096],
+                timed: &[(1, 66.0), (0, 66.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1, 128256, 4096],
+                timed: &[(1, 240.0), (0, 240.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[8, 4096, 14336],
+                timed: &[(0, 34.0), (3, 36.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[8, 6144, 4096],
+                timed: &[(0, 18.0), (1, 19.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[8, 14336, 4096],
+                timed: &[(1, 33.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96005,7 +97029,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(0, 13.0), (3, 14.0)],
+                timed: &[(0, 15.0), (3, 16.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96013,7 +97037,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 11008],
-                timed: &[(0, 28.0), (3, 29.0)],
+                timed: &[(0, 28.0), (3, 30.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96021,7 +97045,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (5, 31.0), (3, 33.0)],
+                timed: &[(1, 26.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96029,7 +97053,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (7, 32.0), (3, 35.0)],
+                timed: &[(1, 30.0), (7, 32.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96037,7 +97061,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 51.0), (7, 52.0), (9, 78.0)],
+                timed: &[(0, 50.0), (7, 51.0), (1, 53.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[16, 32000, 4096],
+                timed: &[(1, 68.0), (0, 68.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[16, 128256, 4096],
+                timed: &[(1, 250.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96045,7 +97085,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(5, 29.0), (3, 33.0)],
+                timed: &[(7, 29.0), (5, 31.0), (3, 34.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[48, 4096, 14336],
+                timed: &[(2, 37.0), (3, 37.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[48, 6144, 4096],
+                timed: &[(5, 20.0), (2, 20.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[48, 14336, 4096],
+                timed: &[(7, 34.0), (5, 34.0), (6, 66.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96053,7 +97117,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 14.0), (3, 14.0)],
+                timed: &[(2, 16.0), (3, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96061,7 +97125,23 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(5, 28.0), (2, 34.0), (3, 34.0)],
+                timed: &[(5, 27.0), (7, 29.0), (3, 35.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[96, 4096, 14336],
+                timed: &[(3, 42.0), (5, 47.0), (2, 54.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[96, 6144, 4096],
+                timed: &[(5, 22.0), (7, 24.0), (2, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96069,7 +97149,15 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(7, 30.0), (9, 32.0), (3, 43.0)],
+                timed: &[(7, 29.0), (9, 33.0), (3, 43.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[96, 14336, 4096],
+                timed: &[(9, 38.0), (10, 39.0), (6, 56.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96077,7 +97165,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 14.0), (5, 17.0)],
+                timed: &[(2, 16.0), (5, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96085,7 +97173,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 11008],
-                timed: &[(2, 30.0), (5, 37.0)],
+                timed: &[(2, 31.0), (5, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96093,7 +97181,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(4, 20.0), (5, 20.0), (2, 25.0)],
+                timed: &[(4, 20.0), (5, 20.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96101,7 +97189,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(6, 29.0), (7, 30.0), (3, 46.0)],
+                timed: &[(6, 29.0), (7, 29.0), (3, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96117,7 +97205,47 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(7, 53.0), (6, 53.0), (9, 64.0)],
+                timed: &[(7, 53.0), (6, 54.0), (9, 65.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[128, 32000, 4096],
+                timed: &[(11, 71.0), (9, 74.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[128, 128256, 4096],
+                timed: &[(11, 270.0), (10, 270.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[192, 4096, 14336],
+                timed: &[(5, 48.0), (7, 60.0), (2, 65.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[192, 6144, 4096],
+                timed: &[(7, 24.0), (10, 27.0), (3, 44.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[192, 14336, 4096],
+                timed: &[(7, 45.0), (5, 46.0), (9, 61.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96133,22 +97261,30 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(6, 42.0), (7, 43.0), (9, 49.0)],
+                timed: &[(6, 42.0), (7, 42.0), (9, 48.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
                 sm_count: 132,
-                shape: &[512, 4096, 4096],
-                timed: &[(9, 27.0), (10, 28.0), (6, 38.0)],
+                shape: &[384, 4096, 14336],
+                timed: &[(6, 64.0), (7, 69.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
                 major: 9,
                 minor: 0,
                 sm_count: 132,
-                shape: &[512, 11008, 4096],
+                shape: &[384, 6144, 4096],
+                timed: &[(7, 39.0), (6, 39.0), (9, 47.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[384, 14336, 4096],
                 timed: &[(10, 73.0), (9, 74.0), (11, 91.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
@@ -96156,8 +97292,48 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[512, 4096, 4096],
+                timed: &[(9, 28.0), (10, 28.0), (6, 40.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[512, 11008, 4096],
+                timed: &[(9, 73.0), (10, 73.0), (11, 90.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[768, 4096, 14336],
+                timed: &[(6, 130.0), (7, 140.0), (9, 160.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[768, 6144, 4096],
+                timed: &[(7, 58.0), (6, 59.0), (11, 89.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[768, 14336, 4096],
+                timed: &[(7, 130.0), (6, 130.0), (11, 140.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(5, 8.6), (4, 8.9), (2, 11.0)],
+                timed: &[(5, 9.5), (4, 9.8), (2, 11.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96165,7 +97341,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(9, 50.0), (11, 50.0)],
+                timed: &[(9, 50.0), (10, 50.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96173,7 +97349,31 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 11008, 4096],
-                timed: &[(6, 130.0), (11, 140.0)],
+                timed: &[(11, 140.0), (6, 140.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1536, 4096, 14336],
+                timed: &[(10, 240.0), (9, 250.0), (11, 310.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1536, 6144, 4096],
+                timed: &[(7, 110.0), (6, 110.0), (11, 130.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[1536, 14336, 4096],
+                timed: &[(10, 250.0), (9, 260.0), (11, 270.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96181,7 +97381,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(9, 29.0), (10, 28.0)],
+                timed: &[(9, 29.0), (10, 29.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96196,8 +97396,56 @@ pub mod plan {
                 major: 9,
                 minor: 0,
                 sm_count: 132,
+                shape: &[3072, 4096, 14336],
+                timed: &[(11, 480.0), (10, 500.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[3072, 6144, 4096],
+                timed: &[(10, 210.0), (9, 220.0), (11, 230.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[3072, 14336, 4096],
+                timed: &[(10, 490.0), (11, 500.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
                 shape: &[4096, 4096, 4096],
                 timed: &[(11, 180.0), (10, 190.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[6144, 4096, 14336],
+                timed: &[(11, 980.0), (10, 1000.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[6144, 6144, 4096],
+                timed: &[(11, 410.0), (10, 420.0)],
+            },
+            ::tilegen_runtime::tuning::Tuned {
+                device: "NVIDIA H200",
+                major: 9,
+                minor: 0,
+                sm_count: 132,
+                shape: &[6144, 14336, 4096],
+                timed: &[(11, 950.0), (10, 970.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96213,7 +97461,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(11, 970.0), (10, 1000.0)],
+                timed: &[(11, 960.0), (10, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -96221,7 +97469,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(11, 740.0), (10, 770.0)],
+                timed: &[(11, 740.0), (10, 760.0)],
             },
         ];
         let picked = {
@@ -97586,7 +98834,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 4096],
-                timed: &[(0, 15.0), (1, 16.0)],
+                timed: &[(0, 15.0), (1, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97594,7 +98842,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 34.0), (1, 41.0)],
+                timed: &[(0, 33.0), (1, 42.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97610,7 +98858,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 26.0), (0, 31.0)],
+                timed: &[(1, 27.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97618,7 +98866,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 34.0)],
+                timed: &[(1, 32.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97626,7 +98874,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 66.0), (0, 67.0)],
+                timed: &[(1, 65.0), (0, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97634,7 +98882,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 250.0), (0, 250.0)],
+                timed: &[(1, 240.0), (0, 240.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97658,7 +98906,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8, 14336, 4096],
-                timed: &[(1, 34.0), (0, 35.0)],
+                timed: &[(1, 33.0), (0, 34.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97682,7 +98930,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 28.0), (4, 30.0), (0, 31.0)],
+                timed: &[(1, 27.0), (4, 30.0), (0, 31.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97690,7 +98938,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 12288, 4096],
-                timed: &[(1, 30.0), (4, 32.0), (0, 33.0)],
+                timed: &[(1, 30.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97698,7 +98946,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 22016, 4096],
-                timed: &[(0, 50.0), (4, 52.0), (1, 55.0)],
+                timed: &[(0, 49.0), (4, 52.0), (1, 53.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97706,7 +98954,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 32000, 4096],
-                timed: &[(1, 68.0), (0, 69.0)],
+                timed: &[(1, 68.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97714,7 +98962,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 128256, 4096],
-                timed: &[(1, 260.0), (0, 260.0)],
+                timed: &[(1, 250.0), (0, 260.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97722,7 +98970,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[32, 11008, 4096],
-                timed: &[(4, 30.0), (2, 37.0)],
+                timed: &[(4, 30.0), (0, 38.0), (2, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97746,7 +98994,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[48, 14336, 4096],
-                timed: &[(4, 36.0), (2, 40.0), (3, 63.0)],
+                timed: &[(4, 35.0), (2, 39.0), (3, 63.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97754,7 +99002,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(2, 16.0), (1, 22.0)],
+                timed: &[(2, 16.0), (1, 23.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97770,7 +99018,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 4096, 14336],
-                timed: &[(2, 51.0), (4, 59.0)],
+                timed: &[(2, 50.0), (4, 59.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97778,7 +99026,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 6144, 4096],
-                timed: &[(3, 25.0), (4, 25.0), (2, 31.0)],
+                timed: &[(3, 25.0), (4, 25.0), (2, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97786,7 +99034,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 11008, 4096],
-                timed: &[(4, 30.0), (3, 34.0), (2, 46.0)],
+                timed: &[(4, 30.0), (3, 34.0), (2, 47.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97794,7 +99042,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[96, 14336, 4096],
-                timed: &[(4, 48.0), (6, 51.0), (3, 53.0)],
+                timed: &[(4, 50.0), (6, 52.0), (3, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97802,7 +99050,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(2, 16.0), (3, 22.0)],
+                timed: &[(2, 16.0), (3, 23.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97818,7 +99066,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 5632, 4096],
-                timed: &[(3, 23.0), (2, 25.0)],
+                timed: &[(3, 24.0), (2, 24.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97842,7 +99090,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 22016, 4096],
-                timed: &[(4, 56.0), (3, 58.0)],
+                timed: &[(4, 55.0), (3, 57.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97850,7 +99098,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 32000, 4096],
-                timed: &[(6, 76.0), (4, 83.0), (3, 86.0)],
+                timed: &[(6, 74.0), (4, 82.0), (3, 86.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97858,7 +99106,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 128256, 4096],
-                timed: &[(6, 290.0), (4, 300.0)],
+                timed: &[(6, 290.0), (4, 290.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97866,7 +99114,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[192, 4096, 14336],
-                timed: &[(4, 59.0), (2, 68.0)],
+                timed: &[(4, 58.0), (2, 67.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97898,7 +99146,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[256, 11008, 4096],
-                timed: &[(4, 44.0), (3, 45.0)],
+                timed: &[(4, 44.0), (3, 46.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97906,7 +99154,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 4096, 14336],
-                timed: &[(4, 65.0), (3, 66.0)],
+                timed: &[(3, 65.0), (4, 71.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97922,7 +99170,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[384, 14336, 4096],
-                timed: &[(4, 82.0), (3, 83.0), (6, 99.0)],
+                timed: &[(4, 81.0), (3, 83.0), (6, 98.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97930,7 +99178,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 4096, 4096],
-                timed: &[(3, 39.0), (4, 40.0)],
+                timed: &[(3, 40.0), (4, 41.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97938,7 +99186,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[512, 11008, 4096],
-                timed: &[(4, 79.0), (3, 81.0), (6, 96.0)],
+                timed: &[(4, 79.0), (3, 80.0), (6, 96.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97946,7 +99194,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[768, 4096, 14336],
-                timed: &[(3, 130.0), (4, 130.0)],
+                timed: &[(4, 130.0), (3, 130.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97970,7 +99218,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(3, 11.0), (4, 11.0), (2, 12.0)],
+                timed: &[(3, 11.0), (4, 12.0), (2, 12.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97978,7 +99226,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 4096, 4096],
-                timed: &[(6, 52.0), (4, 59.0), (3, 61.0)],
+                timed: &[(6, 52.0), (4, 59.0), (3, 60.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -97994,7 +99242,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 4096, 14336],
-                timed: &[(4, 270.0), (3, 280.0), (6, 310.0)],
+                timed: &[(3, 280.0), (4, 280.0), (6, 300.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98002,7 +99250,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1536, 6144, 4096],
-                timed: &[(4, 120.0), (3, 130.0), (6, 140.0)],
+                timed: &[(4, 120.0), (3, 140.0), (6, 140.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98018,7 +99266,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(6, 31.0), (4, 35.0), (3, 39.0)],
+                timed: &[(6, 31.0), (4, 35.0), (3, 38.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98026,7 +99274,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 11008, 4096],
-                timed: &[(6, 280.0), (4, 290.0)],
+                timed: &[(6, 280.0), (4, 280.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98034,7 +99282,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(6, 480.0), (4, 560.0)],
+                timed: &[(6, 470.0), (4, 560.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98050,7 +99298,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(6, 520.0), (4, 560.0)],
+                timed: &[(6, 520.0), (4, 540.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98066,7 +99314,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(6, 980.0), (4, 1100.0)],
+                timed: &[(6, 950.0), (4, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98074,7 +99322,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(6, 430.0), (4, 470.0)],
+                timed: &[(6, 420.0), (4, 460.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98082,7 +99330,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(6, 1000.0), (4, 1100.0)],
+                timed: &[(6, 990.0), (4, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98090,7 +99338,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(6, 1500.0), (4, 1700.0)],
+                timed: &[(6, 1500.0), (4, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -98106,7 +99354,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(6, 770.0), (4, 890.0)],
+                timed: &[(6, 760.0), (4, 870.0)],
             },
         ];
         let picked = {
@@ -99001,7 +100249,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 19.0), (1, 19.0)],
+                timed: &[(1, 19.0), (0, 19.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99009,7 +100257,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 11008, 4096],
-                timed: &[(1, 27.0), (0, 31.0)],
+                timed: &[(1, 27.0), (0, 32.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99017,7 +100265,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 34.0)],
+                timed: &[(1, 34.0), (0, 35.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99025,7 +100273,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 32000, 4096],
-                timed: &[(1, 67.0), (0, 67.0)],
+                timed: &[(1, 68.0), (0, 68.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99033,7 +100281,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 128256, 4096],
-                timed: &[(1, 250.0), (0, 250.0)],
+                timed: &[(1, 240.0), (0, 250.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99433,7 +100681,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(9, 450.0), (8, 480.0)],
+                timed: &[(9, 440.0), (8, 470.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99441,7 +100689,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(6, 220.0), (8, 220.0), (9, 220.0)],
+                timed: &[(6, 210.0), (8, 220.0), (9, 220.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99449,7 +100697,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(9, 490.0), (8, 520.0)],
+                timed: &[(9, 490.0), (6, 510.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99457,7 +100705,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(9, 180.0), (8, 200.0)],
+                timed: &[(9, 180.0), (8, 190.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99465,7 +100713,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(9, 920.0), (8, 970.0)],
+                timed: &[(9, 890.0), (8, 960.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99473,7 +100721,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(9, 410.0), (8, 440.0)],
+                timed: &[(9, 400.0), (6, 430.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99481,7 +100729,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(9, 940.0), (8, 1000.0)],
+                timed: &[(9, 940.0), (6, 1000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99497,7 +100745,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(9, 950.0), (8, 1000.0)],
+                timed: &[(9, 940.0), (8, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -99505,7 +100753,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(9, 730.0), (8, 780.0)],
+                timed: &[(9, 720.0), (8, 780.0)],
             },
         ];
         let picked = {
@@ -100827,7 +102075,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 4096, 14336],
-                timed: &[(0, 36.0), (1, 43.0)],
+                timed: &[(0, 35.0), (1, 43.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100835,7 +102083,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 6144, 4096],
-                timed: &[(0, 18.0), (1, 19.0)],
+                timed: &[(0, 18.0), (1, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -100851,7 +102099,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1, 14336, 4096],
-                timed: &[(1, 33.0), (0, 35.0)],
+                timed: &[(1, 33.0), (0, 36.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101267,7 +102515,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 4096, 14336],
-                timed: &[(6, 470.0), (4, 550.0)],
+                timed: &[(6, 460.0), (4, 540.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101275,7 +102523,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 6144, 4096],
-                timed: &[(4, 230.0), (6, 230.0)],
+                timed: &[(4, 220.0), (6, 230.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101283,7 +102531,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[3072, 14336, 4096],
-                timed: &[(6, 510.0), (4, 540.0)],
+                timed: &[(6, 500.0), (4, 530.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101291,7 +102539,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[4096, 4096, 4096],
-                timed: &[(6, 190.0), (4, 220.0)],
+                timed: &[(6, 190.0), (4, 210.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101299,7 +102547,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 4096, 14336],
-                timed: &[(6, 990.0), (4, 1100.0)],
+                timed: &[(6, 930.0), (4, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101307,7 +102555,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 6144, 4096],
-                timed: &[(6, 420.0), (4, 460.0)],
+                timed: &[(6, 420.0), (4, 450.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101315,7 +102563,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[6144, 14336, 4096],
-                timed: &[(6, 980.0), (4, 1100.0)],
+                timed: &[(6, 970.0), (4, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101323,7 +102571,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(6, 1500.0), (4, 1600.0)],
+                timed: &[(6, 1400.0), (4, 1600.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101331,7 +102579,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(6, 990.0), (4, 1100.0)],
+                timed: &[(6, 970.0), (4, 1100.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -101339,7 +102587,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(6, 760.0), (4, 880.0)],
+                timed: &[(6, 750.0), (4, 890.0)],
             },
         ];
         let picked = {
@@ -102330,7 +103578,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(1, 43.0), (0, 60.0)],
+                timed: &[(1, 44.0), (0, 60.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102338,7 +103586,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 11008, 4096],
-                timed: &[(1, 45.0), (0, 61.0)],
+                timed: &[(1, 45.0), (0, 62.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102346,7 +103594,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(1, 43.0), (0, 60.0)],
+                timed: &[(1, 43.0), (0, 61.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102354,7 +103602,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 11008, 4096],
-                timed: &[(1, 45.0), (0, 61.0)],
+                timed: &[(1, 45.0), (0, 62.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102370,7 +103618,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 11008, 4096],
-                timed: &[(1, 45.0), (0, 55.0)],
+                timed: &[(1, 45.0), (0, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102378,7 +103626,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(1, 16.0), (0, 16.0)],
+                timed: &[(1, 16.0), (0, 17.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102386,7 +103634,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(1, 27.0), (0, 53.0)],
+                timed: &[(1, 28.0), (0, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102410,7 +103658,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(1, 910.0), (0, 2000.0)],
+                timed: &[(1, 920.0), (0, 2000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102418,7 +103666,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16384, 4096, 4096],
-                timed: &[(1, 700.0), (0, 1500.0)],
+                timed: &[(1, 700.0), (0, 1400.0)],
             },
         ];
         let picked = {
@@ -102683,7 +103931,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[16, 4096, 4096],
-                timed: &[(1, 43.0), (0, 62.0)],
+                timed: &[(1, 44.0), (0, 61.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102699,7 +103947,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[64, 4096, 4096],
-                timed: &[(1, 43.0), (0, 62.0)],
+                timed: &[(1, 44.0), (0, 61.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102715,7 +103963,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[128, 4096, 4096],
-                timed: &[(1, 43.0), (0, 51.0)],
+                timed: &[(1, 45.0), (0, 51.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102731,7 +103979,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[1024, 1024, 1024],
-                timed: &[(1, 16.0), (0, 17.0)],
+                timed: &[(1, 17.0), (0, 18.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102739,7 +103987,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[2048, 2048, 2048],
-                timed: &[(1, 27.0), (0, 53.0)],
+                timed: &[(1, 28.0), (0, 54.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102755,7 +104003,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 8192, 8192],
-                timed: &[(1, 1400.0), (0, 2900.0)],
+                timed: &[(1, 1500.0), (0, 3000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
@@ -102763,7 +104011,7 @@ pub mod plan {
                 minor: 0,
                 sm_count: 132,
                 shape: &[8192, 11008, 4096],
-                timed: &[(1, 910.0), (0, 2000.0)],
+                timed: &[(1, 920.0), (0, 2000.0)],
             },
             ::tilegen_runtime::tuning::Tuned {
                 device: "NVIDIA H200",
