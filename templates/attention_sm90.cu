@@ -469,6 +469,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     // Elsewhere the bookkeeping only costs time (3 % at head_dim 128 without a mask,
     // bench/flash-attn/NOTES.md). Local: a namespace-scope constant becomes a symbol in the PTX.
     constexpr bool SKIP = CAUSAL && BM > BN;
+    // Whether the softmax of key tile j runs beside tile j-1's P V (see the loop). Not at head_dim
+    // 64 without a mask, where three consumers' turns keep the tensor cores busy anyway and the
+    // kernel measured 2 % faster with the softmax after P V (bench/flash-attn/NOTES.md).
+    constexpr bool SOFTMAX_BESIDE_PV = !(D == 64 && !CAUSAL);
     // Broadcast from lane 0, so that the compiler knows the index is the same across the warp
     // and the tile counts derived from it keep the wgmma out of what it would take for
     // divergent paths (ptxas serializes those, C7518).
@@ -683,6 +687,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
                 tg_reg_fence(s_acc);
                 release_k(j);
                 softmax(j, alpha);
+                if constexpr (SOFTMAX_BESIDE_PV) {
+                    // Nothing in the softmax depends on the wait below, so ptxas would hoist it
+                    // to the top of its basic block and run the whole softmax after P V. A branch
+                    // on the row sums, which the softmax computes last, ends the block after them.
+                    // Its body never runs (no sum has every bit set: the GPU's NaN has a clear
+                    // sign bit), and would only sleep a nanosecond if it did.
+                    if ((__float_as_uint(row_sum[0]) & __float_as_uint(row_sum[1])) == 0xffffffffu) __nanosleep(1);
+                }
                 tg_wgmma_wait<0>();  // P V of tile j-1
                 tg_reg_fence(o_acc);
                 tg_reg_fence(p_frag);
