@@ -71,7 +71,8 @@
 // schedules the units, copies Q tiles (cp.async, {{ q_bufs }} in flight) and loads {{ tile_kv }}-key K/V tiles (TMA;
 // cp.async for packed varlen batches) into a {{ stages }}-stage ring of 128-byte-swizzled shared memory
 // guarded by mbarriers; {{ consumers }} consumer warpgroups own 64 query rows each and run S = Q K^T and
-// O += P V on wgmma (P from registers), the softmax of one tile overlapping the P V of the previous.
+// O += P V on wgmma (P from registers), the softmax of one tile beside the P V of the previous
+// (SOFTMAX_BESIDE_PV: all but head_dim 64 without a mask, where it runs after it).
 //
 // Runtime requirements (the launcher checks them; sizes and strides in elements):
 {%- for r in requirements %}

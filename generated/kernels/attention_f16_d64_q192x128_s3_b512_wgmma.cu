@@ -73,7 +73,8 @@
 // schedules the units, copies Q tiles (cp.async, 2 in flight) and loads 128-key K/V tiles (TMA;
 // cp.async for packed varlen batches) into a 3-stage ring of 128-byte-swizzled shared memory
 // guarded by mbarriers; 3 consumer warpgroups own 64 query rows each and run S = Q K^T and
-// O += P V on wgmma (P from registers), the softmax of one tile overlapping the P V of the previous.
+// O += P V on wgmma (P from registers), the softmax of one tile beside the P V of the previous
+// (SOFTMAX_BESIDE_PV: all but head_dim 64 without a mask, where it runs after it).
 //
 // Runtime requirements (the launcher checks them; sizes and strides in elements):
 //   - launch: persistent, grid = (x, 1, 1) with x = min(units, SMs), block = (512, 1, 1), 149312 bytes of dynamic shared memory (over 48 KiB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first); units = tiles x heads_q x batch < 2^31 with tiles = ceil(seq_q / 192), seq_q the longest query sequence; any x >= 1 gives the same result
