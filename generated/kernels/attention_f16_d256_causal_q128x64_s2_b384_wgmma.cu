@@ -1188,8 +1188,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     // bench/flash-attn/NOTES.md). Local: a namespace-scope constant becomes a symbol in the PTX.
     constexpr bool SKIP = CAUSAL && BM > BN;
     // Whether the softmax of key tile j runs beside tile j-1's P V (see the loop). Not at head_dim
-    // 64 without a mask, where three consumers' turns keep the tensor cores busy anyway and the
-    // kernel measured 2 % faster with the softmax after P V (bench/flash-attn/NOTES.md).
+    // 64 without a mask, where the kernel measured 1-2 % faster with the softmax after P V
+    // (bench/flash-attn/NOTES.md).
     constexpr bool SOFTMAX_BESIDE_PV = !(D == 64 && !CAUSAL);
     // Broadcast from lane 0, so that the compiler knows the index is the same across the warp
     // and the tile counts derived from it keep the wgmma out of what it would take for
