@@ -753,6 +753,15 @@ __device__ __forceinline__ void tg_wgmma_commit() { asm volatile("wgmma.commit_g
 template <int N> __device__ __forceinline__ void tg_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+// tg_wgmma_wait<N>, kept after the code that computes `a` and `b`. ptxas moves a wait to the top
+// of its basic block when nothing before it there depends on it, so code meant to run beside the
+// wgmma would run after it. A branch on the two values ends the block after them; its body only
+// sleeps a nanosecond, and for results of float arithmetic never runs (no such value has every
+// bit set: the GPU's NaN has a clear sign bit).
+template <int N> __device__ __forceinline__ void tg_wgmma_wait_after(float a, float b) {
+    if ((__float_as_uint(a) & __float_as_uint(b)) == 0xffffffffu) __nanosleep(1);
+    tg_wgmma_wait<N>();
+}
 // Keeps the compiler from moving reads or writes of `r` across an async wgmma.
 template <int N> __device__ __forceinline__ void tg_reg_fence(float (&r)[N]) {
 #pragma unroll
@@ -1405,15 +1414,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
                 tg_reg_fence(s_acc);
                 release_k(j);
                 softmax(j, alpha);
-                if constexpr (SOFTMAX_BESIDE_PV) {
-                    // Nothing in the softmax depends on the wait below, so ptxas would hoist it
-                    // to the top of its basic block and run the whole softmax after P V. A branch
-                    // on the row sums, which the softmax computes last, ends the block after them.
-                    // Its body never runs (no sum has every bit set: the GPU's NaN has a clear
-                    // sign bit), and would only sleep a nanosecond if it did.
-                    if ((__float_as_uint(row_sum[0]) & __float_as_uint(row_sum[1])) == 0xffffffffu) __nanosleep(1);
-                }
-                tg_wgmma_wait<0>();  // P V of tile j-1
+                // P V of tile j-1; the wait stays after the row sums, which the softmax computes last.
+                if constexpr (SOFTMAX_BESIDE_PV) tg_wgmma_wait_after<0>(row_sum[0], row_sum[1]);
+                else tg_wgmma_wait<0>();
                 tg_reg_fence(o_acc);
                 tg_reg_fence(p_frag);
                 release_v(j - 1);
