@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 319a3ef279106bd2
+// content sha256 d0028df465027930
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -666,9 +666,9 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         ],
     },
     loader::KernelInfo {
-        name: "attention_bf16_d128_causal_q128x128_s3_b384_wgmma",
-        entry_point: "tg_attention_bf16_d128_causal_q128x128_s3_b384_wgmma",
-        shared_bytes: 231216,
+        name: "attention_bf16_d128_causal_q128x128_s2_b384_wgmma",
+        entry_point: "tg_attention_bf16_d128_causal_q128x128_s2_b384_wgmma",
+        shared_bytes: 200464,
         cluster: 1,
         binaries: &[
             loader::Binary {
@@ -676,7 +676,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/attention_bf16_d128_causal_q128x128_s3_b384_wgmma.sm_90a.cubin"
+                    "kernels/attention_bf16_d128_causal_q128x128_s2_b384_wgmma.sm_90a.cubin"
                 ),
             },
             loader::Binary {
@@ -684,7 +684,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!(
-                    "kernels/attention_bf16_d128_causal_q128x128_s3_b384_wgmma.sm_90a.ptx"
+                    "kernels/attention_bf16_d128_causal_q128x128_s2_b384_wgmma.sm_90a.ptx"
                 ),
             },
         ],
@@ -996,7 +996,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_bf16_d64_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_bf16_d64_q192x128_s3_b512_wgmma",
-        shared_bytes: 149312,
+        shared_bytes: 176960,
         cluster: 1,
         binaries: &[
             loader::Binary {
@@ -1018,9 +1018,9 @@ pub static KERNELS: &[loader::KernelInfo] = &[
         ],
     },
     loader::KernelInfo {
-        name: "attention_f16_d128_causal_q128x128_s3_b384_wgmma",
-        entry_point: "tg_attention_f16_d128_causal_q128x128_s3_b384_wgmma",
-        shared_bytes: 231216,
+        name: "attention_f16_d128_causal_q128x128_s2_b384_wgmma",
+        entry_point: "tg_attention_f16_d128_causal_q128x128_s2_b384_wgmma",
+        shared_bytes: 200464,
         cluster: 1,
         binaries: &[
             loader::Binary {
@@ -1028,7 +1028,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Cubin,
                 ptx_isa: None,
                 bytes: include_bytes!(
-                    "kernels/attention_f16_d128_causal_q128x128_s3_b384_wgmma.sm_90a.cubin"
+                    "kernels/attention_f16_d128_causal_q128x128_s2_b384_wgmma.sm_90a.cubin"
                 ),
             },
             loader::Binary {
@@ -1036,7 +1036,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
                 kind: loader::BinaryKind::Ptx,
                 ptx_isa: Some(loader::Version::new(9, 0)),
                 bytes: include_bytes!(
-                    "kernels/attention_f16_d128_causal_q128x128_s3_b384_wgmma.sm_90a.ptx"
+                    "kernels/attention_f16_d128_causal_q128x128_s2_b384_wgmma.sm_90a.ptx"
                 ),
             },
         ],
@@ -1348,7 +1348,7 @@ pub static KERNELS: &[loader::KernelInfo] = &[
     loader::KernelInfo {
         name: "attention_f16_d64_q192x128_s3_b512_wgmma",
         entry_point: "tg_attention_f16_d64_q192x128_s3_b512_wgmma",
-        shared_bytes: 149312,
+        shared_bytes: 176960,
         cluster: 1,
         binaries: &[
             loader::Binary {
@@ -35096,7 +35096,7 @@ impl Kernels {
     ///
     /// Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:
     /// - [`Self::attention_bf16_d128_causal_q64x64_s2_b128`]: causal, 64x64 tiles, 2 stages, 128 threads
-    /// - [`Self::attention_bf16_d128_causal_q128x128_s3_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads
+    /// - [`Self::attention_bf16_d128_causal_q128x128_s2_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 2 stages, 384 threads
     /// - [`Self::attention_bf16_d128_causal_q128x64_s2_b128`]: causal, 128x64 tiles, 2 stages, 128 threads
     /// - [`Self::attention_bf16_d128_q128x128_s3_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads
     /// - [`Self::attention_bf16_d128_q128x32_s2_b128`]: no mask, 128x32 tiles, 2 stages, 128 threads
@@ -35216,7 +35216,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 128, bf16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_bf16_d128_causal_q128x128_s3_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads); [`Self::attention_d128_bf16`] picks among its family by mask and length.
+    /// Always runs instance `attention_bf16_d128_causal_q128x128_s2_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 2 stages, 384 threads); [`Self::attention_d128_bf16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -35226,7 +35226,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
+    pub fn attention_bf16_d128_causal_q128x128_s2_b384_wgmma(
         &self,
         stream: &::cudarc::driver::CudaStream,
         q: &impl ::cudarc::driver::DevicePtr<::half::bf16>,
@@ -35246,7 +35246,7 @@ impl Kernels {
         self.run_attention_d128_bf16(
             stream,
             |q, k, v, o, lse, varlen, shape, strides, scale| {
-                plan::attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
+                plan::attention_bf16_d128_causal_q128x128_s2_b384_wgmma(
                     &device,
                     q,
                     k,
@@ -35617,7 +35617,7 @@ impl Kernels {
     ///
     /// Picks an instance with the call's mask that runs on the device: the largest query tile that `seq_q` fills, else the smallest:
     /// - [`Self::attention_f16_d128_causal_q64x64_s2_b128`]: causal, 64x64 tiles, 2 stages, 128 threads
-    /// - [`Self::attention_f16_d128_causal_q128x128_s3_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads
+    /// - [`Self::attention_f16_d128_causal_q128x128_s2_b384_wgmma`]: causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 2 stages, 384 threads
     /// - [`Self::attention_f16_d128_causal_q128x64_s2_b128`]: causal, 128x64 tiles, 2 stages, 128 threads
     /// - [`Self::attention_f16_d128_q128x128_s3_b384_wgmma`]: no mask, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads
     /// - [`Self::attention_f16_d128_q128x32_s2_b128`]: no mask, 128x32 tiles, 2 stages, 128 threads
@@ -35737,7 +35737,7 @@ impl Kernels {
     }
     /// Attention forward, `o = softmax(scale · q·kᵀ + mask) · v` per batch entry and query head, head_dim 128, f16 in and out, f32 scores, softmax and accumulation; the row log-sum-exp (natural log, `-inf` for a row that sees no key) into `lse` when given.
     ///
-    /// Always runs instance `attention_f16_d128_causal_q128x128_s3_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 3 stages, 384 threads); [`Self::attention_d128_f16`] picks among its family by mask and length.
+    /// Always runs instance `attention_f16_d128_causal_q128x128_s2_b384_wgmma` (causal, Hopper (wgmma, sm_90a only; K/V by TMA; preferred where it runs and seq_kv > 0), 128x128 tiles, 2 stages, 384 threads); [`Self::attention_d128_f16`] picks among its family by mask and length.
     ///
     /// `q` is [batch, seq_q, heads_q, head_dim], `k` and `v` [batch, seq_kv, heads_kv, head_dim], `o` like `q`, each through its own `strides` (elements; the last dimension contiguous), 16-byte aligned, every stride a multiple of 8 elements; `heads_q` a multiple of `heads_kv` (GQA; MQA with one K/V head); `batch` and `heads_q` at most 65535; any `seq_q`, `seq_kv` below 2^31 (a causal mask is bottom-right aligned: query row r sees keys 0 ..= r + seq_kv - seq_q).
     /// `o` and `lse` overlap no input, and no two of their elements share memory; every element the strides address lies inside its buffer. `lse` (f32) is at `lse[b·lse_batch + h·lse_head + row]` ([batch, heads_q, seq_q] with `AttnStrides::dense`).
@@ -35747,7 +35747,7 @@ impl Kernels {
     /// [`Error::Arg`] before anything launches when the call breaks a requirement above;
     /// [`Error::WrongContext`] when a buffer or the stream belongs to another context;
     /// [`Error::NoBinary`] or [`Error::Driver`] when the kernel cannot load or launch.
-    pub fn attention_f16_d128_causal_q128x128_s3_b384_wgmma(
+    pub fn attention_f16_d128_causal_q128x128_s2_b384_wgmma(
         &self,
         stream: &::cudarc::driver::CudaStream,
         q: &impl ::cudarc::driver::DevicePtr<::half::f16>,
@@ -35767,7 +35767,7 @@ impl Kernels {
         self.run_attention_d128_f16(
             stream,
             |q, k, v, o, lse, varlen, shape, strides, scale| {
-                plan::attention_f16_d128_causal_q128x128_s3_b384_wgmma(
+                plan::attention_f16_d128_causal_q128x128_s2_b384_wgmma(
                     &device,
                     q,
                     k,
@@ -58432,7 +58432,7 @@ pub mod plan {
                 )
             }
             1 => {
-                attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
+                attention_bf16_d128_causal_q128x128_s2_b384_wgmma(
                     device,
                     q,
                     k,
@@ -58545,8 +58545,8 @@ pub mod plan {
             scale,
         )
     }
-    /// Checks a [`super::Kernels::attention_bf16_d128_causal_q128x128_s3_b384_wgmma`] call.
-    pub fn attention_bf16_d128_causal_q128x128_s3_b384_wgmma(
+    /// Checks a [`super::Kernels::attention_bf16_d128_causal_q128x128_s2_b384_wgmma`] call.
+    pub fn attention_bf16_d128_causal_q128x128_s2_b384_wgmma(
         device: &Device,
         q: Buf,
         k: Buf,
@@ -58566,7 +58566,7 @@ pub mod plan {
                 causal: true,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 231216,
+                shared_bytes: 200464,
                 grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
                     pairs: true,
                     ctas_per_sm: 1,
@@ -58810,7 +58810,7 @@ pub mod plan {
                 )
             }
             1 => {
-                attention_f16_d128_causal_q128x128_s3_b384_wgmma(
+                attention_f16_d128_causal_q128x128_s2_b384_wgmma(
                     device,
                     q,
                     k,
@@ -58923,8 +58923,8 @@ pub mod plan {
             scale,
         )
     }
-    /// Checks a [`super::Kernels::attention_f16_d128_causal_q128x128_s3_b384_wgmma`] call.
-    pub fn attention_f16_d128_causal_q128x128_s3_b384_wgmma(
+    /// Checks a [`super::Kernels::attention_f16_d128_causal_q128x128_s2_b384_wgmma`] call.
+    pub fn attention_f16_d128_causal_q128x128_s2_b384_wgmma(
         device: &Device,
         q: Buf,
         k: Buf,
@@ -58944,7 +58944,7 @@ pub mod plan {
                 causal: true,
                 tile_q: 128,
                 threads: 384,
-                shared_bytes: 231216,
+                shared_bytes: 200464,
                 grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
                     pairs: true,
                     ctas_per_sm: 1,
@@ -59655,7 +59655,7 @@ pub mod plan {
                 causal: false,
                 tile_q: 192,
                 threads: 512,
-                shared_bytes: 149312,
+                shared_bytes: 176960,
                 grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
                     pairs: false,
                     ctas_per_sm: 1,
@@ -59919,7 +59919,7 @@ pub mod plan {
                 causal: false,
                 tile_q: 192,
                 threads: 512,
-                shared_bytes: 149312,
+                shared_bytes: 176960,
                 grid: ::tilegen_runtime::attention::AttnGrid::Persistent {
                     pairs: false,
                     ctas_per_sm: 1,

@@ -46,6 +46,9 @@
 #ifndef TG_PAIRS
 #define TG_PAIRS TG_CAUSAL
 #endif
+#ifndef TG_O_STAGED
+#define TG_O_STAGED 0
+#endif
 #ifndef TG_KERNEL
 #define TG_KERNEL attention_fwd
 #endif
@@ -97,6 +100,7 @@
 #define TG_TMA 1
 #define TG_Q_BUFS {{ q_bufs }}
 #define TG_PAIRS {% if pairs %}1{% else %}0{% endif %}
+#define TG_O_STAGED {% if o_staged %}1{% else %}0{% endif %}
 #define TG_KERNEL {{ kernel }}
 #define TG_PARAMS {{ params }}
 #define TG_SHARED_BYTES {{ shared_bytes }}
@@ -145,8 +149,10 @@ constexpr int ITEMS = 4;  // work items the scheduler may publish ahead of the c
 // Q full and empty per buffer; K and V full and empty per stage; item full and empty per slot
 constexpr int BARRIERS = 2 * Q_BUFS + 4 * STAGES + 2 * ITEMS;
 constexpr int ITEM_BYTES = 128;  // sizeof(tg_attn_item)
-// + alignment slack; one slot more than ITEMS holds the scheduler's launch constants
-constexpr int SMEM_BYTES = 1024 + Q_BUFS * Q_BYTES + 2 * STAGES * KV_BYTES + 8 * BARRIERS + (ITEMS + 1) * ITEM_BYTES;
+// + alignment slack; one slot more than ITEMS holds the scheduler's launch constants; with
+// TG_O_STAGED, O's rows (see the epilogue)
+constexpr int SMEM_BYTES = 1024 + Q_BUFS * Q_BYTES + 2 * STAGES * KV_BYTES + 8 * BARRIERS + (ITEMS + 1) * ITEM_BYTES +
+                           (TG_O_STAGED ? BM * (2 * D + 16) : 0);
 static_assert(SMEM_BYTES == TG_SHARED_BYTES, "shared memory layout disagrees with the launch");
 constexpr int S_REGS = BN / 2;  // f32 scores per consumer thread (m64 x BN)
 constexpr int O_REGS = D / 2;   // f32 output accumulators per consumer thread (m64 x D)
@@ -188,6 +194,20 @@ __device__ __forceinline__ void tg_tma_load_4d(unsigned dst, const TgTensorMap* 
         " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+// Four 8x8 16-bit matrices from mma fragments into shared memory: register j of lane t holds
+// row t / 4, columns 2 (t % 4) and + 1 of matrix j; lanes 8j .. 8j + 7 give its rows' addresses.
+__device__ __forceinline__ void tg_stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+// Bulk copy of `bytes` (a multiple of 16, both ends 16-byte aligned) from shared to global memory.
+__device__ __forceinline__ void tg_bulk_store(void* dst, unsigned src, unsigned bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Returns once this thread's bulk copies have read their shared-memory sources.
+__device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+
 template <int N> __device__ __forceinline__ void tg_reg_fence(unsigned (&r)[N][4]) {
 #pragma unroll
     for (int i = 0; i < N; ++i)
@@ -255,6 +275,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     const unsigned v_s = k_s + STAGES * KV_BYTES;
     const unsigned bars = v_s + STAGES * KV_BYTES;
     tg_attn_item* const items = reinterpret_cast<tg_attn_item*>(tg_smem + (bars - raw) + 8 * BARRIERS);
+    // O leaves through shared memory where the launch says so: each consumer warp writes its 16
+    // rows with stmatrix and one bulk copy per row takes them to global memory, where 4-byte
+    // stores from registers held the warp on the store queue. Rows are padded by 16 bytes, so
+    // that the 8 rows of one stmatrix fall on different banks. (Local constants: NVRTC puts
+    // namespace-scope ones into the PTX.)
+    constexpr bool O_STAGED = TG_O_STAGED != 0;
+    constexpr int O_PITCH = 2 * D + 16;
+    const unsigned o_stage = bars + 8u * BARRIERS + (ITEMS + 1) * ITEM_BYTES;  // 16-byte aligned
     auto q_buf = [=](int i) { return q_s0 + (unsigned)((i % Q_BUFS) * Q_BYTES); };
     auto q_full = [=](int i) { return bars + 8u * (unsigned)(i % Q_BUFS); };
     auto q_empty = [=](int i) { return bars + 8u * (unsigned)(Q_BUFS + i % Q_BUFS); };
@@ -474,6 +502,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     // 64 without a mask, where the kernel measured 1-2 % faster with the softmax after P V
     // (bench/flash-attn/NOTES.md).
     constexpr bool SOFTMAX_BESIDE_PV = !(D == 64 && !CAUSAL);
+    // Whether the epilogue computes every row's 1/l and LSE before it stores O (see there). Not at
+    // head_dim 64 with the mask, where that order measured 1-3 % slower, staged or not
+    // (bench/flash-attn/NOTES.md).
+    constexpr bool STORES_LAST = !(D == 64 && CAUSAL);
+    static_assert(STORES_LAST || !O_STAGED, "staged O comes with the stores last");
     // Broadcast from lane 0, so that the compiler knows the index is the same across the warp
     // and the tile counts derived from it keep the wgmma out of what it would take for
     // divergent paths (ptxas serializes those, C7518).
@@ -720,26 +753,73 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
         T* const og = const_cast<T*>(e.o_tile);
         float* const lse_tile = e.lse_tile;
         tg_mbar_arrive(item_empty(n));  // done with the slot
+        // With STORES_LAST, every row's 1/l and LSE come first and O's stores last: nothing after
+        // a store then overwrites a register the store still reads (that held the warp on the
+        // store queue).
+        if constexpr (STORES_LAST) {
+            float inv[2];
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            float l = row_sum[hh];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            const int row = row_in_block + 8 * hh;
-            if (row >= q_rows) continue;
-            T* orow = og + row * o_ss;
-#pragma unroll
-            for (int i = 0; i < D / 8; ++i) {
-                const unsigned u = tg_pack2(o_acc[4 * i + 2 * hh] * inv, o_acc[4 * i + 2 * hh + 1] * inv);
-                *reinterpret_cast<unsigned*>(orow + i * 8 + 2 * t4) = u;
+            for (int hh = 0; hh < 2; ++hh) {
+                float l = row_sum[hh];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                inv[hh] = l > 0.0f ? 1.0f / l : 0.0f;
+                const int row = row_in_block + 8 * hh;
+                if (lse_tile != nullptr && t4 == 0 && row < q_rows)
+                    lse_tile[row] = l > 0.0f ? (row_max[hh] * sl2 + __log2f(l)) * 0.6931471805599453f : TG_NEG_INF;
             }
-            if (lse_tile != nullptr && t4 == 0) {
-                const float val = l > 0.0f ? (row_max[hh] * sl2 + __log2f(l)) * 0.6931471805599453f : TG_NEG_INF;
-                lse_tile[row] = val;
+            auto piece = [&](int hh, int i) { return tg_pack2(o_acc[4 * i + 2 * hh] * inv[hh], o_acc[4 * i + 2 * hh + 1] * inv[hh]); };
+            if constexpr (O_STAGED) {
+                // This warp's 16 rows. Lanes 8j .. 8j + 7 address matrix j of each stmatrix:
+                // rows 8 (j % 2) .. + 7 of 8-column block i + j / 2.
+                const unsigned stage = o_stage + (unsigned)((cw * 64 + warp * 16) * O_PITCH);
+                if (lane < 16) tg_bulk_wait_read();  // the previous item's copies out of these rows
+                __syncwarp();
+                const unsigned lane_row = stage + (unsigned)((((lane >> 3) & 1) * 8 + (lane & 7)) * O_PITCH + (lane >> 4) * 16);
+#pragma unroll
+                for (int i = 0; i < D / 8; i += 2) tg_stmatrix_x4(lane_row + i * 16, piece(0, i), piece(1, i), piece(0, i + 1), piece(1, i + 1));
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // for the bulk copies
+                __syncwarp();
+                const int row = cw * 64 + warp * 16 + lane;
+                if (lane < 16 && row < q_rows) tg_bulk_store(og + row * o_ss, stage + lane * O_PITCH, D * 2);
+            } else {
+                // The stores name the global space (the pointer came through shared memory) and
+                // stream past L2.
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int row = row_in_block + 8 * hh;
+                    if (row >= q_rows) continue;
+                    T* orow = og + row * o_ss;
+#pragma unroll
+                    for (int i = 0; i < D / 8; ++i) __stcs(reinterpret_cast<unsigned*>(orow + i * 8 + 2 * t4), piece(hh, i));
+                }
+            }
+        } else {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                float l = row_sum[hh];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+                const int row = row_in_block + 8 * hh;
+                if (row >= q_rows) continue;
+                T* orow = og + row * o_ss;
+#pragma unroll
+                for (int i = 0; i < D / 8; ++i) {
+                    const unsigned u = tg_pack2(o_acc[4 * i + 2 * hh] * inv, o_acc[4 * i + 2 * hh + 1] * inv);
+                    *reinterpret_cast<unsigned*>(orow + i * 8 + 2 * t4) = u;
+                }
+                if (lse_tile != nullptr && t4 == 0) {
+                    const float val = l > 0.0f ? (row_max[hh] * sl2 + __log2f(l)) * 0.6931471805599453f : TG_NEG_INF;
+                    lse_tile[row] = val;
+                }
             }
         }
         ring += n_tiles;
+    }
+    // Shared memory stays until the last bulk copies have read it.
+    if constexpr (O_STAGED) {
+        if (lane < 16) tg_bulk_wait_read();
     }
 }
 #if 0

@@ -243,7 +243,12 @@ impl Plan {
     /// the scheduler's slots.
     pub fn shared_bytes(&self) -> u32 {
         if self.wgmma {
-            return self.wgmma_shared_bytes(self.q_bufs());
+            let staging = if self.o_staged() {
+                self.o_staging_bytes()
+            } else {
+                0
+            };
+            return self.wgmma_shared_bytes(self.q_bufs()) + staging;
         }
         (self.tile_q + self.stages * 2 * self.tile_kv) * self.row_bytes()
     }
@@ -261,6 +266,20 @@ impl Plan {
         } else {
             1
         }
+    }
+    /// Hopper path: the consumers write O through shared memory (each warp its 16 rows, then
+    /// one bulk copy per row), where those rows fit beside the tiles; elsewhere straight from
+    /// registers, four bytes a store. Not at head_dim 64 with the mask, which measured up to 3 %
+    /// slower staged (bench/flash-attn/NOTES.md).
+    pub fn o_staged(&self) -> bool {
+        self.wgmma
+            && !(self.head_dim == 64 && self.causal)
+            && self.wgmma_shared_bytes(self.q_bufs()) + self.o_staging_bytes() <= MAX_SHARED_SM90
+    }
+    /// The staged O rows: 16 bytes of padding per row put the 8 rows one `stmatrix` writes on
+    /// different banks.
+    fn o_staging_bytes(&self) -> u32 {
+        self.tile_q * (self.row_bytes() + 16)
     }
     /// Hopper path, causal: work units of two query tiles whose key counts add up to about
     /// the same (see the grid rule).
@@ -680,6 +699,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
             ("consumer_regs", consumer.into()),
             ("q_regs", u32::from(plan.q_in_registers()).into()),
             ("q_bufs", plan.q_bufs().into()),
+            ("o_staged", plan.o_staged().into()),
             ("pairs", plan.pairs().into()),
             ("shared_bytes", plan.shared_bytes().into()),
             ("requirements", runtime_requirements(inst).into()),
@@ -829,18 +849,23 @@ mod tests {
     #[test]
     fn hopper_plans_match_the_harness() {
         // (d, tile_q, tile_kv, stages) -> threads, Q tiles, shared bytes as run.py's
-        // smem_bytes (sm90)
-        for (d, tq, tkv, st, threads, q_bufs, smem) in [
-            (128, 128, 128, 2, 384, 1, 165_648),
-            (128, 128, 128, 3, 384, 1, 231_216),
-            (64, 192, 128, 3, 512, 2, 149_312),
-            (128, 192, 64, 3, 512, 2, 198_464),
-            (256, 128, 64, 2, 384, 1, 198_416),
+        // smem_bytes (sm90), plus tile_q rows of 2 d + 16 bytes where O is staged
+        for (d, tq, tkv, st, threads, q_bufs, smem, staged) in [
+            (128, 128, 128, 2, 384, 1, 165_648 + 128 * 272, true),
+            (128, 128, 128, 3, 384, 1, 231_216, false),
+            (64, 192, 128, 3, 512, 2, 149_312 + 192 * 144, true),
+            (128, 192, 64, 3, 512, 2, 198_464, false),
+            (256, 128, 64, 2, 384, 1, 198_416, false),
         ] {
             let plan = Plan::new(&hopper(d, tq, tkv, st));
             assert_eq!(
-                (plan.threads, plan.q_bufs(), plan.shared_bytes()),
-                (threads, q_bufs, smem),
+                (
+                    plan.threads,
+                    plan.q_bufs(),
+                    plan.shared_bytes(),
+                    plan.o_staged()
+                ),
+                (threads, q_bufs, smem, staged),
                 "{plan:?}"
             );
             assert!(
@@ -849,6 +874,10 @@ mod tests {
                 plan.problems()
             );
         }
+        // head_dim 64 with the mask writes O from registers (measured faster there).
+        let mut causal64 = hopper(64, 192, 128, 3);
+        causal64.causal = Some(true);
+        assert!(!Plan::new(&causal64).o_staged());
         // Q stays in registers with two consumers only (three have no room for it).
         assert!(Plan::new(&hopper(128, 128, 128, 2)).q_in_registers());
         // Balanced: what the producer frees is what the consumers take.
