@@ -24,12 +24,7 @@ q = torch.randn(b, s, hq, d, device="cuda", generator=g).to(dt)
 k, v = (torch.randn(b, s, hkv, d, device="cuda", generator=g).to(dt) for _ in range(2))
 o = torch.empty_like(q)
 lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
-values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(), "lse": lse.data_ptr(),
-          "cu_seqlens_q": 0, "cu_seqlens_kv": 0, "batch": b, "heads_q": hq, "heads_kv": hkv,
-          "seq_q": s, "seq_kv": s, "scale": d ** -0.5}
-for t, x in (("q", q), ("k", k), ("v", v), ("o", o)):
-    values.update({f"{t}_bs": x.stride(0), f"{t}_ss": x.stride(1), f"{t}_hs": x.stride(2)})
-values.update({"lse_bs": lse.stride(0), "lse_hs": lse.stride(1)})
+values = manifest_launch.attention_values(q, k, v, o, lse, d ** -0.5)
 stream = manifest_launch.cu.CUstream(torch.cuda.current_stream().cuda_stream)
 launch = lib.load(inst).prepare(values, stream)
 for _ in range(3):

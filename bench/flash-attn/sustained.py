@@ -27,12 +27,7 @@ dt = {"bf16": torch.bfloat16, "f16": torch.float16}[inst["dtype"]]
 q, k, v = (torch.randn(b, s, h, d, device="cuda").to(dt) for _ in range(3))
 o = torch.empty_like(q)
 lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(), "lse": lse.data_ptr(),
-          "cu_seqlens_q": 0, "cu_seqlens_kv": 0, "batch": b, "heads_q": h, "heads_kv": h,
-          "seq_q": s, "seq_kv": s, "scale": d ** -0.5}
-for t, x in (("q", q), ("k", k), ("v", v), ("o", o)):
-    values.update({f"{t}_bs": x.stride(0), f"{t}_ss": x.stride(1), f"{t}_hs": x.stride(2)})
-values.update({"lse_bs": lse.stride(0), "lse_hs": lse.stride(1)})
+values = manifest_launch.attention_values(q, k, v, o, lse, d ** -0.5)
 ours = lib.load(inst).prepare(values, manifest_launch.cu.CUstream(torch.cuda.current_stream().cuda_stream))
 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 

@@ -175,3 +175,18 @@ class Kernel:
             _ = keep
             check(cu.cuLaunchKernel(fn, *grid, threads, 1, 1, shared, stream, ctypes.addressof(params), 0))
         return launch
+
+
+def attention_values(q, k, v, o, lse, scale):
+    """An attention instance's argument values for dense torch tensors: q and o
+    [batch, seq_q, heads_q, head_dim], k and v [batch, seq_kv, heads_kv, head_dim], lse
+    [batch, heads_q, seq_q] in f32 (or None); strides in elements, no cu_seqlens."""
+    b, sq, hq, _ = q.shape
+    skv, hkv = k.shape[1], k.shape[2]
+    values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
+              "lse": lse.data_ptr() if lse is not None else 0, "cu_seqlens_q": 0, "cu_seqlens_kv": 0,
+              "batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_kv": skv, "scale": scale,
+              "lse_bs": lse.stride(0) if lse is not None else 0, "lse_hs": lse.stride(1) if lse is not None else 0}
+    for t, x in (("q", q), ("k", k), ("v", v), ("o", o)):
+        values.update({f"{t}_bs": x.stride(0), f"{t}_ss": x.stride(1), f"{t}_hs": x.stride(2)})
+    return values
