@@ -29,7 +29,8 @@ def smem_bytes(d):
     rowb = d["TG_HEAD_DIM"] * 2
     if d.get("SM90"):
         bm, st, qb, items = 64 * d["TG_CONSUMERS"], d["TG_STAGES"], d["TG_Q_BUFS"], 4
-        return 1024 + qb * bm * rowb + 2 * st * d["TG_BN"] * rowb + 8 * (2 * qb + 4 * st + 2 * items) + 128 * (items + 1)
+        staged = bm * (rowb + 16) if d.get("TG_O_STAGED") else 0  # O's rows (the template's TG_O_STAGED)
+        return 1024 + qb * bm * rowb + 2 * st * d["TG_BN"] * rowb + 8 * (2 * qb + 4 * st + 2 * items) + 128 * (items + 1) + staged
     return d["TG_BM"] * rowb + d["TG_STAGES"] * 2 * d["TG_BN"] * rowb
 
 

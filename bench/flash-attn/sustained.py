@@ -22,6 +22,8 @@ lib = manifest_launch.Library(sys.argv[1])
 inst = next(i for i in lib.instances("attention") if i["name"] == sys.argv[2])
 b, h, s = (int(x) for x in sys.argv[3:6]) if len(sys.argv) > 5 else (8, 16, 4096)
 seconds = float(sys.argv[6]) if len(sys.argv) > 6 else 4.0
+if inst["params"].get("causal"):
+    sys.exit(f"{inst['name']}: this script times attention without a mask (cuDNN is called without one)")
 d = inst["params"]["head_dim"]
 dt = {"bf16": torch.bfloat16, "f16": torch.float16}[inst["dtype"]]
 q, k, v = (torch.randn(b, s, h, d, device="cuda").to(dt) for _ in range(3))
@@ -62,6 +64,8 @@ for rnd in range(2):
             smi.wait()
             log.seek(0)
             rows = [line.split(", ") for line in log if line.strip()][3:-1]  # samples inside the run
+        if not rows:
+            sys.exit("nvidia-smi gave no samples inside the run: give it more seconds")
         ms = start.elapsed_time(end) / calls
         clock = [float(r[0]) for r in rows]
         power = [float(r[1]) for r in rows]

@@ -181,6 +181,9 @@ def attention_values(q, k, v, o, lse, scale):
     """An attention instance's argument values for dense torch tensors: q and o
     [batch, seq_q, heads_q, head_dim], k and v [batch, seq_kv, heads_kv, head_dim], lse
     [batch, heads_q, seq_q] in f32 (or None); strides in elements, no cu_seqlens."""
+    for t in (q, k, v, o):  # what the bindings check (16-byte bulk copies write O)
+        if t.stride(3) != 1 or t.data_ptr() % 16 or any(x % 8 for x in t.stride()[:3]):
+            raise ValueError("q, k, v, o: last dimension contiguous, 16-byte aligned, strides multiples of 8")
     b, sq, hq, _ = q.shape
     skv, hkv = k.shape[1], k.shape[2]
     values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),

@@ -1008,7 +1008,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     // namespace-scope ones into the PTX.)
     constexpr bool O_STAGED = TG_O_STAGED != 0;
     constexpr int O_PITCH = 2 * D + 16;
-    const unsigned o_stage = bars + 8u * BARRIERS + (ITEMS + 1) * ITEM_BYTES;  // 16-byte aligned
+    static_assert((8 * BARRIERS + (ITEMS + 1) * ITEM_BYTES) % 16 == 0 && O_PITCH % 16 == 0,
+                  "staged rows 16-byte aligned (stmatrix rows, bulk copy sources)");
+    const unsigned o_stage = bars + 8u * BARRIERS + (ITEMS + 1) * ITEM_BYTES;
     auto q_buf = [=](int i) { return q_s0 + (unsigned)((i % Q_BUFS) * Q_BYTES); };
     auto q_full = [=](int i) { return bars + 8u * (unsigned)(i % Q_BUFS); };
     auto q_empty = [=](int i) { return bars + 8u * (unsigned)(Q_BUFS + i % Q_BUFS); };
@@ -1510,7 +1512,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
                 if (lane < 16 && row < q_rows) tg_bulk_store(og + row * o_ss, stage + lane * O_PITCH, D * 2);
             } else {
                 // The stores name the global space (the pointer came through shared memory) and
-                // stream past L2.
+                // are evict-first.
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const int row = row_in_block + 8 * hh;
@@ -1543,7 +1545,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
         }
         ring += n_tiles;
     }
-    // Shared memory stays until the last bulk copies have read it.
+    // Shared memory stays until the last bulk copies have read it. (Their writes complete by the
+    // grid's end; code that read O in this kernel, or let a dependent grid start early, would
+    // need them complete: cp.async.bulk.wait_group 0.)
     if constexpr (O_STAGED) {
         if (lane < 16) tg_bulk_wait_read();
     }

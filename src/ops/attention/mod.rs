@@ -239,8 +239,8 @@ impl Plan {
     }
     /// Q tile plus `stages` K and V tiles; the Hopper path holds `q_bufs` Q tiles and adds
     /// 1024 bytes to align the tiles for the 128-byte swizzle, its mbarriers (Q full and empty
-    /// per Q tile, K/V full and empty per stage, item full and empty per scheduler slot) and
-    /// the scheduler's slots.
+    /// per Q tile, K/V full and empty per stage, item full and empty per scheduler slot), the
+    /// scheduler's slots and, where O is staged, its rows.
     pub fn shared_bytes(&self) -> u32 {
         if self.wgmma {
             let staging = if self.o_staged() {
