@@ -91,12 +91,7 @@ def turn_about(args):
                     q, k, v = random_qkv(g, b, s, hq, hkv, d, dt)
                     o = torch.empty_like(q)
                     lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
-                    values = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
-                              "lse": lse.data_ptr(), "cu_seqlens_q": 0, "cu_seqlens_kv": 0, "batch": b,
-                              "heads_q": hq, "heads_kv": hkv, "seq_q": s, "seq_kv": s, "scale": d ** -0.5}
-                    for t, x in (("q", q), ("k", k), ("v", v), ("o", o)):
-                        values.update({f"{t}_bs": x.stride(0), f"{t}_ss": x.stride(1), f"{t}_hs": x.stride(2)})
-                    values.update({"lse_bs": lse.stride(0), "lse_hs": lse.stride(1)})
+                    values = manifest_launch.attention_values(q, k, v, o, lse, d ** -0.5)
                     inputs.append(((q, k, v, o, lse), values))
                 for causal in (False, True):
                     flops = 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)

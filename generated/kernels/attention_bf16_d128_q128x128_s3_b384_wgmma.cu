@@ -1481,6 +1481,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
         T* const og = const_cast<T*>(e.o_tile);
         float* const lse_tile = e.lse_tile;
         tg_mbar_arrive(item_empty(n));  // done with the slot
+        // Per row half: the row's sum over its quad, and its LSE = ln(sum exp(scale * s)).
+        auto row_total = [&](int hh) {
+            float l = row_sum[hh];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            return l;
+        };
+        auto lse_of = [&](int hh, float l) { return l > 0.0f ? (row_max[hh] * sl2 + __log2f(l)) * 0.6931471805599453f : TG_NEG_INF; };
         // With STORES_LAST, every row's 1/l and LSE come first and O's stores last: nothing after
         // a store then overwrites a register the store still reads (that held the warp on the
         // store queue).
@@ -1488,14 +1496,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
             float inv[2];
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
-                float l = row_sum[hh];
-                l += __shfl_xor_sync(0xffffffffu, l, 1);
-                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                const float l = row_total(hh);
                 inv[hh] = l > 0.0f ? 1.0f / l : 0.0f;
                 const int row = row_in_block + 8 * hh;
-                if (lse_tile != nullptr && t4 == 0 && row < q_rows)
-                    lse_tile[row] = l > 0.0f ? (row_max[hh] * sl2 + __log2f(l)) * 0.6931471805599453f : TG_NEG_INF;
+                if (lse_tile != nullptr && t4 == 0 && row < q_rows) lse_tile[row] = lse_of(hh, l);
             }
+            // O's 8-column block i of row half hh, scaled by 1/l and packed.
             auto piece = [&](int hh, int i) { return tg_pack2(o_acc[4 * i + 2 * hh] * inv[hh], o_acc[4 * i + 2 * hh + 1] * inv[hh]); };
             if constexpr (O_STAGED) {
                 // This warp's 16 rows. Lanes 8j .. 8j + 7 address matrix j of each stmatrix:
@@ -1505,7 +1511,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
                 __syncwarp();
                 const unsigned lane_row = stage + (unsigned)((((lane >> 3) & 1) * 8 + (lane & 7)) * O_PITCH + (lane >> 4) * 16);
 #pragma unroll
-                for (int i = 0; i < D / 8; i += 2) tg_stmatrix_x4(lane_row + i * 16, piece(0, i), piece(1, i), piece(0, i + 1), piece(1, i + 1));
+                for (int i = 0; i < D / 8; i += 2)
+                    tg_stmatrix_x4(lane_row + i * 16, piece(0, i), piece(1, i), piece(0, i + 1), piece(1, i + 1));
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // for the bulk copies
                 __syncwarp();
                 const int row = cw * 64 + warp * 16 + lane;
@@ -1525,22 +1532,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
         } else {
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
-                float l = row_sum[hh];
-                l += __shfl_xor_sync(0xffffffffu, l, 1);
-                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                const float l = row_total(hh);
                 const float inv = l > 0.0f ? 1.0f / l : 0.0f;
                 const int row = row_in_block + 8 * hh;
                 if (row >= q_rows) continue;
                 T* orow = og + row * o_ss;
 #pragma unroll
-                for (int i = 0; i < D / 8; ++i) {
-                    const unsigned u = tg_pack2(o_acc[4 * i + 2 * hh] * inv, o_acc[4 * i + 2 * hh + 1] * inv);
-                    *reinterpret_cast<unsigned*>(orow + i * 8 + 2 * t4) = u;
-                }
-                if (lse_tile != nullptr && t4 == 0) {
-                    const float val = l > 0.0f ? (row_max[hh] * sl2 + __log2f(l)) * 0.6931471805599453f : TG_NEG_INF;
-                    lse_tile[row] = val;
-                }
+                for (int i = 0; i < D / 8; ++i)
+                    *reinterpret_cast<unsigned*>(orow + i * 8 + 2 * t4) = tg_pack2(o_acc[4 * i + 2 * hh] * inv, o_acc[4 * i + 2 * hh + 1] * inv);
+                if (lse_tile != nullptr && t4 == 0) lse_tile[row] = lse_of(hh, l);
             }
         }
         ring += n_tiles;
