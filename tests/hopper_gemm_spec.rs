@@ -94,6 +94,22 @@ fn wgmma_spec_errors() {
         &with(&["dtype: bf16", "tile: [512, 128, 64]"]),
         &["m one of 64, 128, 256", "not [512, 128, 64]"],
     );
+    // Rows below one consumer's 64 (other than swap-AB's 16 and 32) are a spec error, not a
+    // panic in the checks that follow (they divide by the tile's count of consumers).
+    for tile in [
+        "tile: [0, 0, 0]",
+        "tile: [8, 256, 64]",
+        "tile: [48, 128, 64]",
+    ] {
+        bad(
+            &with(&["dtype: bf16", tile]),
+            &["hg.yaml:", "engine wgmma takes tile"],
+        );
+        bad(
+            &with(&["dtype: bf16", tile, "epilogue: [bias, gelu_erf]"]),
+            &["engine wgmma takes tile"],
+        );
+    }
     bad(
         &with(&["dtype: bf16", "warp: [64, 64]"]),
         &["`warp` does not apply to engine wgmma"],

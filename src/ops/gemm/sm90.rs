@@ -127,12 +127,13 @@ fn is_narrow(swap: bool, tile_n: u32) -> bool {
 }
 
 /// Consumer warpgroups of a tile of `tile_m` wgmma rows: one per 64 rows, at most two, or
-/// with ping-pong two, each on tiles of its own.
+/// with ping-pong two, each on tiles of its own. (At least one: `check` asks this of tiles it
+/// is about to refuse, and divides by it.)
 fn consumers(tile_m: u32, pingpong: bool) -> u32 {
     if pingpong {
         2
     } else {
-        (tile_m / CONSUMER_ROWS).min(2)
+        (tile_m / CONSUMER_ROWS).clamp(1, 2)
     }
 }
 
@@ -516,7 +517,7 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     };
     // erfc's code beside 128 accumulators per thread spills (ptxas allocates the consumers
     // within the launch's 168 registers); 64 accumulators leave room.
-    if inst.has_epilogue(Epilogue::GeluErf) && slices * tn > MAX_TILE_N_GELU_ERF {
+    if tile_ok && inst.has_epilogue(Epilogue::GeluErf) && slices * tn > MAX_TILE_N_GELU_ERF {
         out.push((
             Field::Epilogue,
             format!(
