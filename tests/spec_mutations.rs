@@ -82,9 +82,10 @@ fn changed_values_give_instances_or_a_spec_error() {
                 let opts = Options::new(&dir, tmp.path().join("out"));
                 runs += 1;
                 let what = format!(
-                    "{name}:{}: `{}` -> `{key}: {value}`",
+                    "{name}:{}: `{}` -> `{}: {value}`",
                     i + 1,
-                    lines[i].trim()
+                    lines[i].trim(),
+                    key.trim()
                 );
                 match panic::catch_unwind(AssertUnwindSafe(|| generate::render_all(&opts))) {
                     Err(_) => failures.push(format!("{what}: panicked")),
