@@ -334,59 +334,131 @@ fn methods(m: &Manifest) -> BTreeMap<String, Vec<&InstanceEntry>> {
     out
 }
 
+/// Why an entry cannot steer a library's bindings, as the plural of a count of entries.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Dropped {
+    Changed,
+    NotMember,
+    NoMethod,
+    NotByShape,
+    ShapeArgs,
+    OneInstance,
+}
+
+impl Dropped {
+    fn plural(self) -> &'static str {
+        match self {
+            Dropped::Changed => "their instances have changed since they were measured",
+            Dropped::NotMember => "their instances are not members of their methods",
+            Dropped::NoMethod => "their methods are not in the library",
+            Dropped::NotByShape => "their methods are not dispatched by shape",
+            Dropped::ShapeArgs => "their shapes do not match their methods' arguments",
+            Dropped::OneInstance => "their methods have one instance",
+        }
+    }
+}
+
 /// Why `e` cannot steer `m`'s bindings, if it cannot.
-fn mismatch(e: &TuningEntry, methods: &BTreeMap<String, Vec<&InstanceEntry>>) -> Option<String> {
+fn mismatch(
+    e: &TuningEntry,
+    methods: &BTreeMap<String, Vec<&InstanceEntry>>,
+) -> Option<(Dropped, String)> {
     let Some(members) = methods.get(&e.method) else {
-        return Some(format!("method `{}` is not in the library", e.method));
+        return Some((
+            Dropped::NoMethod,
+            format!("method `{}` is not in the library", e.method),
+        ));
     };
     let Some(inst) = members.iter().find(|i| i.name == e.instance) else {
-        return Some(format!(
-            "instance `{}` is not a member of `{}`",
-            e.instance, e.method
+        return Some((
+            Dropped::NotMember,
+            format!(
+                "instance `{}` is not a member of `{}`",
+                e.instance, e.method
+            ),
         ));
     };
     if inst.config_sha256 != e.config_sha256 {
-        return Some(format!(
-            "instance `{}` has changed since it was measured (configuration {} then, {} now)",
-            e.instance,
-            &e.config_sha256[..12.min(e.config_sha256.len())],
-            &inst.config_sha256[..12]
+        return Some((
+            Dropped::Changed,
+            format!(
+                "instance `{}` has changed since it was measured (configuration {} then, {} now)",
+                e.instance,
+                &e.config_sha256[..12.min(e.config_sha256.len())],
+                &inst.config_sha256[..12]
+            ),
         ));
     }
     let family = inst.op.family();
     match shape_args(family) {
-        None => Some(format!("`{}` is not dispatched by shape", e.method)),
-        Some(args) if args.len() != e.shape.len() => {
-            Some(format!("shape {:?} is not ({})", e.shape, args.join(", ")))
-        }
+        None => Some((
+            Dropped::NotByShape,
+            format!("`{}` is not dispatched by shape", e.method),
+        )),
+        Some(args) if args.len() != e.shape.len() => Some((
+            Dropped::ShapeArgs,
+            format!("shape {:?} is not ({})", e.shape, args.join(", ")),
+        )),
         // A method of one instance has nothing to choose.
-        _ if members.len() < 2 => Some(format!("`{}` has one instance", e.method)),
+        _ if members.len() < 2 => Some((
+            Dropped::OneInstance,
+            format!("`{}` has one instance", e.method),
+        )),
         _ => None,
     }
 }
 
+/// Entries of one table dropped for one reason that get a warning each; past this many, one
+/// line counts them and names their methods (a `--filter` or a smaller spec set drops most of
+/// a table, and a line per entry buried everything else).
+const DROPPED_SHOWN: usize = 3;
+
 /// The tables as they apply to library `m`: entries that no longer match it (an instance
-/// renamed, removed, or changed since it was measured) are dropped, each with a warning;
-/// tables left empty are dropped. Sorted by device name, entries by method and shape, so the
-/// manifest does not depend on file names.
+/// renamed, removed, or changed since it was measured, or left out by a filter) are dropped
+/// with a warning, many for one reason with one; tables left empty are dropped. Sorted by
+/// device name, entries by method and shape, so the manifest does not depend on file names.
 pub fn attach(tables: Vec<TuningTable>, m: &Manifest) -> (Vec<TuningTable>, Vec<String>) {
     let methods = methods(m);
     let mut warnings = Vec::new();
     let mut out = Vec::new();
     for mut t in tables {
-        let device = t.device.name.clone();
+        let device = crate::escape::shown(&t.device.name);
+        // Per reason: the dropped entries' methods and their warnings, in table order.
+        let mut dropped: BTreeMap<Dropped, Vec<(String, String)>> = BTreeMap::new();
         t.entries.retain(|e| match mismatch(e, &methods) {
             None => true,
-            Some(why) => {
-                warnings.push(format!(
-                    "tuning table for {}: entry {} at {:?} dropped: {why}",
-                    crate::escape::shown(&device),
-                    e.method,
-                    e.shape
+            Some((why, text)) => {
+                dropped.entry(why).or_default().push((
+                    e.method.clone(),
+                    format!(
+                        "tuning table for {device}: entry {} at {:?} dropped: {text}",
+                        e.method, e.shape
+                    ),
                 ));
                 false
             }
         });
+        for (why, entries) in dropped {
+            if entries.len() <= DROPPED_SHOWN {
+                warnings.extend(entries.into_iter().map(|(_, w)| w));
+                continue;
+            }
+            let mut names: Vec<&str> = entries.iter().map(|(m, _)| m.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            let more = names.len().saturating_sub(DROPPED_SHOWN);
+            warnings.push(format!(
+                "tuning table for {device}: {} entries dropped: {} ({}{})",
+                entries.len(),
+                why.plural(),
+                names[..names.len().min(DROPPED_SHOWN)].join(", "),
+                if more > 0 {
+                    format!(" and {more} more methods")
+                } else {
+                    String::new()
+                }
+            ));
+        }
         t.entries
             .sort_by(|a, b| (&a.method, &a.shape).cmp(&(&b.method, &b.shape)));
         if !t.entries.is_empty() {
@@ -417,7 +489,7 @@ pub fn manifest_problems(m: &Manifest) -> Vec<String> {
                 .map(|p| format!("tuning table {i}: {p}")),
         );
         for (j, e) in t.entries.iter().enumerate() {
-            if let Some(why) = mismatch(e, &methods) {
+            if let Some((_, why)) = mismatch(e, &methods) {
                 out.push(format!("tuning table {i}, entry {j}: {why}"));
             }
         }

@@ -152,6 +152,47 @@ fn entries_that_no_longer_match_are_dropped_with_a_warning() {
     assert!(!bindings.contains("TUNED"));
 }
 
+/// A filter or a smaller spec set leaves most of a table's methods out: one line counts those
+/// entries instead of one line each, while a few stale entries keep theirs.
+#[test]
+fn many_entries_dropped_for_one_reason_make_one_warning() {
+    let (dir, m) = setup();
+    let mut entries = vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])];
+    for (i, method) in ["layernorm_f32", "rmsnorm_f32", "gemm_nn_bf16"]
+        .iter()
+        .enumerate()
+    {
+        for rows in 1..=5u64 {
+            let mut e = entry(
+                &m,
+                "softmax_f32_onepass_b128_i2",
+                &[rows * 1024, 100 + i as u64],
+            );
+            e.method = method.to_string();
+            entries.push(e);
+        }
+    }
+    let mut changed = entry(&m, "softmax_f32_onepass_b128_i2", &[65536, 500]);
+    changed.config_sha256 = "ab".repeat(32);
+    entries.push(changed);
+    write_table(dir.path(), "h200.json", &table("NVIDIA H200", entries));
+    let warnings = generate(dir.path()).unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("has changed since it was measured"),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        warnings[1]
+            .contains("NVIDIA H200: 15 entries dropped: their methods are not in the library")
+            && warnings[1].contains("(gemm_nn_bf16, layernorm_f32, rmsnorm_f32)"),
+        "{}",
+        warnings[1]
+    );
+    assert_eq!(manifest(dir.path()).tuning[0].entries.len(), 1);
+}
+
 #[test]
 fn a_bad_table_is_refused_with_its_position_and_nothing_is_written() {
     let (dir, m) = tuned_library();
