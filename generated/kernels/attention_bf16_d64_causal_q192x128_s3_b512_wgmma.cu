@@ -673,7 +673,8 @@ static_assert(BM % (64 / CPR) == 0, "Q copies split evenly over two warps");
 #endif
 // (Tera: raw from here; the first and last three lines are markers, see attention.cu.)
 // sm_90 helpers shared by the Hopper kernels: shared-memory addresses, mbarriers, proxy fences,
-// named barriers, wgmma fences and groups, tensor maps and shared-memory matrix descriptors.
+// bulk-async groups, named barriers, wgmma fences and groups, tensor maps and shared-memory
+// matrix descriptors.
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
@@ -746,6 +747,12 @@ __device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) 
 }
 // Generic-proxy writes to shared memory become visible to the async proxy (TMA, wgmma).
 __device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Bulk-async groups (TMA stores, bulk copies out of shared memory): close this thread's group;
+// wait until its committed ones have read their shared memory (it may be overwritten), or
+// until they are complete.
+__device__ __forceinline__ void tg_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void tg_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -929,10 +936,8 @@ __device__ __forceinline__ void tg_stmatrix_x4(unsigned addr, unsigned r0, unsig
 // Bulk copy of `bytes` (a multiple of 16, both ends 16-byte aligned) from shared to global memory.
 __device__ __forceinline__ void tg_bulk_store(void* dst, unsigned src, unsigned bytes) {
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    tg_bulk_commit();
 }
-// Returns once this thread's bulk copies have read their shared-memory sources.
-__device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 
 template <int N> __device__ __forceinline__ void tg_reg_fence(unsigned (&r)[N][4]) {
 #pragma unroll
@@ -1513,7 +1518,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
 #pragma unroll
                 for (int i = 0; i < D / 8; i += 2)
                     tg_stmatrix_x4(lane_row + i * 16, piece(0, i), piece(1, i), piece(0, i + 1), piece(1, i + 1));
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // for the bulk copies
+                tg_fence_async_smem();  // for the bulk copies
                 __syncwarp();
                 const int row = cw * 64 + warp * 16 + lane;
                 if (lane < 16 && row < q_rows) tg_bulk_store(og + row * o_ss, stage + lane * O_PITCH, D * 2);

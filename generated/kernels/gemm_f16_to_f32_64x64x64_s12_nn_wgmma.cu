@@ -467,7 +467,8 @@ static_assert(EPI_COLS % D_BOX_COLS == 0 && EPI_COLS * EPI_ROUNDS == BN, "rounds
 #endif
 // (Tera: raw from here; the first and last three lines are markers, see attention.cu.)
 // sm_90 helpers shared by the Hopper kernels: shared-memory addresses, mbarriers, proxy fences,
-// named barriers, wgmma fences and groups, tensor maps and shared-memory matrix descriptors.
+// bulk-async groups, named barriers, wgmma fences and groups, tensor maps and shared-memory
+// matrix descriptors.
 __device__ __forceinline__ unsigned tg_smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void tg_mbar_init(unsigned bar, unsigned count) {
@@ -540,6 +541,12 @@ __device__ __forceinline__ void tg_mbar_expect_tx(unsigned bar, unsigned bytes) 
 }
 // Generic-proxy writes to shared memory become visible to the async proxy (TMA, wgmma).
 __device__ __forceinline__ void tg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Bulk-async groups (TMA stores, bulk copies out of shared memory): close this thread's group;
+// wait until its committed ones have read their shared memory (it may be overwritten), or
+// until they are complete.
+__device__ __forceinline__ void tg_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void tg_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void tg_named_barrier(unsigned id, unsigned threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -612,11 +619,6 @@ __device__ __forceinline__ void tg_tma_store(const TgTensorMap* map, unsigned sr
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
                  "r"(src), "r"(c0), "r"(c1) : "memory");
 }
-__device__ __forceinline__ void tg_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// The committed stores have read their shared memory (it may be overwritten).
-__device__ __forceinline__ void tg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-// The committed stores are complete.
-__device__ __forceinline__ void tg_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 // acc (+)= A(64 x 16, descriptor da) . B(16 x 64, descriptor db); scale_d = 0 overwrites.
 // Transpose bits: A 0, B 1 (1 = MN-major operand).
