@@ -179,3 +179,24 @@ fn a_kernel_timeout_that_is_no_number_of_seconds_is_a_usage_error() {
         assert!(t.contains("give seconds from 0 (no limit)"), "{t}");
     }
 }
+
+#[test]
+fn bench_rounds_outside_one_to_a_hundred_or_with_dispatch_are_usage_errors() {
+    for args in [
+        &["--rounds", "0"][..],
+        &["--rounds", "101"],
+        &["--rounds", "two"],
+        &["--rounds", "3", "--dispatch"],
+    ] {
+        let mut all = vec!["bench", "--lib", "no-such-library"];
+        all.extend_from_slice(args);
+        let o = tilegen_command(&all).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("--rounds"), "{args:?}: {}", text(&o));
+    }
+    // In range, it gets past the arguments to the library, which does not exist.
+    let o = tilegen_command(&["bench", "--lib", "no-such-library", "--rounds", "3"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(2), "{}", text(&o));
+}

@@ -35,6 +35,54 @@ pub struct BenchArgs {
     /// object from op name to lists of sizes, as `tilegen tune --shapes` reads).
     #[arg(long, conflicts_with = "dispatch")]
     shapes: Option<PathBuf>,
+    /// Time every comparison this many times, all of them in turn each round, and report each
+    /// one's median over the rounds with its lowest and highest ratio (a single ratio moves by
+    /// about 1 % between comparisons on a power-limited GPU). `--json-out` then holds the
+    /// combined results.
+    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "dispatch",
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+}
+
+/// One line of the human report.
+fn result_line(r: &tilegen::__internal::gpu::bench::BenchResult) -> String {
+    if r.flops == 0 {
+        return format!(
+            "{:<44} {:<18} {:>10.4} {:>10.0} {:>8.3}{}",
+            r.instance,
+            r.problem.to_string(),
+            r.median_ms,
+            r.gb_per_s,
+            r.ratio,
+            ratio_range(r)
+        );
+    }
+    let mut tail = r
+        .vs_plain
+        .map(|v| format!("  vs plain {v:.3}"))
+        .unwrap_or_default();
+    if let Some(us) = r.encode_us_per_map {
+        tail += &format!("  map encode {us:.2} us");
+    }
+    format!(
+        "{:<44} {:<18} {:>10.4} {:>8.1} TFLOP/s  peer {:>8.1} ({})  ratio {:.3}{}{tail}",
+        r.instance,
+        r.problem.to_string(),
+        r.median_ms,
+        r.tflop_per_s,
+        r.peer_value,
+        r.peer,
+        r.ratio,
+        ratio_range(r)
+    )
+}
+
+/// " (lowest-highest)" of a result combined over rounds; empty for one round.
+fn ratio_range(r: &tilegen::__internal::gpu::bench::BenchResult) -> String {
+    match r.ratio_range {
+        Some([lo, hi]) if r.rounds.is_some_and(|n| n > 1) => format!(" ({lo:.3}-{hi:.3})"),
+        _ => String::new(),
+    }
 }
 
 pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
@@ -46,6 +94,7 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
         json_out,
         dispatch,
         shapes,
+        rounds,
     } = args;
     if dispatch {
         return super::tune::run(super::tune::TuneArgs::report(lib, filter, wait_limit), rep);
@@ -77,73 +126,96 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
             "vs copy"
         )
     });
-    let mut results = Vec::new();
     let mut failures = 0;
     let insts = select.of(&gpu);
     let blas = match insts.iter().any(|i| i.op == tilegen::Op::Gemm) {
         true => Some(tilegen::__internal::gpu::cublas::Blas::new(&gpu)?),
         false => None,
     };
-    let mut attention = Vec::new();
-    for inst in insts {
-        if inst.op == tilegen::Op::Attention {
-            let (r, f) =
-                tilegen::__internal::gpu::attention::bench_instance(&mut gpu, &inst, rep.is_json());
-            for x in &r {
-                rep.event(|| serde_json::json!({"event": "bench", "attention": x}));
-            }
-            attention.extend(r);
-            failures += f;
-            continue;
+    // Each comparison's results, one per round, by name and shape in the order first run.
+    let mut results: Vec<(String, Vec<bench::BenchResult>)> = Vec::new();
+    let mut attention: Vec<(String, Vec<tilegen::__internal::gpu::attention::AttnBench>)> =
+        Vec::new();
+    // A result's JSON event, numbered by round when there are several.
+    let event = |round: usize, key: &str, v: serde_json::Value| {
+        let mut e = serde_json::json!({"event": "bench"});
+        e[key] = v;
+        if rounds > 1 {
+            e["round"] = serde_json::json!(round + 1);
         }
-        let plain = bench::plain_partner(&inst, &gpu.manifest.instances).cloned();
-        let cases = shapes
-            .as_ref()
-            .and_then(|s| tilegen::__internal::gpu::tune::shape_problems(&inst, s))
-            .unwrap_or_else(|| problem::bench_cases(&inst));
-        for p in cases {
-            match bench::bench_case(&mut gpu, &inst, p, ceiling, blas.as_ref(), plain.as_ref()) {
-                Ok(r) => {
-                    rep.out(
-                        || serde_json::json!({"event": "bench", "result": r}),
-                        || {
-                            if r.flops > 0 {
-                                let mut vs_plain = r
-                                    .vs_plain
-                                    .map(|v| format!("  vs plain {v:.3}"))
-                                    .unwrap_or_default();
-                                if let Some(us) = r.encode_us_per_map {
-                                    vs_plain += &format!("  map encode {us:.2} us");
-                                }
-                                format!(
-                                    "{:<44} {:<18} {:>10.4} {:>8.1} TFLOP/s  peer {:>8.1} ({})  ratio {:.3}{vs_plain}",
-                                    r.instance, r.problem.to_string(), r.median_ms, r.tflop_per_s, r.peer_value, r.peer, r.ratio
-                                )
-                            } else {
-                                format!(
-                                    "{:<44} {:<18} {:>10.4} {:>10.0} {:>8.3}",
-                                    r.instance,
-                                    r.problem.to_string(),
-                                    r.median_ms,
-                                    r.gb_per_s,
-                                    r.ratio
-                                )
-                            }
-                        },
+        e
+    };
+    for round in 0..rounds as usize {
+        if rounds > 1 {
+            rep.text(|| format!("round {} of {rounds}", round + 1));
+        }
+        for inst in &insts {
+            if inst.op == tilegen::Op::Attention {
+                let (r, f) = tilegen::__internal::gpu::attention::bench_instance(
+                    &mut gpu,
+                    inst,
+                    rep.is_json(),
+                );
+                for x in r {
+                    rep.event(|| event(round, "attention", serde_json::json!(x)));
+                    let key = format!(
+                        "{} {} {} {} {} {} {}",
+                        x.instance, x.batch, x.heads_q, x.heads_kv, x.seq, x.head_dim, x.causal
                     );
-                    results.push(r);
+                    add_round(&mut attention, key, x);
                 }
-                Err(e) => {
-                    failures += 1;
-                    rep.note(|| format!("{}: {}: {e}", inst.name, p));
+                failures += f;
+                continue;
+            }
+            let plain = bench::plain_partner(inst, &gpu.manifest.instances).cloned();
+            let cases = shapes
+                .as_ref()
+                .and_then(|s| tilegen::__internal::gpu::tune::shape_problems(inst, s))
+                .unwrap_or_else(|| problem::bench_cases(inst));
+            for p in cases {
+                match bench::bench_case(&mut gpu, inst, p, ceiling, blas.as_ref(), plain.as_ref()) {
+                    Ok(r) => {
+                        rep.out(
+                            || event(round, "result", serde_json::json!(r)),
+                            || result_line(&r),
+                        );
+                        add_round(&mut results, format!("{} {}", r.instance, r.problem), r);
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        rep.note(|| format!("{}: {}: {e}", inst.name, p));
+                    }
                 }
             }
+        }
+    }
+    let results: Vec<bench::BenchResult> = results
+        .iter()
+        .filter_map(|(_, r)| bench::combine_rounds(r))
+        .collect();
+    let attention: Vec<_> = attention
+        .iter()
+        .filter_map(|(_, r)| tilegen::__internal::gpu::attention::combine_rounds(r))
+        .collect();
+    if rounds > 1 {
+        rep.text(|| format!("median of {rounds} rounds (ratio: median, then lowest-highest)"));
+        for r in &results {
+            rep.out(
+                || serde_json::json!({"event": "bench_rounds", "result": r}),
+                || result_line(r),
+            );
+        }
+        for x in &attention {
+            rep.out(
+                || serde_json::json!({"event": "bench_rounds", "attention": x}),
+                || tilegen::__internal::gpu::attention::bench_line(x),
+            );
         }
     }
     if let Some(path) = json_out {
         let doc = serde_json::json!({
             "gpu": gpu.name, "sm": gpu.sm, "sm_count": gpu.sm_count, "copy_gb_per_s": ceiling,
-            "settle_ms": settle_ms,
+            "settle_ms": settle_ms, "rounds": rounds,
             "tilegen_version": tilegen::VERSION, "results": results,
         });
         let mut doc = doc;
@@ -159,4 +231,12 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Adds a round's result to its comparison's list, found by `key` (a new one at the end).
+fn add_round<T>(all: &mut Vec<(String, Vec<T>)>, key: String, r: T) {
+    match all.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, rounds)) => rounds.push(r),
+        None => all.push((key, vec![r])),
+    }
 }

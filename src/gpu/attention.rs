@@ -843,18 +843,7 @@ pub fn bench_instance(gpu: &mut Gpu, inst: &InstanceEntry, json: bool) -> (Vec<A
         match bench_case(gpu, inst, shape) {
             Ok(r) => {
                 if !json {
-                    println!(
-                        "{:<44} b{} h{}/{} s{} d{}{} {:>10.4} ms {:>8.1} TFLOP/s",
-                        r.instance,
-                        r.batch,
-                        r.heads_q,
-                        r.heads_kv,
-                        r.seq,
-                        r.head_dim,
-                        if r.causal { " causal" } else { "" },
-                        r.median_ms,
-                        r.tflop_per_s
-                    );
+                    println!("{}", bench_line(&r));
                 }
                 out.push(r);
             }
@@ -865,6 +854,39 @@ pub fn bench_instance(gpu: &mut Gpu, inst: &InstanceEntry, json: bool) -> (Vec<A
         }
     }
     (out, failures)
+}
+
+/// A measurement's line in the human report.
+pub fn bench_line(r: &AttnBench) -> String {
+    format!(
+        "{:<44} b{} h{}/{} s{} d{}{} {:>10.4} ms {:>8.1} TFLOP/s",
+        r.instance,
+        r.batch,
+        r.heads_q,
+        r.heads_kv,
+        r.seq,
+        r.head_dim,
+        if r.causal { " causal" } else { "" },
+        r.median_ms,
+        r.tflop_per_s
+    )
+}
+
+/// One shape's measurements over several rounds (`tilegen bench --rounds`) as one: the median
+/// of their medians, the lowest minimum. None for no rounds.
+pub fn combine_rounds(rounds: &[AttnBench]) -> Option<AttnBench> {
+    let first = rounds.first()?;
+    let median_ms = super::bench::median(rounds.iter().map(|r| r.median_ms).collect());
+    Some(AttnBench {
+        median_ms,
+        min_ms: rounds
+            .iter()
+            .map(|r| r.min_ms)
+            .fold(f64::INFINITY, f64::min),
+        // The same flops over the combined time.
+        tflop_per_s: first.tflop_per_s * first.median_ms / median_ms,
+        ..first.clone()
+    })
 }
 
 /// One bench measurement.

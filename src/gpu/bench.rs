@@ -46,6 +46,61 @@ pub struct BenchResult {
     /// bindings do it on every launch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub encode_us_per_map: Option<f64>,
+    /// Over several rounds (`tilegen bench --rounds`): how many went into the medians above,
+    /// and the lowest and highest ratio among them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_range: Option<[f64; 2]>,
+}
+
+/// One comparison's results over several rounds as one: the median of the rounds' medians,
+/// ratios and epilogue costs, the lowest minimum, and the ratios' range. A ratio comes from
+/// one turn-about timing, so its median over rounds is taken as is, not recomputed from the
+/// medians of the times. One round is returned as it is; None for no rounds.
+pub fn combine_rounds(rounds: &[BenchResult]) -> Option<BenchResult> {
+    let first = rounds.first()?;
+    if rounds.len() == 1 {
+        return Some(first.clone());
+    }
+    let median_of = |f: &dyn Fn(&BenchResult) -> f64| median(rounds.iter().map(f).collect());
+    let mut out = first.clone();
+    out.median_ms = median_of(&|r| r.median_ms);
+    out.min_ms = rounds
+        .iter()
+        .map(|r| r.min_ms)
+        .fold(f64::INFINITY, f64::min);
+    let secs = out.median_ms * 1e-3;
+    out.gb_per_s = out.bytes as f64 / secs / 1e9;
+    out.tflop_per_s = out.flops as f64 / secs / 1e12;
+    out.peer_value = median_of(&|r| r.peer_value);
+    out.ratio = median_of(&|r| r.ratio);
+    out.vs_plain = match rounds.iter().all(|r| r.vs_plain.is_some()) {
+        true => Some(median_of(&|r| r.vs_plain.unwrap_or(f64::NAN))),
+        false => None,
+    };
+    out.encode_us_per_map = match rounds.iter().all(|r| r.encode_us_per_map.is_some()) {
+        true => Some(median_of(&|r| r.encode_us_per_map.unwrap_or(f64::NAN))),
+        false => None,
+    };
+    let ratios = rounds.iter().map(|r| r.ratio);
+    out.ratio_range = Some([
+        ratios.clone().fold(f64::INFINITY, f64::min),
+        ratios.fold(f64::NEG_INFINITY, f64::max),
+    ]);
+    out.rounds = Some(rounds.len());
+    Some(out)
+}
+
+/// The middle value (the mean of the two middle ones for an even count; NaN for none).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// The library's GEMM instance that differs from `inst` only by having no epilogue.
@@ -392,6 +447,8 @@ pub fn bench_case(
         plain: plain_ms.and(plain.map(|(o, ..)| o.name.clone())),
         vs_plain: plain_ms.map(|t| t / median_ms),
         encode_us_per_map,
+        rounds: None,
+        ratio_range: None,
     })
 }
 
@@ -424,6 +481,61 @@ fn encode_cost(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn result(median_ms: f64, min_ms: f64, ratio: f64, vs_plain: Option<f64>) -> BenchResult {
+        BenchResult {
+            instance: "gemm_x".into(),
+            op: Op::Gemm,
+            dtype: DType::Bf16,
+            problem: Problem::Gemm {
+                m: 4096,
+                n: 4096,
+                k: 4096,
+            },
+            median_ms,
+            min_ms,
+            bytes: 3 * 4096 * 4096 * 2,
+            flops: 2 * 4096 * 4096 * 4096,
+            gb_per_s: 0.0,
+            tflop_per_s: 0.0,
+            peer: "cuBLAS GEMM TFLOP/s".into(),
+            peer_value: 800.0,
+            ratio,
+            plain: vs_plain.map(|_| "gemm_plain".into()),
+            vs_plain,
+            encode_us_per_map: None,
+            rounds: None,
+            ratio_range: None,
+        }
+    }
+
+    #[test]
+    fn rounds_combine_into_medians_the_lowest_minimum_and_the_ratios_range() {
+        let rounds = [
+            result(0.175, 0.173, 0.990, Some(0.97)),
+            result(0.171, 0.170, 1.004, Some(0.98)),
+            result(0.172, 0.169, 0.998, Some(0.96)),
+        ];
+        let c = combine_rounds(&rounds).expect("three rounds");
+        assert_eq!(c.median_ms, 0.172);
+        assert_eq!(c.min_ms, 0.169);
+        // The median of the rounds' ratios, each from one turn-about timing.
+        assert_eq!(c.ratio, 0.998);
+        assert_eq!(c.ratio_range, Some([0.990, 1.004]));
+        assert_eq!(c.vs_plain, Some(0.97));
+        assert_eq!(c.rounds, Some(3));
+        let tflops = c.flops as f64 / (0.172e-3) / 1e12;
+        assert!((c.tflop_per_s - tflops).abs() < 1e-9);
+        // An even count takes the mean of the middle two; one round is itself.
+        let c = combine_rounds(&rounds[..2]).expect("two rounds");
+        assert!((c.median_ms - 0.173).abs() < 1e-12 && (c.ratio - 0.997).abs() < 1e-12);
+        let one = combine_rounds(&rounds[..1]).expect("one");
+        assert_eq!((one.ratio, one.rounds, one.ratio_range), (0.990, None, None));
+        assert!(combine_rounds(&[]).is_none());
+        // An epilogue cost known in only some rounds is not reported.
+        let mixed = [rounds[0].clone(), result(0.171, 0.170, 1.0, None)];
+        assert_eq!(combine_rounds(&mixed).expect("two").vs_plain, None);
+    }
 
     #[test]
     fn no_launch_reads_the_input_set_of_the_launch_before_it() {
