@@ -530,7 +530,10 @@ mod tests {
         let c = combine_rounds(&rounds[..2]).expect("two rounds");
         assert!((c.median_ms - 0.173).abs() < 1e-12 && (c.ratio - 0.997).abs() < 1e-12);
         let one = combine_rounds(&rounds[..1]).expect("one");
-        assert_eq!((one.ratio, one.rounds, one.ratio_range), (0.990, None, None));
+        assert_eq!(
+            (one.ratio, one.rounds, one.ratio_range),
+            (0.990, None, None)
+        );
         assert!(combine_rounds(&[]).is_none());
         // An epilogue cost known in only some rounds is not reported.
         let mixed = [rounds[0].clone(), result(0.171, 0.170, 1.0, None)];
