@@ -75,14 +75,16 @@ pub fn combine_rounds(rounds: &[BenchResult]) -> Option<BenchResult> {
     out.tflop_per_s = out.flops as f64 / secs / 1e12;
     out.peer_value = median_of(&|r| r.peer_value);
     out.ratio = median_of(&|r| r.ratio);
-    out.vs_plain = match rounds.iter().all(|r| r.vs_plain.is_some()) {
-        true => Some(median_of(&|r| r.vs_plain.unwrap_or(f64::NAN))),
-        false => None,
+    // Reported only where every round has them.
+    let median_if_all = |f: &dyn Fn(&BenchResult) -> Option<f64>| {
+        rounds
+            .iter()
+            .map(f)
+            .collect::<Option<Vec<f64>>>()
+            .map(median)
     };
-    out.encode_us_per_map = match rounds.iter().all(|r| r.encode_us_per_map.is_some()) {
-        true => Some(median_of(&|r| r.encode_us_per_map.unwrap_or(f64::NAN))),
-        false => None,
-    };
+    out.vs_plain = median_if_all(&|r| r.vs_plain);
+    out.encode_us_per_map = median_if_all(&|r| r.encode_us_per_map);
     let ratios = rounds.iter().map(|r| r.ratio);
     out.ratio_range = Some([
         ratios.clone().fold(f64::INFINITY, f64::min),
@@ -474,8 +476,7 @@ fn encode_cost(
         }
         samples.push(start.elapsed().as_secs_f64() * 1e6 / (100 * inst.tensor_maps.len()) as f64);
     }
-    samples.sort_by(|a, b| a.total_cmp(b));
-    Ok(Some(samples[samples.len() / 2]))
+    Ok(Some(median(samples)))
 }
 
 #[cfg(test)]
