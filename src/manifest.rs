@@ -39,6 +39,10 @@ pub struct InstanceEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tensor_maps: Vec<TensorMap>,
     pub launch: Launch,
+    /// GEMM only: the bindings' fixed dispatch rules never pick this instance; only a tuning
+    /// table that names it does (`tuning: table_only` in its spec). Omitted when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub table_only: bool,
     pub config_sha256: String,
     /// Rendered CUDA C, relative to the library folder.
     pub source: FileRef,
@@ -241,6 +245,10 @@ impl Manifest {
     }
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 fn is_sha256(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
@@ -251,8 +259,10 @@ pub fn spec_instance(e: &InstanceEntry) -> crate::spec::model::Instance {
         kernel: e.kernel.clone(),
         archs: e.targets.iter().map(|t| t.arch).collect(),
         origin: e.origin.clone(),
-        // Whether it came from a candidates kernel does not reach the library.
-        tuning_candidate: false,
+        // Whether it came from a candidates kernel does not reach the library; whether the
+        // fixed rules may pick it does.
+        tuning_candidate: e.table_only,
+        table_only: e.table_only,
     }
 }
 
@@ -297,6 +307,15 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
     }
     if e.origin.line == 0 {
         out.push(("origin", "line is 0 (lines count from 1)".into()));
+    }
+    if e.table_only && e.op != crate::spec::model::Op::Gemm {
+        out.push((
+            "table_only",
+            format!(
+                "is set on op `{}`: only GEMM dispatch leaves instances to a tuning table",
+                e.op
+            ),
+        ));
     }
     for (field, d) in [("dtype", e.dtype), ("out_dtype", e.out_dtype)] {
         if !info.dtypes.contains(&d) {

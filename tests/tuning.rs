@@ -359,7 +359,88 @@ fn pruning_keeps_rule_instances_and_winning_candidates_only() {
     .unwrap();
     let e = generate(dir.path()).unwrap_err().to_string();
     assert!(
-        e.contains("softmax.yaml:14:") && e.contains("`tuning` takes one value"),
+        e.contains("softmax.yaml:14:") && e.contains("`tuning` takes `candidates`"),
         "{e}"
+    );
+}
+
+/// `tuning: table_only` (GEMM): candidates that the bindings' fixed rules skip too, so that
+/// only a tuning table dispatches to them; the manifest says so for hosts in other languages.
+#[test]
+fn table_only_gemm_instances_are_left_to_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("specs")).unwrap();
+    let gemm = |tile: &str, stages: u32, extra: &str| {
+        format!(
+            "  - name: hg\n    op: gemm\n    engine: wgmma\n    archs: [sm_90a]\n    dtype: bf16\n    \
+             tile: {tile}\n    stages: {stages}\n{extra}"
+        )
+    };
+    let spec = format!(
+        "kernels:\n{}{}",
+        gemm("[128, 256, 64]", 3, ""),
+        gemm("[128, 192, 64]", 4, "    tuning: table_only\n")
+    );
+    std::fs::write(dir.path().join("specs/hg.yaml"), &spec).unwrap();
+    generate(dir.path()).unwrap();
+    let m = manifest(dir.path());
+    let marks: Vec<(&str, bool)> = m
+        .instances
+        .iter()
+        .map(|i| (i.name.as_str(), i.table_only))
+        .collect();
+    assert_eq!(
+        marks,
+        [
+            ("hg_bf16_128x192x64_s4_nn_wgmma", true),
+            ("hg_bf16_128x256x64_s3_nn_wgmma", false)
+        ]
+    );
+    // In the manifest only where set, and not part of the instance's configuration.
+    let json = std::fs::read_to_string(dir.path().join("out/manifest.json")).unwrap();
+    assert_eq!(json.matches("\"table_only\": true").count(), 1, "{json}");
+    assert!(!json.contains("\"table_only\": false"));
+    let alone = dir.path().join("alone");
+    std::fs::create_dir_all(alone.join("specs")).unwrap();
+    std::fs::write(
+        alone.join("specs/hg.yaml"),
+        spec.replace("    tuning: table_only\n", ""),
+    )
+    .unwrap();
+    generate(&alone).unwrap();
+    let hash = |m: &Manifest| {
+        m.instance("hg_bf16_128x192x64_s4_nn_wgmma")
+            .unwrap()
+            .config_sha256
+            .clone()
+    };
+    assert_eq!(hash(&manifest(&alone)), hash(&m));
+    // The rules' options list the table-only member as one that does not run; the table's
+    // arms (none here) and the member's own method are untouched.
+    let bindings = std::fs::read_to_string(dir.path().join("out/bindings.rs")).unwrap();
+    assert_eq!(bindings.matches("runs: false").count(), 1, "{bindings}");
+    assert!(
+        bindings.contains("s4_nn_wgmma`]: tile 128x192x64") && bindings.contains("; table-only")
+    );
+    assert!(bindings.contains("and are not table-only"));
+    // Only GEMM dispatch has the mode: elsewhere it is a spec error at its position.
+    std::fs::write(
+        dir.path().join("specs/hg.yaml"),
+        format!("{SPEC}    tuning: table_only\n"),
+    )
+    .unwrap();
+    let e = generate(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("hg.yaml:8:") && e.contains("is for GEMM kernels"),
+        "{e}"
+    );
+    // A manifest (a bundle's, say) that marks another op is refused.
+    let mut m = manifest(&alone);
+    m.instances[0].op = tilegen::Op::Softmax;
+    m.instances[0].table_only = true;
+    let problems = m.problems();
+    assert!(
+        problems.iter().any(|p| p.contains("table_only")),
+        "{problems:?}"
     );
 }

@@ -29,7 +29,12 @@ pub fn dispatch(g: &Group, m: &crate::manifest::Manifest) -> Vec<String> {
     let mut lines = vec![rule.to_string()];
     for &i in &g.members {
         let inst = &m.instances[i];
-        lines.push(format!("- [`Self::{}`]: {}", inst.name, niche(inst)));
+        let table_only = if inst.table_only { "; table-only" } else { "" };
+        lines.push(format!(
+            "- [`Self::{}`]: {}{table_only}",
+            inst.name,
+            niche(inst)
+        ));
     }
     let members: Vec<&crate::manifest::InstanceEntry> =
         g.members.iter().map(|&i| &m.instances[i]).collect();

@@ -610,6 +610,7 @@ mod tests {
             args: crate::ops::signature(&inst),
             tensor_maps: crate::ops::tensor_maps(&inst),
             launch: crate::ops::launch(&inst),
+            table_only: false,
             config_sha256: "0".repeat(64),
             source: FileRef {
                 path: "kernels/t.cu".into(),

@@ -687,6 +687,7 @@ fn assemble(
             args: ops::signature(inst),
             tensor_maps: ops::tensor_maps(inst),
             launch: ops::launch(inst),
+            table_only: inst.table_only,
             config_sha256: config_hash(inst),
             source,
             targets,

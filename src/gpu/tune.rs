@@ -189,7 +189,8 @@ fn rule_pick(
                 .map(|(i, &runs)| GemmOption {
                     tile: i.launch.grid.output_tile(),
                     tensor_maps: !i.tensor_maps.is_empty(),
-                    runs,
+                    // As the bindings: a table-only member is never the rules' pick.
+                    runs: runs && !i.table_only,
                 })
                 .collect();
             // The bindings try in this order and take the first that accepts the call.

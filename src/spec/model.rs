@@ -307,6 +307,11 @@ pub struct Instance {
     /// the hash or the kernel.
     #[serde(skip)]
     pub tuning_candidate: bool,
+    /// From a GEMM kernel marked `tuning: table_only`: a candidate that the bindings' fixed
+    /// rules leave out too, so that only a tuning table dispatches to it. Not configuration
+    /// either; the manifest records it (`InstanceEntry::table_only`).
+    #[serde(skip)]
+    pub table_only: bool,
 }
 
 impl Instance {
@@ -329,6 +334,7 @@ impl Instance {
                 line: 1,
             },
             tuning_candidate: false,
+            table_only: false,
         }
     }
 }

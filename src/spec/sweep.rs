@@ -41,6 +41,8 @@ pub struct KernelPlan<'n> {
     arch_nodes: Vec<(Arch, Option<&'n Node>)>,
     /// `tuning: candidates`: instances a tuning table must name for a pruned library to keep.
     tuning_candidate: bool,
+    /// `tuning: table_only`: candidates that the bindings' fixed rules never pick either.
+    table_only: bool,
     pub count: usize,
 }
 
@@ -439,19 +441,30 @@ impl<'a> FileContext<'a> {
                 .collect(),
             None => DEFAULT_ARCHS.iter().map(|&a| (a, None)).collect(),
         };
-        let tuning_candidate = match fields.get("tuning") {
-            None => false,
+        let (tuning_candidate, table_only) = match fields.get("tuning") {
+            None => (false, false),
             Some((_, v)) => match &v.value {
-                Value::Scalar(s, _) if s == "candidates" => true,
+                Value::Scalar(s, _) if s == "candidates" => (true, false),
+                Value::Scalar(s, _) if s == "table_only" && op == Op::Gemm => (true, true),
+                Value::Scalar(s, _) if s == "table_only" => {
+                    self.error(
+                        v,
+                        "`tuning: table_only` is for GEMM kernels, whose fixed rules can leave \
+                         instances to the tuning table; use `candidates`"
+                            .into(),
+                    );
+                    (false, false)
+                }
                 _ => {
                     self.error(
                         v,
-                        "`tuning` takes one value, `candidates`: the kernel's instances are \
-                         measured by `tilegen tune` and kept by `generate --prune-by-tuning` only \
-                         where a tuning table names them"
+                        "`tuning` takes `candidates` (the kernel's instances are measured by \
+                         `tilegen tune` and kept by `generate --prune-by-tuning` only where a \
+                         tuning table names them) or `table_only` (GEMM: the same, and the \
+                         fixed dispatch rules never pick them, only a tuning table does)"
                             .into(),
                     );
-                    false
+                    (false, false)
                 }
             },
         };
@@ -510,6 +523,7 @@ impl<'a> FileContext<'a> {
             axes,
             arch_nodes,
             tuning_candidate,
+            table_only,
             count: total.unwrap_or(usize::MAX),
         })
     }
@@ -525,6 +539,7 @@ impl<'a> FileContext<'a> {
             ref axes,
             ref arch_nodes,
             tuning_candidate,
+            table_only,
             count: _,
         } = *plan;
         let info = ops::info(op);
@@ -565,6 +580,7 @@ impl<'a> FileContext<'a> {
                 archs: archs.clone(),
                 origin: origin.clone(),
                 tuning_candidate,
+                table_only,
             };
             for (axis, choice) in axes.iter().zip(&picked) {
                 if let Some(v) = &choice.value {

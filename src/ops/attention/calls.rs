@@ -363,6 +363,7 @@ mod tests {
                 line: 1,
             },
             tuning_candidate: false,
+            table_only: false,
         };
         let names: Vec<String> = ops::attention::signature(&inst)
             .into_iter()

@@ -948,6 +948,7 @@ mod tests {
             args: super::super::signature(inst),
             tensor_maps: super::super::tensor_maps(inst),
             launch: super::super::launch(inst),
+            table_only: false,
             config_sha256: "0".repeat(64),
             source: crate::manifest::FileRef {
                 path: "kernels/t.cu".into(),

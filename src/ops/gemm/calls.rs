@@ -70,13 +70,12 @@ fn requirements(inst: &InstanceEntry) -> String {
 }
 
 fn dispatch_rule(m: &Manifest, g: &Group) -> &'static str {
-    if g.members
-        .iter()
-        .any(|&i| !m.instances[i].tensor_maps.is_empty())
-    {
-        "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
-    } else {
-        "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:"
+    let has = |f: fn(&InstanceEntry) -> bool| g.members.iter().any(|&i| f(&m.instances[i]));
+    match (has(|i| !i.tensor_maps.is_empty()), has(|i| i.table_only)) {
+        (true, true) => "Tries only instances that run on the device and are not table-only (those only a tuning table picks): on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:",
+        (true, false) => "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:",
+        (false, true) => "Leaves table-only instances to a tuning table; of the others, tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:",
+        (false, false) => "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:",
     }
 }
 
@@ -165,10 +164,16 @@ fn pick(m: &Manifest, g: &Group, arms: TokenStream) -> Result<TokenStream> {
         let (tm, tn) = (u32_lit(tm), u32_lit(tn));
         let maps = !inst.tensor_maps.is_empty();
         let index = usize_lit(i);
+        // A table-only member is left to the tuning table (`tuned_first`, before the rules).
+        let runs = if inst.table_only {
+            quote!(false)
+        } else {
+            quote!(super::KERNELS[#index].runs_on(device, #maps))
+        };
         quote!(call_checks::GemmOption {
             tile: (#tm, #tn),
             tensor_maps: #maps,
-            runs: super::KERNELS[#index].runs_on(device, #maps),
+            runs: #runs,
         })
     });
     Ok(quote! {
