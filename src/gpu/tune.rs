@@ -413,3 +413,66 @@ pub fn file_name(device: &str) -> String {
     let out = out.trim_end_matches('-');
     format!("{}.json", if out.is_empty() { "device" } else { out })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::model::{Arch, DType, Engine, Instance, Op, Params};
+
+    /// A wgmma GEMM entry as `generate` writes it (no binaries: `rule_pick` reads none).
+    fn wgmma(tile: [u32; 3], stages: u32, table_only: bool) -> InstanceEntry {
+        let params = Params {
+            tile: Some(tile),
+            stages: Some(stages),
+            engine: Some(Engine::Wgmma),
+            ..Default::default()
+        };
+        let mut inst = Instance::for_test(Op::Gemm, DType::Bf16, params);
+        inst.archs = vec![Arch::Sm90a];
+        crate::ops::apply_defaults(Op::Gemm, &mut inst.params);
+        InstanceEntry {
+            kernel: inst.kernel.clone(),
+            origin: inst.origin.clone(),
+            entry_point: inst.entry_point(),
+            args: crate::ops::signature(&inst),
+            tensor_maps: crate::ops::tensor_maps(&inst),
+            launch: crate::ops::launch(&inst),
+            table_only,
+            config_sha256: "0".repeat(64),
+            source: crate::manifest::FileRef {
+                path: "kernels/t.cu".into(),
+                sha256: "0".repeat(64),
+                bytes: 1,
+            },
+            targets: vec![],
+        }
+    }
+
+    /// The rules' pick that `tune` and `bench --dispatch` report is the bindings' one: a
+    /// table-only member is passed over even where the rules would otherwise take it first.
+    #[test]
+    fn the_rules_pick_passes_over_table_only_members() {
+        let device = crate::loader::Device {
+            major: 9,
+            minor: 0,
+            sm_count: 132,
+            driver: None,
+            name: crate::loader::DeviceName::new("NVIDIA H200"),
+        };
+        // At 2048² a 128x256 tile leaves SMs idle (128 tiles) and 128x192 fills them (176).
+        let p = Problem::Gemm {
+            m: 2048,
+            n: 2048,
+            k: 2048,
+        };
+        let pick = |table_only: bool| {
+            let members = [
+                wgmma([128, 256, 64], 3, false),
+                wgmma([128, 192, 64], 4, table_only),
+            ];
+            rule_pick(&device, &members, &[true, true], p)
+        };
+        assert_eq!(pick(false), Some(1));
+        assert_eq!(pick(true), Some(0));
+    }
+}
