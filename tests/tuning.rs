@@ -434,13 +434,14 @@ fn table_only_gemm_instances_are_left_to_the_table() {
         e.contains("hg.yaml:8:") && e.contains("is for GEMM kernels"),
         "{e}"
     );
-    // A manifest (a bundle's, say) that marks another op is refused.
-    let mut m = manifest(&alone);
-    m.instances[0].op = tilegen::Op::Softmax;
+    // A manifest (a bundle's, say) that marks another op's instance is refused for it alone.
+    let (_softmax, mut m) = setup();
+    assert!(m.problems().is_empty());
     m.instances[0].table_only = true;
     let problems = m.problems();
+    assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(
-        problems.iter().any(|p| p.contains("table_only")),
+        problems[0].contains("table_only") && problems[0].contains("op `softmax`"),
         "{problems:?}"
     );
 }

@@ -302,9 +302,9 @@ pub struct Instance {
     // archs), so `origin` is declared by each: the config hash fixes this order.
     pub archs: Vec<Arch>,
     pub origin: Origin,
-    /// From a kernel marked `tuning: candidates`: shipped only where a tuning table names it
-    /// as a winner, when `generate` prunes by tuning. Not configuration: no part of the name,
-    /// the hash or the kernel.
+    /// From a kernel marked `tuning: candidates` (or `table_only`): shipped only where a
+    /// tuning table names it as a winner, when `generate` prunes by tuning. Not configuration:
+    /// no part of the name, the hash or the kernel.
     #[serde(skip)]
     pub tuning_candidate: bool,
     /// From a GEMM kernel marked `tuning: table_only`: a candidate that the bindings' fixed

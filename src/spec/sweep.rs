@@ -39,7 +39,8 @@ pub struct KernelPlan<'n> {
     /// The dtype's values, then those of each field of `SWEPT`, in that order.
     axes: Vec<Axis<'n>>,
     arch_nodes: Vec<(Arch, Option<&'n Node>)>,
-    /// `tuning: candidates`: instances a tuning table must name for a pruned library to keep.
+    /// `tuning: candidates` or `table_only`: instances a tuning table must name for a pruned
+    /// library to keep.
     tuning_candidate: bool,
     /// `tuning: table_only`: candidates that the bindings' fixed rules never pick either.
     table_only: bool,
