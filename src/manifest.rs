@@ -261,7 +261,7 @@ pub fn spec_instance(e: &InstanceEntry) -> crate::spec::model::Instance {
         origin: e.origin.clone(),
         // Whether it came from a candidates kernel does not reach the library; whether the
         // fixed rules may pick it does.
-        tuning_candidate: e.table_only,
+        tuning_candidate: false,
         table_only: e.table_only,
     }
 }

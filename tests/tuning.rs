@@ -422,7 +422,18 @@ fn table_only_gemm_instances_are_left_to_the_table() {
     assert!(
         bindings.contains("s4_nn_wgmma`]: tile 128x192x64") && bindings.contains("; table-only")
     );
-    assert!(bindings.contains("and are not table-only"));
+    assert!(bindings.contains("rules pass over the table-only members"));
+    // Pruned like a candidate: without a table naming it, a pruned library leaves it out.
+    let mut opts = Options::new(dir.path().join("specs"), dir.path().join("pruned"));
+    opts.compile = false;
+    opts.cache_dir = Some(dir.path().join("cache"));
+    opts.prune_by_tuning = true;
+    tilegen::generate(&opts, &|_| {}).unwrap();
+    let pruned =
+        Manifest::from_bytes(&std::fs::read(dir.path().join("pruned/manifest.json")).unwrap())
+            .unwrap();
+    let names: Vec<&str> = pruned.instances.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["hg_bf16_128x256x64_s3_nn_wgmma"]);
     // Only GEMM dispatch has the mode: elsewhere it is a spec error at its position.
     std::fs::write(
         dir.path().join("specs/hg.yaml"),

@@ -36,6 +36,12 @@ pub fn dispatch(g: &Group, m: &crate::manifest::Manifest) -> Vec<String> {
             niche(inst)
         ));
     }
+    if g.members.iter().any(|&i| m.instances[i].table_only) {
+        lines.push(String::new());
+        lines.push(
+            "The rules pass over the table-only members: only a tuning table picks them.".into(),
+        );
+    }
     let members: Vec<&crate::manifest::InstanceEntry> =
         g.members.iter().map(|&i| &m.instances[i]).collect();
     let tuned = crate::tuning::dispatch_of(&m.tuning, &g.method, &members);

@@ -212,7 +212,8 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
             .map(|e| (e.instance.as_str(), e.config_sha256.as_str()))
             .collect();
         instances.retain(|i| {
-            !i.tuning_candidate || winners.contains(&(i.name.as_str(), config_hash(i).as_str()))
+            !(i.tuning_candidate || i.table_only)
+                || winners.contains(&(i.name.as_str(), config_hash(i).as_str()))
         });
     }
     let renderer = Renderer::new(opts.templates.as_deref())?;

@@ -302,13 +302,13 @@ pub struct Instance {
     // archs), so `origin` is declared by each: the config hash fixes this order.
     pub archs: Vec<Arch>,
     pub origin: Origin,
-    /// From a kernel marked `tuning: candidates` (or `table_only`): shipped only where a
-    /// tuning table names it as a winner, when `generate` prunes by tuning. Not configuration:
-    /// no part of the name, the hash or the kernel.
+    /// From a kernel marked `tuning: candidates`: shipped only where a tuning table names it
+    /// as a winner, when `generate` prunes by tuning. Not configuration: no part of the name,
+    /// the hash or the kernel.
     #[serde(skip)]
     pub tuning_candidate: bool,
-    /// From a GEMM kernel marked `tuning: table_only`: a candidate that the bindings' fixed
-    /// rules leave out too, so that only a tuning table dispatches to it. Not configuration
+    /// From a GEMM kernel marked `tuning: table_only`: pruned like a candidate, and the
+    /// bindings' fixed rules leave it out too, so that only a tuning table dispatches to it. Not configuration
     /// either; the manifest records it (`InstanceEntry::table_only`).
     #[serde(skip)]
     pub table_only: bool,

@@ -39,10 +39,9 @@ pub struct KernelPlan<'n> {
     /// The dtype's values, then those of each field of `SWEPT`, in that order.
     axes: Vec<Axis<'n>>,
     arch_nodes: Vec<(Arch, Option<&'n Node>)>,
-    /// `tuning: candidates` or `table_only`: instances a tuning table must name for a pruned
-    /// library to keep.
+    /// `tuning: candidates`: instances a tuning table must name for a pruned library to keep.
     tuning_candidate: bool,
-    /// `tuning: table_only`: candidates that the bindings' fixed rules never pick either.
+    /// `tuning: table_only`: the same, and the bindings' fixed rules never pick them either.
     table_only: bool,
     pub count: usize,
 }
@@ -446,7 +445,7 @@ impl<'a> FileContext<'a> {
             None => (false, false),
             Some((_, v)) => match &v.value {
                 Value::Scalar(s, _) if s == "candidates" => (true, false),
-                Value::Scalar(s, _) if s == "table_only" && op == Op::Gemm => (true, true),
+                Value::Scalar(s, _) if s == "table_only" && op == Op::Gemm => (false, true),
                 Value::Scalar(s, _) if s == "table_only" => {
                     self.error(
                         v,

@@ -70,12 +70,13 @@ fn requirements(inst: &InstanceEntry) -> String {
 }
 
 fn dispatch_rule(m: &Manifest, g: &Group) -> &'static str {
-    let has = |f: fn(&InstanceEntry) -> bool| g.members.iter().any(|&i| f(&m.instances[i]));
-    match (has(|i| !i.tensor_maps.is_empty()), has(|i| i.table_only)) {
-        (true, true) => "Tries only instances that run on the device and are not table-only (those only a tuning table picks): on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:",
-        (true, false) => "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:",
-        (false, true) => "Leaves table-only instances to a tuning table; of the others, tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:",
-        (false, false) => "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:",
+    if g.members
+        .iter()
+        .any(|&i| !m.instances[i].tensor_maps.is_empty())
+    {
+        "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
+    } else {
+        "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:"
     }
 }
 
