@@ -182,7 +182,7 @@ fn rule_pick(
             let max: Vec<Option<u32>> = members.iter().map(|i| i.launch.grid.max_cols()).collect();
             pick_rows(cols as usize, &max).ok()
         }
-        Problem::Gemm { m, n, .. } => {
+        Problem::Gemm { m, n, k, .. } => {
             let options: Vec<GemmOption> = members
                 .iter()
                 .zip(runs)
@@ -191,10 +191,11 @@ fn rule_pick(
                     tensor_maps: !i.tensor_maps.is_empty(),
                     // As the bindings: a table-only member is never the rules' pick.
                     runs: runs && !i.table_only,
+                    split_k: i.launch.grid.cluster(),
                 })
                 .collect();
             // The bindings try in this order and take the first that accepts the call.
-            gemm_order(m as usize, n as usize, device, &options)
+            gemm_order(m as usize, n as usize, k as usize, device, &options)
                 .into_iter()
                 .find(|&i| problem::fits(&members[i], p))
         }
@@ -459,11 +460,12 @@ mod tests {
             driver: None,
             name: crate::loader::DeviceName::new("NVIDIA H200"),
         };
-        // At 2048² a 128x256 tile leaves SMs idle (128 tiles) and 128x192 fills them (176).
+        // At 256x11008x4096 both tiles make one round (86 and 116 tiles), and the smaller
+        // 128x192 costs less in the rules' model.
         let p = Problem::Gemm {
-            m: 2048,
-            n: 2048,
-            k: 2048,
+            m: 256,
+            n: 11008,
+            k: 4096,
         };
         let pick = |table_only: bool| {
             let members = [

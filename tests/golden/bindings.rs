@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 9b18926b0879e386
+// content sha256 c4d9bb5198f8cf3e
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -1543,17 +1543,20 @@ pub mod plan {
         for i in call_checks::gemm_order(
             m,
             n,
+            k,
             device,
             &[
                 call_checks::GemmOption {
                     tile: (64, 64),
                     tensor_maps: false,
                     runs: super::KERNELS[2].runs_on(device, false),
+                    split_k: 1,
                 },
                 call_checks::GemmOption {
                     tile: (128, 128),
                     tensor_maps: false,
                     runs: super::KERNELS[1].runs_on(device, false),
+                    split_k: 1,
                 },
             ],
         ) {

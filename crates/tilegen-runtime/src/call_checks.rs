@@ -382,18 +382,28 @@ pub struct GemmOption {
     /// Whether it runs on the device: a binary for it, and for tensor maps a driver that
     /// encodes them ([`crate::loader::KernelInfo::runs_on`]).
     pub runs: bool,
+    /// Blocks that share each tile, splitting K between them (the grid rule's cluster; 1 for
+    /// a block per tile).
+    pub split_k: u32,
 }
 
-/// The order in which a GEMM group tries its instances on `device` for an m×n output: only
+/// The order in which a GEMM group tries its instances on `device` for an m×n×k call: only
 /// instances that run there (all of them when none does, so that loading names what is
 /// missing); tensor-map instances first (they run only on sm_90, where they are the fast
-/// path), each part in [`tile_order`]. The exception is a decode-shaped output (at most
+/// path), cheapest by [`wgmma_cost`] first, then the mma.sync ones in [`tile_order`]. The
+/// exception is a decode-shaped output (at most
 /// [`DECODE_ROWS`] rows) when the group has an mma.sync tile of that height and no swap-AB
 /// tile that runs and covers M in one row: the mma.sync tile goes first.
 /// Tensor-map tiles under [`WGMMA_ROWS`] rows (swap-AB) go first where one row of them covers
 /// M, however many tiles a taller one makes (that one computes rows that are not there), and
 /// last otherwise: each further row streams all of B again.
-pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -> Vec<usize> {
+pub fn gemm_order(
+    m: usize,
+    n: usize,
+    k: usize,
+    device: &Device,
+    options: &[GemmOption],
+) -> Vec<usize> {
     let mut usable: Vec<usize> = (0..options.len()).filter(|&i| options[i].runs).collect();
     if usable.is_empty() {
         usable = (0..options.len()).collect();
@@ -420,12 +430,21 @@ pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -
             .copied()
             .filter(|&i| options[i].tensor_maps == maps)
             .collect();
-        let tiles: Vec<(u32, u32)> = part.iter().map(|&i| options[i].tile).collect();
-        let (covering, rereading): (Vec<usize>, Vec<usize>) =
+        let ordered: Vec<usize> = if maps {
+            let mut part = part;
+            // A stable sort: ties keep the listed order.
+            part.sort_by_key(|&i| wgmma_cost(m, n, k, device.sm_count, &options[i]));
+            part
+        } else {
+            let tiles: Vec<(u32, u32)> = part.iter().map(|&i| options[i].tile).collect();
             tile_order(m, n, device.sm_count, &tiles)
                 .into_iter()
                 .map(|j| part[j])
-                .partition(|&i| !swap_ab(i) || covers_m(i));
+                .collect()
+        };
+        let (covering, rereading): (Vec<usize>, Vec<usize>) = ordered
+            .into_iter()
+            .partition(|&i| !swap_ab(i) || covers_m(i));
         // H200 tuning data at 1-16 rows (bench/results/2026-12-03-h200-gemm-rules-decode.txt):
         // with tile_order's first pick (often a taller tile that fills the SMs) the rules took
         // 1.26x the fastest instance on geometric mean over 136 method-shapes, with the
@@ -437,6 +456,46 @@ pub fn gemm_order(m: usize, n: usize, device: &Device, options: &[GemmOption]) -
         out.extend(rereading);
     }
     out
+}
+
+/// A tensor-map GEMM instance's time for an m×n×k call, estimated in units of one column of
+/// B loaded for one k, for ranking a group's instances against each other (not a time to
+/// report). Each SM runs `rounds` of tiles (a persistent grid of `sm_count / split_k` tiles at
+/// once), and a tile costs, per k its blocks walk:
+/// - its columns of B and, twice weighted, its rows of A (what its blocks load);
+/// - `rows × columns / 40` of wgmma work;
+/// - 64 for the k block's fixed costs (barriers, descriptors, the ring's turns);
+/// - and with split K, 100 per output element once, for the partial sums' exchange.
+///
+/// Fitted to the H200's tuning measurements, every wgmma member at 102 shapes from 1×4096×4096
+/// to 16384×4096×4096 (`bench/tuning-lookup/rules_cost.py` over `bench/results/*tune*.tar.xz`):
+/// its first pick took 1.010× the fastest member's time on geometric mean over 1563
+/// method-shapes, 1.17× at worst, where `tile_order` took 1.129× and 2.65×. Refitted on half of
+/// the shapes it judges the other half at 1.014–1.015×.
+pub fn wgmma_cost(m: usize, n: usize, k: usize, sm_count: u32, option: &GemmOption) -> u64 {
+    let (tile_m, tile_n) = (option.tile.0.max(1) as u64, option.tile.1.max(1) as u64);
+    let split_k = option.split_k.max(1) as u64;
+    let tiles = (m as u64)
+        .div_ceil(tile_m)
+        .saturating_mul((n as u64).div_ceil(tile_n));
+    let at_once = (sm_count as u64 / split_k).max(1);
+    let rounds = tiles.div_ceil(at_once);
+    // In 40ths, to stay in integers.
+    let area = tile_m.saturating_mul(tile_n);
+    let per_k = area
+        .saturating_add(80 * tile_m)
+        .saturating_add(40 * tile_n)
+        .saturating_add(40 * 64);
+    let exchange = if split_k > 1 {
+        area.saturating_mul(40 * 100)
+    } else {
+        0
+    };
+    let per_tile = (k as u64)
+        .div_ceil(split_k)
+        .saturating_mul(per_k)
+        .saturating_add(exchange);
+    rounds.saturating_mul(per_tile)
 }
 
 /// The order in which to try GEMM instances with these output tiles for an m×n output:
@@ -525,9 +584,10 @@ mod tests {
                 tile: TILES[i],
                 tensor_maps: MAPS[i],
                 runs: KERNELS[i].runs_on(d, MAPS[i]),
+                split_k: 1,
             })
             .collect();
-        gemm_order(m, n, d, &options)
+        gemm_order(m, n, 4096, d, &options)
     }
 
     #[test]
@@ -565,6 +625,7 @@ mod tests {
                     tile,
                     tensor_maps,
                     runs: true,
+                    split_k: 1,
                 })
                 .collect()
         };
@@ -574,14 +635,14 @@ mod tests {
             ((128, 256), true),
             ((128, 128), true),
         ]);
-        assert_eq!(gemm_order(16, 4096, &h200, &group)[0], 0);
-        assert_eq!(gemm_order(1, 11008, &h200, &group)[0], 0);
+        assert_eq!(gemm_order(16, 4096, 4096, &h200, &group)[0], 0);
+        assert_eq!(gemm_order(1, 11008, 4096, &h200, &group)[0], 0);
         // One more row, and the wgmma tiles come first again (the 128-row one that fills more SMs).
-        assert_eq!(gemm_order(17, 4096, &h200, &group)[0], 3);
-        assert_eq!(gemm_order(4096, 4096, &h200, &group)[0], 2);
+        assert_eq!(gemm_order(17, 4096, 4096, &h200, &group)[0], 3);
+        assert_eq!(gemm_order(4096, 4096, 4096, &h200, &group)[0], 2);
         // Without a 16-row mma.sync tile, wgmma stays first for decode shapes too.
         let no_decode_tile = options(&[((128, 128), false), ((128, 256), true)]);
-        assert_eq!(gemm_order(16, 4096, &h200, &no_decode_tile), [1, 0]);
+        assert_eq!(gemm_order(16, 4096, 4096, &h200, &no_decode_tile), [1, 0]);
         // A swap-AB tile whose one row covers M goes before the mma.sync one; above its rows
         // the mma.sync tile leads again.
         let mut with_swap = group.clone();
@@ -589,15 +650,16 @@ mod tests {
             tile: (16, 64),
             tensor_maps: true,
             runs: true,
+            split_k: 1,
         });
-        assert_eq!(gemm_order(16, 4096, &h200, &with_swap)[0], 4);
-        assert_eq!(gemm_order(1, 4096, &h200, &with_swap)[0], 4);
+        assert_eq!(gemm_order(16, 4096, 4096, &h200, &with_swap)[0], 4);
+        assert_eq!(gemm_order(1, 4096, 4096, &h200, &with_swap)[0], 4);
         with_swap[4].tile = (8, 64);
-        assert_eq!(gemm_order(16, 4096, &h200, &with_swap)[0], 0);
+        assert_eq!(gemm_order(16, 4096, 4096, &h200, &with_swap)[0], 0);
         // A swap-AB tile that cannot run (no driver for tensor maps) leaves the rule as it was.
         with_swap[4].tile = (16, 64);
         with_swap[4].runs = false;
-        assert_eq!(gemm_order(16, 4096, &h200, &with_swap)[0], 0);
+        assert_eq!(gemm_order(16, 4096, 4096, &h200, &with_swap)[0], 0);
     }
 
     #[test]
@@ -614,19 +676,96 @@ mod tests {
             tile,
             tensor_maps,
             runs: true,
+            split_k: 1,
         })
         .to_vec();
         // Up to 16 rows the swap-AB tile leads, also where the taller tiles fill the SMs and
-        // tile_order alone would put them first (64x64 makes 500 tiles at n = 32000).
-        assert_eq!(gemm_order(16, 4096, &h200, &group)[0], 2);
-        assert_eq!(gemm_order(16, 32000, &h200, &group), [2, 1, 0, 3]);
-        assert_eq!(gemm_order(1, 128256, &h200, &group)[0], 2);
+        // would cost less (64x64 makes 500 tiles at n = 32000, 128x256 one round of 125).
+        assert_eq!(gemm_order(16, 4096, 4096, &h200, &group)[0], 2);
+        assert_eq!(gemm_order(16, 32000, 4096, &h200, &group), [2, 0, 1, 3]);
+        assert_eq!(gemm_order(1, 128256, 4096, &h200, &group)[0], 2);
         // Beyond, it would stream B once per 16 rows: after the other wgmma tiles, still
         // before the mma.sync ones.
-        assert_eq!(gemm_order(64, 4096, &h200, &group), [1, 0, 2, 3]);
-        assert_eq!(gemm_order(17, 4096, &h200, &group), [1, 0, 2, 3]);
-        // Large outputs are unchanged: the largest tile that fills the SMs first.
-        assert_eq!(gemm_order(8192, 8192, &h200, &group)[0], 0);
+        assert_eq!(gemm_order(64, 4096, 4096, &h200, &group), [1, 0, 2, 3]);
+        assert_eq!(gemm_order(17, 4096, 4096, &h200, &group), [1, 0, 2, 3]);
+        // Large outputs take the largest tile.
+        assert_eq!(gemm_order(8192, 8192, 4096, &h200, &group)[0], 0);
+    }
+
+    #[test]
+    fn the_cost_model_picks_what_the_h200_measured_fastest() {
+        let h200 = device(9, 0, 132);
+        // The default library's bf16 nn wgmma tiles, in its listed order (split K: 128x64 in
+        // clusters of 2), and one mma.sync tile.
+        let group: Vec<GemmOption> = [
+            ((16, 64), 1, true),
+            ((16, 128), 1, true),
+            ((64, 64), 1, true),
+            ((128, 64), 1, true),
+            ((128, 64), 2, true),
+            ((64, 128), 1, true),
+            ((64, 192), 1, true),
+            ((128, 128), 1, false),
+            ((128, 128), 1, true),
+            ((128, 256), 1, true),
+        ]
+        .map(|(tile, split_k, tensor_maps)| GemmOption {
+            tile,
+            tensor_maps,
+            runs: true,
+            split_k,
+        })
+        .to_vec();
+        let first = |m, n, k| group[gemm_order(m, n, k, &h200, &group)[0]];
+        // The fastest member that `tilegen tune` measured for gemm_nn_bf16 at each shape
+        // (bench/results/2026-12-04-h200-tune-retune-2.tar.xz and the files that
+        // bench/tuning-lookup/rules_cost.py reads beside it). tile_order's pick took 1.15-1.60x
+        // as long at all but 4096^3.
+        let tile = |t: (u32, u32), split_k| (t, split_k);
+        for ((m, n, k), want) in [
+            ((16, 11008, 4096), tile((16, 128), 1)),
+            ((48, 4096, 14336), tile((128, 64), 2)),
+            ((96, 14336, 4096), tile((128, 128), 1)),
+            ((128, 11008, 4096), tile((64, 192), 1)),
+            ((192, 6144, 4096), tile((64, 192), 1)),
+            ((256, 4096, 4096), tile((64, 128), 1)),
+            ((1024, 1024, 1024), tile((64, 128), 1)),
+            ((4096, 4096, 4096), tile((128, 256), 1)),
+        ] {
+            let o = first(m, n, k);
+            assert!(o.tensor_maps, "{m}x{n}x{k}");
+            assert_eq!((o.tile, o.split_k), want, "{m}x{n}x{k}");
+        }
+        // More SMs, fewer rounds: at 128x5632x4096 64x128 makes 88 tiles, one round on 132
+        // SMs; on 66 SMs two, where 64x192 makes 60, one.
+        assert_eq!(first(128, 5632, 4096).tile, (64, 128));
+        let half = device(9, 0, 66);
+        let o = group[gemm_order(128, 5632, 4096, &half, &group)[0]];
+        assert_eq!(o.tile, (64, 192));
+    }
+
+    #[test]
+    fn the_cost_model_saturates_instead_of_overflowing() {
+        let o = GemmOption {
+            tile: (16, 64),
+            tensor_maps: true,
+            runs: true,
+            split_k: 2,
+        };
+        let big = usize::MAX;
+        assert_eq!(wgmma_cost(big, big, big, 132, &o), u64::MAX);
+        // No SMs (an unreadable device) and a zero tile still order instead of dividing by 0.
+        let zero = GemmOption {
+            tile: (0, 0),
+            split_k: 0,
+            ..o
+        };
+        assert!(wgmma_cost(128, 128, 128, 0, &zero) > 0);
+        let huge = GemmOption {
+            tile: (u32::MAX, u32::MAX),
+            ..o
+        };
+        assert_eq!(wgmma_cost(1, 1, 1, 132, &huge), u64::MAX);
     }
 
     fn bf16(arg: &'static str, len: usize, address: u64) -> Buf {

@@ -171,15 +171,17 @@ fn pick(m: &Manifest, g: &Group, arms: TokenStream) -> Result<TokenStream> {
         } else {
             quote!(super::KERNELS[#index].runs_on(device, #maps))
         };
+        let split_k = u32_lit(inst.launch.grid.cluster());
         quote!(call_checks::GemmOption {
             tile: (#tm, #tn),
             tensor_maps: #maps,
             runs: #runs,
+            split_k: #split_k,
         })
     });
     Ok(quote! {
         let mut refused = None;
-        for i in call_checks::gemm_order(m, n, device, &[#(#options),*]) {
+        for i in call_checks::gemm_order(m, n, k, device, &[#(#options),*]) {
             match match i { #arms } {
                 Ok(plan) => return Ok(plan),
                 Err(e) => {
