@@ -1,6 +1,6 @@
 //! GEMM calls: matrices with leading dimensions, an optional residual `c` and `bias`; a grid
 //! of one block per output tile, or a persistent grid on sm_90; the method tries instances
-//! that run on the device, largest tile that still fills the device first.
+//! that run on the device in `call_checks::gemm_order`.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -74,7 +74,7 @@ fn dispatch_rule(m: &Manifest, g: &Group) -> &'static str {
         .iter()
         .any(|&i| !m.instances[i].tensor_maps.is_empty())
     {
-        "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows), elsewhere only the others; within each, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
+        "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows that no swap-AB tile covers), cheapest first by `tilegen_runtime::call_checks::wgmma_cost` (the rounds of tiles each SM runs, times what a tile loads and computes); elsewhere only the others, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
     } else {
         "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:"
     }
