@@ -464,7 +464,7 @@ pub fn gemm_order(
 /// once), and a tile costs, per k its blocks walk:
 /// - its columns of B and, twice weighted, its rows of A (what its blocks load);
 /// - `rows × columns / 40` of wgmma work;
-/// - 64 for the k block's fixed costs (barriers, descriptors, the ring's turns);
+/// - 64 that do not grow with the tile (barriers, descriptors, the ring's turns);
 /// - and with split K, 100 per output element once, for the partial sums' exchange.
 ///
 /// Fitted to the H200's tuning measurements, every wgmma member at 102 shapes from 1×4096×4096
@@ -719,8 +719,8 @@ mod tests {
         let first = |m, n, k| group[gemm_order(m, n, k, &h200, &group)[0]];
         // The fastest member that `tilegen tune` measured for gemm_nn_bf16 at each shape
         // (bench/results/2026-12-04-h200-tune-retune-2.tar.xz and the files that
-        // bench/tuning-lookup/rules_cost.py reads beside it). tile_order's pick took 1.15-1.60x
-        // as long at all but 4096^3.
+        // bench/tuning-lookup/rules_cost.py reads beside it). At six of these shapes
+        // tile_order's pick took 1.15-1.91x as long.
         let tile = |t: (u32, u32), split_k| (t, split_k);
         for ((m, n, k), want) in [
             ((16, 11008, 4096), tile((16, 128), 1)),
