@@ -532,11 +532,14 @@ pub fn tilings_of(members: &[&InstanceEntry]) -> Option<Vec<tilegen_runtime::tun
 
 /// The member `tables` pick for a call of `method` at `shape` on `device`, as the bindings
 /// decide it (`pick_tiled` for a GEMM method, `pick` for the others); None where the fixed
-/// rules decide. Whether the member accepts the call is the caller's to check.
+/// rules decide. `runs` says which members run on `device` (the rules rank by cost where a
+/// tensor-map one that they may pick does). Whether the member accepts the call is the
+/// caller's to check.
 pub fn table_pick(
     tables: &[TuningTable],
     method: &str,
     members: &[&InstanceEntry],
+    runs: &[bool],
     device: &tilegen_runtime::loader::Device,
     shape: &[u64],
 ) -> Option<usize> {
@@ -544,7 +547,13 @@ pub fn table_pick(
     let entries = dispatch_of(tables, method, members);
     let table: Vec<_> = entries.iter().map(|d| d.tuned()).collect();
     match tilings_of(members) {
-        Some(tilings) => pick_tiled(device, &table, shape, &tilings),
+        Some(tilings) => {
+            let rules_model = members
+                .iter()
+                .zip(runs)
+                .any(|(i, &runs)| runs && !i.tensor_maps.is_empty() && !i.table_only);
+            pick_tiled(device, &table, shape, &tilings, rules_model)
+        }
         None => pick(device, &table, shape),
     }
 }

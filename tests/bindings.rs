@@ -646,7 +646,17 @@ fn method_members(method: &str) -> Vec<&'static tilegen::InstanceEntry> {
 fn tuned(d: &Device, method: &str, shape: &[u64]) -> Option<String> {
     let m = default_manifest();
     let members = method_members(method);
-    tilegen::__internal::tuning::table_pick(&m.tuning, method, &members, d, shape)
+    let runs: Vec<bool> = members
+        .iter()
+        .map(|i| {
+            let maps = !i.tensor_maps.is_empty();
+            KERNELS
+                .iter()
+                .find(|k| k.name == i.name)
+                .is_some_and(|k| k.runs_on(d, maps))
+        })
+        .collect();
+    tilegen::__internal::tuning::table_pick(&m.tuning, method, &members, &runs, d, shape)
         .map(|i| members[i].name.clone())
 }
 
@@ -681,7 +691,7 @@ fn gemm_dispatch_follows_the_device() {
         (16, 4096, 4096),
         (128, 11008, 4096),
         (136, 264, 72),
-        (16, 256, 256), // no table entry within 4x: the fixed rules decide
+        (16, 256, 256), // no table entry near: the fixed rules decide
     ] {
         for (method, p) in gemm_plans(SMS, m, n, k) {
             let shape = [m as u64, n as u64, k as u64];
@@ -751,4 +761,32 @@ fn gemm_dispatch_follows_the_device() {
         let (_, p) = gemm_plans(&device(9, 0, sms), 8192, 8192, 8192).remove(0);
         assert_eq!(p.unwrap().dims.unwrap().grid, (sms, 1, 1));
     }
+}
+
+/// On sm_90 the table decides only near its entries; between them the fixed rules' cost model
+/// does (`tilegen_runtime::tuning::NEAR_DISTANCE`). gemm_nn_bf16 has an entry at
+/// 128×4096×4096 and none within 0.25 of 160×4096×4096, where the model's cheapest tile is
+/// 64×128 (96 tiles, one round).
+#[test]
+fn between_entries_the_rules_cost_model_decides() {
+    let pick = |m: usize| {
+        let plans = gemm_plans(SMS, m, 4096, 4096);
+        let (_, p) = plans
+            .iter()
+            .find(|(name, _)| *name == "gemm_nn_bf16")
+            .unwrap();
+        picked(p).to_string()
+    };
+    let at_entry = tuned(SMS, "gemm_nn_bf16", &[128, 4096, 4096]).unwrap();
+    assert_eq!(pick(128), at_entry);
+    assert_eq!(tuned(SMS, "gemm_nn_bf16", &[160, 4096, 4096]), None);
+    assert_eq!(pick(160), "gemm_bf16_64x128x64_s8_nn_wgmma");
+    // Where no tensor-map member runs (a driver that cannot encode maps), the table keeps
+    // its whole reach: its pick at 160 rows is predicted from the 128-row entry.
+    let old = Device {
+        driver: Some(Version::new(11, 8)),
+        ..*SMS
+    };
+    let old_pick = tuned(&old, "gemm_nn_bf16", &[160, 4096, 4096]);
+    assert!(old_pick.is_some());
 }

@@ -69,9 +69,23 @@ pub fn tuned_first(m: &Manifest, g: &Group, calls: &[TokenStream]) -> Result<Tok
                     },
                 }
             });
+            // Whether the fixed rules rank these members by their cost model: a tensor-map
+            // member they may pick runs here (`call_checks::gemm_order`).
+            let ranked: Vec<Literal> = g
+                .members
+                .iter()
+                .filter(|&&k| !m.instances[k].tensor_maps.is_empty() && !m.instances[k].table_only)
+                .map(|&k| Literal::usize_unsuffixed(k))
+                .collect();
+            let rules_model = if ranked.is_empty() {
+                quote!(false)
+            } else {
+                quote!([#(#ranked),*].iter().any(|&k: &usize| super::KERNELS[k].runs_on(device, true)))
+            };
             quote! {
                 const TILINGS: &[::tilegen_runtime::tuning::Tiling] = &[#(#tilings)*];
-                ::tilegen_runtime::tuning::pick_tiled(device, TUNED, &[#(#sizes),*], TILINGS)
+                let rules_model = #rules_model;
+                ::tilegen_runtime::tuning::pick_tiled(device, TUNED, &[#(#sizes),*], TILINGS, rules_model)
             }
         }
         None => quote!(::tilegen_runtime::tuning::pick(device, TUNED, &[#(#sizes),*])),

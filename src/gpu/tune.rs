@@ -203,16 +203,19 @@ fn rule_pick(
     pick.filter(|&i| problem::fits(&members[i], p))
 }
 
-/// The member the library's tuning tables pick for `p` on this device, as the bindings do.
+/// The member the library's tuning tables pick for `p` on this device, as the bindings do;
+/// `runs` says which members run here.
 fn tuned_pick(
     gpu: &Gpu,
     device: &crate::loader::Device,
     method: &str,
     members: &[InstanceEntry],
+    runs: &[bool],
     p: Problem,
 ) -> Option<usize> {
     let refs: Vec<&InstanceEntry> = members.iter().collect();
-    crate::tuning::table_pick(&gpu.manifest.tuning, method, &refs, device, &shape_of(p))
+    let tables = &gpu.manifest.tuning;
+    crate::tuning::table_pick(tables, method, &refs, runs, device, &shape_of(p))
         .filter(|&i| problem::fits(&members[i], p))
 }
 
@@ -344,7 +347,7 @@ pub fn measure_method(
             shape: shape_of(p),
             times,
             rule: name(rule_pick(&device, members, &runs, p)),
-            tuned: name(tuned_pick(gpu, &device, method, members, p)),
+            tuned: name(tuned_pick(gpu, &device, method, members, &runs, p)),
             unverified: failed.iter().cloned().collect(),
         });
     }

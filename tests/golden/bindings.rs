@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 c4d9bb5198f8cf3e
+// content sha256 f33762e6b39659b5
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -1491,11 +1491,13 @@ pub mod plan {
                     blocks_per_sm: 1,
                 },
             ];
+            let rules_model = false;
             ::tilegen_runtime::tuning::pick_tiled(
                 device,
                 TUNED,
                 &[m as u64, n as u64, k as u64],
                 TILINGS,
+                rules_model,
             )
         };
         if let Some(i) = picked {

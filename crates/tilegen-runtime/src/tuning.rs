@@ -16,7 +16,9 @@
 //! that filled the GPU at M = 128 leaves half of it idle at M = 192), so [`pick_tiled`]
 //! predicts instead: every member timed at an entry nearby (winner, runner-up, the rules'
 //! pick) has its time there scaled to the call by its rounds of tiles and by k, and the member
-//! predicted fastest wins.
+//! predicted fastest wins. Where the fixed rules rank the members by a cost model (wgmma
+//! GEMMs on sm_90), only entries within [`NEAR_DISTANCE`] count: farther off the rules do
+//! better.
 
 use crate::loader::Device;
 
@@ -104,22 +106,41 @@ impl Tiling {
 /// table (`bench/results/2026-12-03-h200-tune-between-shapes.txt`).
 pub const DISTANCE_PENALTY: f64 = 0.25;
 
+/// How near (in [`pick`]'s distance) an entry must be to decide a GEMM call whose fixed rules
+/// rank the members by `call_checks::wgmma_cost`: 0.25, a factor 1.19 in one dimension. Beyond
+/// it those rules pick better than [`pick_tiled`]'s prediction. Judged on the H200's tuning
+/// runs, each GEMM shape left out of the table in turn (`bench/tuning-lookup/reach.py`): the
+/// prediction from the other entries took 1.023× the fastest member's time on geometric mean
+/// (worst 1.99×), the rules 1.010× (1.17×); the rules fitted on half of the shapes read
+/// 1.013–1.015× on the other half, the prediction 1.016–1.029× there. By the distance of the
+/// nearest entry left: under 0.3 the two tie (96 method-shapes, 1.002×), from 0.3 to 0.6 the
+/// prediction reads 1.023× against 1.010×, and farther the rules lead in every band (by
+/// 0.7–2.2 %).
+pub const NEAR_DISTANCE: f64 = 0.25;
+
 /// The member predicted fastest for a GEMM call of `shape` (`[m, n, k]`) on `device`, if the
-/// table has entries within [`MAX_RATIO`] of it: each member timed at such an entry takes its
-/// time at the nearest one, times its rounds of tiles here over its rounds there, times the
-/// ratio of k, counted slower by [`DISTANCE_PENALTY`] per unit of distance (see the module
-/// docs). `tilings` are the members'
-/// tilings, in member order; a member without one is not predicted. Ties go to the member
-/// measured nearer, then to the one ranked higher where it was measured, then to the lower
-/// index.
+/// table has entries near it: within [`NEAR_DISTANCE`] when `rules_model` (the fixed rules
+/// rank the call's members by `call_checks::wgmma_cost`: some tensor-map member runs here),
+/// else within [`MAX_RATIO`]. Each member timed at such an entry takes its time at the
+/// nearest one, times its rounds of tiles here over its rounds there, times the ratio of k,
+/// counted slower by [`DISTANCE_PENALTY`] per unit of distance (see the module docs).
+/// `tilings` are the members' tilings, in member order; a member without one is not
+/// predicted. Ties go to the member measured nearer, then to the one ranked higher where it
+/// was measured, then to the lower index.
 pub fn pick_tiled(
     device: &Device,
     table: &[Tuned<'_>],
     shape: &[u64],
     tilings: &[Tiling],
+    rules_model: bool,
 ) -> Option<usize> {
     let &[m, n, k] = shape else {
         return None;
+    };
+    let reach = if rules_model {
+        NEAR_DISTANCE
+    } else {
+        f64::INFINITY
     };
     // Per member, from its nearest entry: (distance, predicted µs, its place in that entry's
     // ranking). Times are kept to two significant digits, so the ranking, measured at full
@@ -129,6 +150,9 @@ pub fn pick_tiled(
         let (Some(d), &[em, en, ek]) = (distance(shape, t.shape), t.shape) else {
             continue;
         };
+        if d > reach {
+            continue;
+        }
         for (rank, &(member, us)) in t.timed.iter().enumerate() {
             let Some(tiling) = tilings.get(member) else {
                 continue;
@@ -330,16 +354,16 @@ mod tests {
         assert_eq!(pick(&h200, &table, &[512, 4096, 4096]), Some(0));
         // At M = 512 it takes two rounds (256 tiles) where 128 rows take one (128 tiles).
         assert_eq!(
-            pick_tiled(&h200, &table, &[512, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &table, &[512, 4096, 4096], TILINGS, false),
             Some(1)
         );
         assert_eq!(
-            pick_tiled(&h200, &table, &[128, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &table, &[128, 4096, 4096], TILINGS, false),
             Some(0)
         );
         // k scales every member alike.
         assert_eq!(
-            pick_tiled(&h200, &table, &[128, 4096, 16384], TILINGS),
+            pick_tiled(&h200, &table, &[128, 4096, 16384], TILINGS, false),
             Some(0)
         );
         // Each member is judged at its own nearest entry, however far the other's are.
@@ -350,7 +374,7 @@ mod tests {
         // Member 0 from 512 rows: 36 µs, two rounds there and at 500 rows; member 1 from 128
         // rows, nearly 2 (factors of 2) away: 21 µs, one round, counted as 21 · 1.49.
         assert_eq!(
-            pick_tiled(&h200, &table, &[500, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &table, &[500, 4096, 4096], TILINGS, false),
             Some(1)
         );
         // A prediction from far off loses to a slightly slower one measured near.
@@ -359,13 +383,13 @@ mod tests {
             gemm_entry(&[128, 4096, 4096], &[(0, 19.0), (1, 21.0)]),
         ];
         assert_eq!(
-            pick_tiled(&h200, &table, &[500, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &table, &[500, 4096, 4096], TILINGS, false),
             Some(0)
         );
         // Equal (rounded) times at one entry: its ranking decides, then the lower index.
         let tie = [gemm_entry(&[128, 4096, 4096], &[(1, 20.0), (0, 20.0)])];
         assert_eq!(
-            pick_tiled(&h200, &tie, &[128, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &tie, &[128, 4096, 4096], TILINGS, false),
             Some(1)
         );
         let tie = [
@@ -373,7 +397,7 @@ mod tests {
             gemm_entry(&[128, 4096, 4096], &[(0, 20.0)]),
         ];
         assert_eq!(
-            pick_tiled(&h200, &tie, &[128, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &tie, &[128, 4096, 4096], TILINGS, false),
             Some(0)
         );
     }
@@ -384,26 +408,57 @@ mod tests {
         let table = [gemm_entry(&[128, 4096, 4096], &[(5, 1.0), (2, 19.0)])];
         // Member 5 has no tiling: only member 2 is predicted.
         assert_eq!(
-            pick_tiled(&h200, &table, &[128, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &table, &[128, 4096, 4096], TILINGS, false),
             Some(2)
         );
         // Too far in one dimension, another rank, another GPU, no entries: the rules decide.
         assert_eq!(
-            pick_tiled(&h200, &table, &[4096, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &table, &[4096, 4096, 4096], TILINGS, false),
             None
         );
-        assert_eq!(pick_tiled(&h200, &table, &[128, 4096], TILINGS), None);
+        assert_eq!(
+            pick_tiled(&h200, &table, &[128, 4096], TILINGS, false),
+            None
+        );
         let a100 = device("NVIDIA A100-SXM4-80GB", 8, 0);
-        assert_eq!(pick_tiled(&a100, &table, &[128, 4096, 4096], TILINGS), None);
-        assert_eq!(pick_tiled(&h200, &[], &[128, 4096, 4096], TILINGS), None);
+        assert_eq!(
+            pick_tiled(&a100, &table, &[128, 4096, 4096], TILINGS, false),
+            None
+        );
+        assert_eq!(
+            pick_tiled(&h200, &[], &[128, 4096, 4096], TILINGS, false),
+            None
+        );
         // Times that are not numbers are skipped, never compared.
         let odd = [gemm_entry(&[128, 4096, 4096], &[(0, f64::NAN), (1, 21.0)])];
         assert_eq!(
-            pick_tiled(&h200, &odd, &[128, 4096, 4096], TILINGS),
+            pick_tiled(&h200, &odd, &[128, 4096, 4096], TILINGS, false),
             Some(1)
         );
         // A zero size matches no measured shape.
-        assert_eq!(pick_tiled(&h200, &table, &[0, 4096, 4096], TILINGS), None);
+        assert_eq!(
+            pick_tiled(&h200, &table, &[0, 4096, 4096], TILINGS, false),
+            None
+        );
+    }
+
+    #[test]
+    fn where_the_rules_rank_by_cost_only_near_entries_decide() {
+        let h200 = device("NVIDIA H200", 9, 0);
+        let table = [gemm_entry(&[128, 8192, 4096], &[(0, 30.0), (1, 33.0)])];
+        let near = |shape: &[u64]| pick_tiled(&h200, &table, shape, TILINGS, true);
+        assert_eq!(near(&[128, 8192, 4096]), Some(0));
+        // 140 rows, 0.13 away: still predicted by rounds (192 tiles of 64 rows need a second
+        // round, 128 of 128 rows do not).
+        assert_eq!(near(&[140, 8192, 4096]), Some(1));
+        // 5000 deep, 0.29 away, and 4x the rows: past the limit, so the rules decide.
+        assert_eq!(near(&[128, 8192, 5000]), None);
+        assert_eq!(near(&[512, 8192, 4096]), None);
+        // Without the cost model, the whole MAX_RATIO counts.
+        assert_eq!(
+            pick_tiled(&h200, &table, &[512, 8192, 4096], TILINGS, false),
+            Some(1)
+        );
     }
 
     #[test]
