@@ -6,7 +6,9 @@ Re-implements in Python the two lookups of `tilegen_runtime::tuning` for GEMM me
   tiled:   `pick_tiled`, every member timed at an entry nearby (winner, runner-up, rules' pick)
            predicted at the call by its rounds of output tiles and by k, with the distance
            penalty; ties to the nearer entry, then the entry's ranking, then the lower member
-           index.
+           index. Over the whole 4x reach: where the fixed rules rank wgmma members by their
+           cost model, `pick_tiled` now keeps only entries within `NEAR_DISTANCE` (reach.py
+           judges that).
 and reports how much slower each pick ran than the fastest instance, on
   - shapes measured by `tilegen --message-format json tune ...` (JSON lines given as arguments),
     against the table as given;
