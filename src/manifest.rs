@@ -49,6 +49,15 @@ pub struct InstanceEntry {
     pub targets: Vec<Target>,
 }
 
+impl InstanceEntry {
+    /// Whether the bindings' fixed GEMM rules rank this instance by
+    /// `tilegen_runtime::call_checks::wgmma_cost` where it runs: a tensor-map instance that
+    /// they may pick (not table-only).
+    pub fn ranked_by_cost(&self) -> bool {
+        !self.tensor_maps.is_empty() && !self.table_only
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     pub arch: Arch,

@@ -551,7 +551,7 @@ pub fn table_pick(
             let rules_model = members
                 .iter()
                 .zip(runs)
-                .any(|(i, &runs)| runs && !i.tensor_maps.is_empty() && !i.table_only);
+                .any(|(i, &runs)| runs && i.ranked_by_cost());
             pick_tiled(device, &table, shape, &tilings, rules_model)
         }
         None => pick(device, &table, shape),

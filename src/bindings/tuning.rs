@@ -74,7 +74,7 @@ pub fn tuned_first(m: &Manifest, g: &Group, calls: &[TokenStream]) -> Result<Tok
             let ranked: Vec<Literal> = g
                 .members
                 .iter()
-                .filter(|&&k| !m.instances[k].tensor_maps.is_empty() && !m.instances[k].table_only)
+                .filter(|&&k| m.instances[k].ranked_by_cost())
                 .map(|&k| Literal::usize_unsuffixed(k))
                 .collect();
             let rules_model = if ranked.is_empty() {
