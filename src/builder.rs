@@ -227,7 +227,7 @@ impl Builder {
         let docs_rs = crate::env::var_os("DOCS_RS").is_some();
         let mut opts = Options::new(specs, &out);
         opts.templates = self.templates.clone();
-        opts.archs = match crate::env::var("TILEGEN_ARCHS").filter(|v| !v.trim().is_empty()) {
+        opts.archs = match crate::env::var("TILEGEN_ARCHS")?.filter(|v| !v.trim().is_empty()) {
             Some(list) => Some(parse_archs_var(&list)?),
             None => self.archs.as_ref().map(|a| parse_archs(a)).transpose()?,
         };
@@ -246,10 +246,10 @@ impl Builder {
             .bundle
             .clone()
             .or_else(|| crate::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
-        opts.bundle_pubkey = self
-            .bundle_pubkey
-            .clone()
-            .or_else(|| crate::env::var("TILEGEN_BUNDLE_PUBKEY"));
+        opts.bundle_pubkey = match &self.bundle_pubkey {
+            Some(key) => Some(key.clone()),
+            None => crate::env::var("TILEGEN_BUNDLE_PUBKEY")?,
+        };
         opts.bindings = true;
         opts.compile = !docs_rs;
         if docs_rs && opts.cache_dir.is_none() {
@@ -375,7 +375,10 @@ impl Warnings {
 /// (held by the caller while it compiles), at most `NUM_JOBS` in all. Without a jobserver,
 /// `NUM_JOBS` (0, one per core, when unset).
 fn cargo_jobs() -> (usize, Vec<jobserver::Acquired>) {
+    // Cargo's own variable: a value that is not a number counts as unset.
     let limit: usize = crate::env::var("NUM_JOBS")
+        .ok()
+        .flatten()
         .and_then(|j| j.parse().ok())
         .unwrap_or(0);
     static CLIENT: OnceLock<Option<jobserver::Client>> = OnceLock::new();

@@ -16,9 +16,18 @@ pub fn var_os(name: &str) -> Option<OsString> {
     std::env::var_os(name)
 }
 
-/// Reads a variable as UTF-8; a non-UTF-8 value counts as unset.
-pub fn var(name: &str) -> Option<String> {
-    var_os(name).and_then(|v| v.into_string().ok())
+/// Reads a variable as UTF-8. A value that is set but not UTF-8 is an error, never "unset":
+/// a variable that asks for something (a key whose signature to demand, a read-only mode)
+/// must not silently fall back to its absence.
+pub fn var(name: &str) -> crate::Result<Option<String>> {
+    match var_os(name).map(OsString::into_string) {
+        None => Ok(None),
+        Some(Ok(v)) => Ok(Some(v)),
+        Some(Err(v)) => Err(crate::Error::Usage(format!(
+            "{name} is set, but its value `{}` is not UTF-8",
+            v.to_string_lossy().escape_debug()
+        ))),
+    }
 }
 
 /// Every variable read so far, sorted.
@@ -26,4 +35,22 @@ pub fn read_so_far() -> Vec<String> {
     READ.lock()
         .map(|s| s.iter().cloned().collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    /// A variable that asks for something (a key whose signature to demand) must not read
+    /// as unset because its value is not UTF-8.
+    #[test]
+    fn a_value_that_is_not_utf8_is_an_error_not_unset() {
+        use std::os::unix::ffi::OsStrExt;
+        let name = "TILEGEN_TEST_ENV_NOT_UTF8";
+        std::env::set_var(name, std::ffi::OsStr::from_bytes(b"keys\xffdir/key.pub"));
+        let err = super::var(name).unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains("not UTF-8"), "{err}");
+        std::env::set_var(name, "keys/key.pub");
+        assert_eq!(super::var(name).unwrap().as_deref(), Some("keys/key.pub"));
+        std::env::remove_var(name);
+        assert_eq!(super::var(name).unwrap(), None);
+    }
 }

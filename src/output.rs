@@ -1,7 +1,8 @@
 //! Writing a library folder: only files whose bytes change, each replaced atomically, in an
 //! order that never lets a reader see a file naming one that is not there yet (kernels, then
 //! `bindings.rs`, `manifest.json` last); files an older manifest listed that are no longer
-//! produced are removed, and so are temporary files a killed run left. `check` compares
+//! produced are removed before the new manifest replaces it, and so are temporary files a
+//! killed run left. `check` compares
 //! instead of writing. A file's bytes come from memory (what `generate` built) or from a
 //! staged file on disk (a verified bundle member), which is moved into place and compared a
 //! buffer at a time, so a large member is never held in memory.
@@ -287,8 +288,9 @@ pub fn publication_order(rel: &str) -> u8 {
 }
 
 /// Writes a library's files into `dir` (see the module docs): under the folder's lock,
-/// removing temporary files killed runs left, in [`publication_order`], then removing files
-/// an older manifest listed that are no longer produced.
+/// removing temporary files killed runs left, in [`publication_order`], removing the files an
+/// older manifest listed that are no longer produced just before the new manifest goes out
+/// (so a run killed in between still finds them listed in the old one, and removes them).
 pub fn write_library<C: AsContent>(dir: &Path, files: &BTreeMap<String, C>) -> Result<WriteReport> {
     let mut report = WriteReport::default();
     fs::create_dir_all(dir).at(dir)?;
@@ -310,17 +312,39 @@ pub fn write_library<C: AsContent>(dir: &Path, files: &BTreeMap<String, C>) -> R
     }
     let mut ordered: Vec<(&String, &C)> = files.iter().collect();
     ordered.sort_by_key(|(rel, _)| publication_order(rel));
-    for (rel, content) in ordered {
-        let path = dir.join(rel);
-        if publish(&path, content.content())? {
-            report.written.push(path);
-        } else {
-            report.unchanged += 1;
-        }
+    let (manifest_last, rest): (Vec<_>, Vec<_>) = ordered
+        .into_iter()
+        .partition(|(rel, _)| rel.as_str() == manifest::FILE_NAME);
+    for (rel, content) in rest {
+        publish_into(dir, rel, content, &mut report)?;
     }
+    remove_stale(dir, &stale, &mut report)?;
+    for (rel, content) in manifest_last {
+        publish_into(dir, rel, content, &mut report)?;
+    }
+    Ok(report)
+}
+
+fn publish_into<C: AsContent>(
+    dir: &Path,
+    rel: &str,
+    content: &C,
+    report: &mut WriteReport,
+) -> Result<()> {
+    let path = dir.join(rel);
+    if publish(&path, content.content())? {
+        report.written.push(path);
+    } else {
+        report.unchanged += 1;
+    }
+    Ok(())
+}
+
+/// Removes the files of `stale` that are still safe to remove, and folders they leave empty.
+fn remove_stale(dir: &Path, stale: &[String], report: &mut WriteReport) -> Result<()> {
     for rel in stale {
-        let path = dir.join(&rel);
-        if removable(dir, &rel) {
+        let path = dir.join(rel);
+        if removable(dir, rel) {
             fs::remove_file(&path).at(&path)?;
             report.removed.push(path.clone());
             // Drop folders left empty, up to the library root.
@@ -333,7 +357,7 @@ pub fn write_library<C: AsContent>(dir: &Path, files: &BTreeMap<String, C>) -> R
             }
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Differences between the folder and what would be written, one line each.
@@ -405,6 +429,30 @@ mod tests {
             b"old bindings"
         );
         assert!(!dir.path().join("manifest.json").exists());
+    }
+
+    /// A run that fails (or is killed) after its stale files went but before its manifest
+    /// did leaves the old manifest, which no longer finds them: none is orphaned unlisted.
+    #[test]
+    fn stale_files_are_removed_before_the_manifest_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let old_manifest = br#"{"format": 1, "tilegen_version": "0", "nvrtc_version": "0",
+            "instances": [], "files": ["kernels/old.cu"]}"#;
+        assert!(Manifest::from_bytes(old_manifest).is_ok());
+        let old = file_set(&[("kernels/old.cu", b"old"), ("manifest.json", old_manifest)]);
+        write_library(dir.path(), &old).unwrap();
+        // The new manifest cannot be published: its staged file is gone.
+        let missing = dir.path().join("staged-manifest-that-is-not-there");
+        let mut new = BTreeMap::new();
+        new.insert("kernels/new.cu".to_string(), Content::Bytes(b"new"));
+        new.insert("manifest.json".to_string(), Content::File(&missing));
+        assert!(write_library(dir.path(), &new).is_err());
+        assert!(!dir.path().join("kernels/old.cu").exists());
+        assert!(dir.path().join("kernels/new.cu").exists());
+        assert_eq!(
+            fs::read(dir.path().join("manifest.json")).unwrap(),
+            old_manifest
+        );
     }
 
     #[test]

@@ -61,7 +61,7 @@ fn bad(path: &Path, message: impl Into<String>) -> Error {
 
 /// `SOURCE_DATE_EPOCH` (a build script reruns when it changes), else 0.
 pub fn source_date_epoch() -> Result<u64> {
-    match crate::env::var("SOURCE_DATE_EPOCH") {
+    match crate::env::var("SOURCE_DATE_EPOCH")? {
         None => Ok(0),
         Some(v) => v.trim().parse().map_err(|_| {
             Error::Usage(format!(

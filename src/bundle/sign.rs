@@ -135,7 +135,7 @@ fn read_secret_key(path: &Path) -> Result<minisign::SecretKey> {
             format!("{}: not a minisign secret key: {e}", path.display()),
         )
     })?;
-    let sk = match crate::env::var("TILEGEN_SIGN_PASSWORD") {
+    let sk = match crate::env::var("TILEGEN_SIGN_PASSWORD")? {
         Some(password) => sk_box.into_secret_key(Some(password)),
         None => sk_box.into_unencrypted_secret_key(),
     };

@@ -13,6 +13,10 @@ use crate::nvrtc::{Compiled, Resources};
 
 pub(super) const MAGIC: &[u8] = b"TILEGEN-CACHE v1\n";
 
+/// The largest entry read: a kernel's PTX and cubin are a few MiB at most, and a remote value
+/// may be no larger either (`remote::MAX_VALUE`).
+pub(super) const MAX_ENTRY_BYTES: u64 = 64 << 20;
+
 #[derive(Debug, Serialize, Deserialize)]
 struct Meta {
     key: String,
@@ -29,7 +33,7 @@ pub(super) fn read_entry(path: &Path) -> std::result::Result<Option<Vec<u8>>, St
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path);
-    let mut f = match f {
+    let f = match f {
         Ok(f) => f,
         Err(e) => {
             return match e.raw_os_error() {
@@ -47,9 +51,20 @@ pub(super) fn read_entry(path: &Path) -> std::result::Result<Option<Vec<u8>>, St
     if !m.is_file() {
         return Err("not a regular file".into());
     }
+    if m.len() > MAX_ENTRY_BYTES {
+        return Err(format!(
+            "{} bytes, more than any entry ({MAX_ENTRY_BYTES})",
+            m.len()
+        ));
+    }
     let mut bytes = Vec::with_capacity(m.len() as usize);
-    f.read_to_end(&mut bytes)
+    // Bounded even if the file grows while it is read.
+    f.take(MAX_ENTRY_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot be read: {e}"))?;
+    if bytes.len() as u64 > MAX_ENTRY_BYTES {
+        return Err(format!("more than any entry ({MAX_ENTRY_BYTES} bytes)"));
+    }
     Ok(Some(bytes))
 }
 

@@ -133,13 +133,21 @@ pub struct RemoteStatus {
     pub read_only: bool,
     pub signed: bool,
     pub reachable: bool,
+    /// Why it does not answer, or (with no `url`) why it is not used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A note on its configuration (an unknown mode taken as read-only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl RemoteStatus {
     pub fn line(&self) -> String {
-        format!(
+        if self.url.is_empty() {
+            let why = self.error.as_deref().unwrap_or_default();
+            return format!("remote cache not used: {why}");
+        }
+        let mut line = format!(
             "remote cache {} ({}): {}",
             self.url,
             remote_mode(self.read_only, self.signed),
@@ -147,7 +155,11 @@ impl RemoteStatus {
                 None => "reachable".to_string(),
                 Some(e) => format!("not reachable: {e}"),
             }
-        )
+        );
+        if let Some(n) = &self.note {
+            line.push_str(&format!(" ({n})"));
+        }
+        line
     }
 }
 
@@ -162,14 +174,17 @@ fn remote_mode(read_only: bool, signed: bool) -> String {
 }
 
 /// The remote cache's variables: `TILEGEN_CACHE_REMOTE` (`read-write`, the default, or
-/// `read-only`) and `TILEGEN_CACHE_HMAC_KEY`. An unknown mode is taken as read-only, the
-/// safe side, with a note.
+/// `read-only`) and `TILEGEN_CACHE_HMAC_KEY`. An unknown (or non-UTF-8) mode is taken as
+/// read-only, the safe side, with a note. A key that is set but empty (a secret this job was
+/// not given) is an error: the remote is then left out rather than read unauthenticated.
 #[cfg(feature = "remote-cache")]
-fn remote_settings() -> (remote::Mode, Option<Vec<u8>>, Option<String>) {
-    let (mode, note) = match crate::env::var("TILEGEN_CACHE_REMOTE").as_deref() {
-        None | Some("") | Some("read-write") => (remote::Mode::ReadWrite, None),
-        Some("read-only") => (remote::Mode::ReadOnly, None),
-        Some(other) => (
+fn remote_settings() -> std::result::Result<(remote::Mode, Option<Vec<u8>>, Option<String>), String>
+{
+    let (mode, note) = match crate::env::var("TILEGEN_CACHE_REMOTE") {
+        Ok(None) => (remote::Mode::ReadWrite, None),
+        Ok(Some(v)) if v.is_empty() || v == "read-write" => (remote::Mode::ReadWrite, None),
+        Ok(Some(v)) if v == "read-only" => (remote::Mode::ReadOnly, None),
+        Ok(Some(other)) => (
             remote::Mode::ReadOnly,
             Some(format!(
                 "TILEGEN_CACHE_REMOTE `{}` is neither `read-write` nor `read-only`; using \
@@ -177,11 +192,19 @@ fn remote_settings() -> (remote::Mode, Option<Vec<u8>>, Option<String>) {
                 other.escape_debug()
             )),
         ),
+        Err(e) => (remote::Mode::ReadOnly, Some(format!("{e}; using read-only"))),
     };
-    let key = crate::env::var_os("TILEGEN_CACHE_HMAC_KEY")
-        .map(|k| std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec())
-        .filter(|k| !k.is_empty());
-    (mode, key, note)
+    let key = match crate::env::var_os("TILEGEN_CACHE_HMAC_KEY") {
+        None => None,
+        Some(k) if k.is_empty() => {
+            return Err("TILEGEN_CACHE_HMAC_KEY is set but empty (a secret this job was not \
+                        given?), so remote entries could not be authenticated; the remote \
+                        cache is not used"
+                .into())
+        }
+        Some(k) => Some(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()),
+    };
+    Ok((mode, key, note))
 }
 
 /// Totals for `tilegen cache stats`.
@@ -239,7 +262,9 @@ pub(crate) fn user_cache_dir() -> Option<PathBuf> {
 impl Cache {
     /// The cache at `TILEGEN_CACHE_DIR`, else the user's cache folder.
     pub fn default_location() -> Result<PathBuf> {
-        if let Some(p) = crate::env::var_os("TILEGEN_CACHE_DIR") {
+        // Set but empty (a CI variable that expanded to nothing) counts as unset: it must
+        // not make the current folder a cache.
+        if let Some(p) = crate::env::var_os("TILEGEN_CACHE_DIR").filter(|p| !p.is_empty()) {
             return Ok(PathBuf::from(p));
         }
         user_cache_dir().map(|d| d.join("tilegen")).ok_or_else(|| {
@@ -254,6 +279,14 @@ impl Cache {
         }
     }
 
+    /// A cache that is not used, for `reason` (no cache folder is known here): every lookup
+    /// misses, nothing is stored, and [`Cache::unusable_warning`] says why.
+    pub fn unusable(reason: String) -> Cache {
+        let cache = Cache::open(PathBuf::new());
+        let _ = cache.state.ready.set(Err(reason));
+        cache
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -261,18 +294,31 @@ impl Cache {
     /// Puts the remote cache at `url` (else `TILEGEN_CACHE_URL`, when set) behind this
     /// cache. Without the `remote-cache` feature a URL only brings a warning.
     pub fn with_remote(self, url: Option<&str>) -> Cache {
-        let env = crate::env::var("TILEGEN_CACHE_URL").filter(|u| !u.is_empty());
+        let set_note = |note: String| {
+            if let Ok(mut w) = self.state.remote_note.lock() {
+                *w = Some(note);
+            }
+        };
+        let env = match crate::env::var("TILEGEN_CACHE_URL") {
+            Ok(u) => u.filter(|u| !u.is_empty()),
+            Err(e) => {
+                set_note(format!("{e}; using the local cache only"));
+                None
+            }
+        };
         let Some(url) = url.map(str::to_string).or(env) else {
             return self;
         };
         #[cfg(feature = "remote-cache")]
-        {
-            let (mode, key, note) = remote_settings();
-            let r = remote::Remote::new(&url, mode, key);
-            let _ = self.state.remote.set(r);
-            if let (Some(n), Ok(mut w)) = (note, self.state.remote_note.lock()) {
-                *w = Some(n);
+        match remote_settings() {
+            Ok((mode, key, note)) => {
+                let r = remote::Remote::new(&url, mode, key);
+                let _ = self.state.remote.set(r);
+                if let Some(n) = note {
+                    set_note(n);
+                }
             }
+            Err(why) => set_note(why),
         }
         #[cfg(not(feature = "remote-cache"))]
         if let Ok(mut w) = self.state.remote_note.lock() {
@@ -317,34 +363,39 @@ impl Cache {
     pub fn remote_status(&self) -> Option<RemoteStatus> {
         #[cfg(feature = "remote-cache")]
         {
-            let r = self.state.remote.get()?;
+            let Some(r) = self.state.remote.get() else {
+                return self.remote_left_out();
+            };
             let s = r.summary();
-            let error = self
-                .state
-                .remote_note
-                .lock()
-                .ok()
-                .and_then(|n| n.clone())
-                .map_or_else(|| r.probe().err(), Some);
+            let error = r.probe().err();
             Some(RemoteStatus {
                 url: s.url,
                 read_only: s.read_only,
                 signed: s.signed,
                 reachable: error.is_none(),
                 error,
+                note: self.remote_note(),
             })
         }
         #[cfg(not(feature = "remote-cache"))]
-        {
-            let note = self.state.remote_note.lock().ok()?.clone()?;
-            Some(RemoteStatus {
-                url: String::new(),
-                read_only: true,
-                signed: false,
-                reachable: false,
-                error: Some(note),
-            })
-        }
+        self.remote_left_out()
+    }
+
+    /// What `remote_status` says when a remote cache is configured but not used (a variable
+    /// that cannot be used, or no `remote-cache` feature): why, else None.
+    fn remote_left_out(&self) -> Option<RemoteStatus> {
+        Some(RemoteStatus {
+            url: String::new(),
+            read_only: true,
+            signed: false,
+            reachable: false,
+            error: Some(self.remote_note()?),
+            note: None,
+        })
+    }
+
+    fn remote_note(&self) -> Option<String> {
+        self.state.remote_note.lock().ok()?.clone()
     }
 
     fn entries_dir(&self) -> PathBuf {
@@ -618,8 +669,10 @@ impl Cache {
         shards.sort();
         for shard in shards {
             let name = file_name(&shard);
-            if !is_shard_name(&name) || !fs::metadata(&shard).is_ok_and(|m| m.is_dir()) {
-                if !is_shard_name(&name) {
+            // A link is not followed: cleaners never reach outside the cache.
+            let meta = fs::symlink_metadata(&shard);
+            if !is_shard_name(&name) || !meta.as_ref().is_ok_and(|m| m.is_dir()) {
+                if !is_shard_name(&name) || meta.is_ok_and(|m| m.is_symlink()) {
                     foreign.push(shard.display().to_string());
                 }
                 continue;
@@ -894,6 +947,59 @@ mod tests {
         cache.put(KEY, &sample()).unwrap();
         fs::copy(cache.entry_path(KEY), cache.entry_path(other)).unwrap();
         assert!(matches!(cache.get(other), Lookup::Corrupt(_)));
+    }
+
+    #[test]
+    fn an_oversized_entry_is_corrupt_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path().to_path_buf());
+        cache.put(KEY, &sample()).unwrap();
+        // Sparse: no disk is used, but reading it whole would need a terabyte of memory.
+        fs::File::options()
+            .write(true)
+            .open(cache.entry_path(KEY))
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        assert!(matches!(cache.get(KEY), Lookup::Corrupt(_)));
+        assert!(!cache.entry_path(KEY).exists(), "removed");
+        cache.put(KEY, &sample()).unwrap();
+        assert!(matches!(cache.get(KEY), Lookup::Hit(_)));
+    }
+
+    #[test]
+    fn cleaners_do_not_follow_a_linked_shard_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path().join("cache"));
+        cache.put(KEY, &sample()).unwrap();
+        let entry = cache.entry_path(KEY);
+        let shard = entry.parent().unwrap().to_path_buf();
+        let kept = outside.path().join(entry.file_name().unwrap());
+        fs::rename(&entry, &kept).unwrap();
+        fs::remove_dir(&shard).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &shard).unwrap();
+        let report = cache.clean().unwrap();
+        assert_eq!(report.entries, 0);
+        assert_eq!(report.foreign, vec![shard.display().to_string()]);
+        assert!(kept.exists(), "the file outside the cache stays");
+        // A write replaces the link with a folder of the cache's own.
+        cache.put(KEY, &sample()).unwrap();
+        assert!(fs::symlink_metadata(&shard).unwrap().is_dir());
+        assert!(kept.exists());
+    }
+
+    #[test]
+    fn an_empty_path_or_no_known_folder_means_no_cache() {
+        for cache in [
+            Cache::open(PathBuf::new()),
+            Cache::unusable("no user cache folder is known here".into()),
+        ] {
+            cache.put(KEY, &sample()).unwrap();
+            assert!(matches!(cache.get(KEY), Lookup::Miss));
+            assert!(cache.unusable_warning().is_some());
+        }
+        assert!(!Path::new(TAG_FILE).exists(), "the current folder is not marked");
     }
 
     #[test]

@@ -162,12 +162,14 @@ pub(super) fn parse_url(url: &str) -> std::result::Result<(Target, String), Stri
 /// The URL with any `user:password@` removed, for messages.
 pub(super) fn redact(url: &str) -> String {
     let url: String = url.chars().take(200).collect();
-    match url.split_once("://") {
-        Some((s, rest)) => match rest.rsplit_once('@') {
-            Some((_, host)) => format!("{s}://***@{host}"),
-            None => url,
-        },
-        None => url,
+    // Whatever precedes the last `@` may be a password, with or without a well-formed scheme.
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, rest)) => (format!("{s}://"), rest),
+        None => (String::new(), url.as_str()),
+    };
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}***@{host}"),
+        None => url.clone(),
     }
 }
 
@@ -317,19 +319,22 @@ fn build_operator(target: &Target) -> std::result::Result<opendal::Operator, Str
             opendal::Operator::new(b).map(|o| o.finish())
         }
         Target::S3 { bucket, prefix } => {
-            let var = |n: &str| crate::env::var(n).filter(|v| !v.is_empty());
+            let var = |n: &str| -> std::result::Result<Option<String>, String> {
+                let v = crate::env::var(n).map_err(|e| e.to_string())?;
+                Ok(v.filter(|v| !v.is_empty()))
+            };
             let mut b = services::S3::default()
                 .bucket(bucket)
                 .root(&format!("/{prefix}"))
-                .region(&var("AWS_REGION").unwrap_or_else(|| "us-east-1".into()));
-            if let Some(e) = var("AWS_ENDPOINT_URL") {
+                .region(&var("AWS_REGION")?.unwrap_or_else(|| "us-east-1".into()));
+            if let Some(e) = var("AWS_ENDPOINT_URL")? {
                 b = b.endpoint(&e);
             }
             if let (Some(id), Some(secret)) =
-                (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
+                (var("AWS_ACCESS_KEY_ID")?, var("AWS_SECRET_ACCESS_KEY")?)
             {
                 b = b.access_key_id(&id).secret_access_key(&secret);
-                if let Some(t) = var("AWS_SESSION_TOKEN") {
+                if let Some(t) = var("AWS_SESSION_TOKEN")? {
                     b = b.session_token(&t);
                 }
             }
@@ -583,6 +588,11 @@ mod tests {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
         assert!(!parse_url("gopher://u:pw@h").unwrap_err().contains("pw"));
+        // No well-formed scheme: what precedes the `@` is still hidden.
+        for odd in ["u:pw@redis.internal:6379", "redis:/u:pw@h", "redis://u:pw@h"] {
+            assert!(!redact(odd).contains("pw"), "{odd}");
+            assert!(parse_url(odd).map_or_else(|e| !e.contains("pw"), |_| true), "{odd}");
+        }
     }
 
     #[test]

@@ -54,9 +54,10 @@ pub fn run(args: GenerateArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     o.bundle = args
         .bundle
         .or_else(|| tilegen::__internal::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
-    o.bundle_pubkey = args
-        .bundle_pubkey
-        .or_else(|| tilegen::__internal::env::var("TILEGEN_BUNDLE_PUBKEY"));
+    o.bundle_pubkey = match args.bundle_pubkey {
+        Some(key) => Some(key),
+        None => tilegen::__internal::env::var("TILEGEN_BUNDLE_PUBKEY")?,
+    };
     o.jobs = args.jobs;
     o.tuning = args.tuning;
     o.prune_by_tuning = args.prune_by_tuning;

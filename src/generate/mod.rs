@@ -246,10 +246,14 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
     } else {
         "none".to_string()
     };
-    let cache = Cache::open(match &opts.cache_dir {
-        Some(d) => d.clone(),
-        None => Cache::default_location()?,
-    })
+    // No cache folder known (no HOME) costs the cache, never the build.
+    let cache = match &opts.cache_dir {
+        Some(d) => Cache::open(d.clone()),
+        None => match Cache::default_location() {
+            Ok(d) => Cache::open(d),
+            Err(e) => Cache::unusable(format!("{e}; compiling without a cache")),
+        },
+    }
     .with_remote(opts.remote_cache.as_deref());
 
     // One job per (instance, arch); none when only the bindings are wanted (docs.rs).
