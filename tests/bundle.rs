@@ -212,12 +212,17 @@ fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
         .path()
         .join(format!(".dest.tilegen-unpack-{}-xyz", std::process::id()));
     std::fs::create_dir_all(&running).unwrap();
+    // A file that merely has a leftover's name is not one, and must not fail the unpack.
+    let stray = f._dir.path().join(".dest.tilegen-unpack-999999-junk");
+    std::fs::write(&stray, b"not ours").unwrap();
     bundle::unpack(&f.bundle, &dest, &Limits::default()).unwrap();
     assert!(!stale.exists(), "the next unpack removes leftovers");
     assert!(running.exists(), "a live unpack's folder is left alone");
-    assert!(tilegen::__internal::bundle::unpack::leftovers(&dest)
-        .unwrap()
-        .is_empty());
+    assert!(stray.exists(), "a file is not removed as a leftover folder");
+    assert_eq!(
+        tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap(),
+        vec![stray]
+    );
 }
 
 #[test]
@@ -361,6 +366,28 @@ fn truncated_archives_are_refused() {
     assert_rejected(&trailing, "trailing data after the compressed stream");
 }
 
+/// Tar readers that go on past the end marker (`tar -i`) must find no member that was never
+/// checked; zeros (more padding) may follow it.
+#[test]
+fn nothing_but_zeros_may_follow_the_tar_end_marker() {
+    use std::io::Read;
+    let f = fixture();
+    let tar_of = |gz: &[u8]| {
+        let mut t = Vec::new();
+        flate2::read::GzDecoder::new(gz)
+            .read_to_end(&mut t)
+            .unwrap();
+        t
+    };
+    let mut hidden = tar_of(&f.bytes);
+    hidden.extend(tar_of(&raw_archive(&[file("evil.sh", b"#!/bin/sh\n")])));
+    assert_rejected(&common::gz(&hidden), "data after the archive's end marker");
+    let mut padded = tar_of(&f.bytes);
+    padded.extend(vec![0u8; 10240]);
+    bundle::verify_bytes(&common::gz(&padded), &Limits::default())
+        .expect("zero padding after the end marker is accepted");
+}
+
 #[test]
 fn every_bit_flipped_archive_is_refused() {
     let f = fixture();
@@ -411,7 +438,22 @@ fn too_many_entries_are_refused() {
 fn size_and_ratio_limits_stop_decompression_bombs() {
     let bomb = raw_archive(&[file("kernels/zeros.cubin", &vec![0u8; 64 << 20])]);
     assert!(bomb.len() < 1 << 20);
-    assert_rejected(&bomb, "times its compressed size");
+    assert_rejected(&bomb, "compressed bytes it took");
+    // Incompressible bytes after the stream do not dilute the ratio: it is judged on the
+    // compressed bytes the output came from, while decompressing.
+    let mut diluted = bomb.clone();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    diluted.extend((0..4 << 20).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    }));
+    assert_rejected(&diluted, "compressed bytes it took");
+    // The JSON files are held whole, so their size is refused from the member's header,
+    // before any of it is read.
+    let big_json = raw_archive(&[file("bundle.json", &vec![b' '; (64 << 20) + 1])]);
+    assert_rejected(&big_json, "for the JSON files a bundle holds in memory");
     let f = fixture();
     let small = Limits {
         max_archive_bytes: 100,
@@ -625,6 +667,45 @@ fn assert_only(dir: &Path, keep: &[&str]) {
     let mut keep: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
     keep.sort();
     assert_eq!(left, keep, "something was written");
+}
+
+/// Signing writes through a private temporary file: a link planted where a fixed temporary
+/// name would be is neither followed nor left as the signature.
+#[test]
+fn signing_never_writes_through_a_planted_link() {
+    let f = fixture();
+    let (pk, sk) =
+        tilegen::__internal::bundle::sign::keygen(&f._dir.path().join("keys")).expect("keygen");
+    let victim = f._dir.path().join("victim.txt");
+    std::fs::write(&victim, b"keep me").unwrap();
+    let sig = tilegen::__internal::bundle::sign::signature_path(&f.bundle);
+    let mut planted = sig.clone().into_os_string();
+    planted.push(".tmp");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    tilegen::__internal::bundle::sign::sign(&f.bundle, &sk).expect("signs");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(std::fs::symlink_metadata(&sig).unwrap().is_file());
+    let key = pubkey(&pk);
+    assert!(bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, true)).is_ok());
+}
+
+/// A signature "file" that is a folder, or far longer than any signature, is a bad
+/// signature (exit code 7), read no further than a signature's length.
+#[test]
+fn a_signature_that_is_a_folder_or_too_long_is_a_bad_bundle() {
+    let (f, pk, _) = signed_fixture();
+    let key = pubkey(&pk);
+    let sig = tilegen::__internal::bundle::sign::signature_path(&f.bundle);
+    std::fs::remove_file(&sig).unwrap();
+    std::fs::create_dir(&sig).unwrap();
+    let e = bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, true)).unwrap_err();
+    assert_eq!(e.exit_code(), 7, "{e}");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    std::fs::remove_dir(&sig).unwrap();
+    std::fs::write(&sig, vec![b'#'; 1 << 20]).unwrap();
+    let e = bundle::open_signed(&f.bundle, &Limits::default(), policy(&key, true)).unwrap_err();
+    assert_eq!(e.exit_code(), 7, "{e}");
+    assert!(e.to_string().contains("longer than"), "{e}");
 }
 
 #[test]

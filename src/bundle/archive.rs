@@ -111,31 +111,56 @@ pub fn check_member_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Counts the compressed bytes the decompressor has taken, so that the ratio is judged
+/// against what produced the output (bytes after the stream must not dilute it).
+struct Consumed<R> {
+    inner: R,
+    consumed: u64,
+}
+
+impl<R: BufRead> Read for Consumed<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.consumed += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Consumed<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+    fn consume(&mut self, n: usize) {
+        self.consumed += n as u64;
+        self.inner.consume(n);
+    }
+}
+
 /// Counts what comes out of the decompressor and stops it at the limits, remembering why
 /// (the tar reader may rewrap the error).
-struct Limited<R> {
-    inner: R,
+struct Limited<R: BufRead> {
+    inner: flate2::bufread::GzDecoder<Consumed<R>>,
     read: u64,
-    compressed: u64,
     limits: Limits,
     violation: Option<String>,
 }
 
-impl<R: Read> Read for Limited<R> {
+impl<R: BufRead> Read for Limited<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.read += n as u64;
+        let compressed = self.inner.get_ref().consumed;
         if self.read > self.limits.max_unpacked_bytes {
             self.violation = Some(format!(
                 "the archive unpacks to more than {} bytes (the limit)",
                 self.limits.max_unpacked_bytes
             ));
         } else if self.read > RATIO_FLOOR
-            && self.read > self.compressed.saturating_mul(self.limits.max_ratio)
+            && self.read > compressed.saturating_mul(self.limits.max_ratio)
         {
             self.violation = Some(format!(
-                "the archive unpacks to over {} times its compressed size of {} bytes (a decompression bomb?)",
-                self.limits.max_ratio, self.compressed
+                "the archive unpacks to over {} times the {compressed} compressed bytes it took (a decompression bomb?)",
+                self.limits.max_ratio
             ));
         }
         match &self.violation {
@@ -217,24 +242,37 @@ pub fn read_from<R: BufRead>(
         });
     }
     let mut input = Limited {
-        inner: flate2::bufread::GzDecoder::new(io::Cursor::new(header).chain(input)),
+        inner: flate2::bufread::GzDecoder::new(Consumed {
+            inner: io::Cursor::new(header).chain(input),
+            consumed: 0,
+        }),
         read: 0,
-        compressed: len,
         limits: *limits,
         violation: None,
     };
     let members = read_tar(&mut input, limits, visit);
     let members = members.and_then(|()| {
-        // Read to the end of the gzip stream (the tar end marker and the CRC trailer).
-        io::copy(&mut input, &mut io::sink())
-            .map_err(|e| format!("corrupt archive after the last member: {e}"))?;
-        Ok(())
+        // Read to the end of the gzip stream (the tar end marker and the CRC trailer). Only
+        // zeros may follow the end marker: tar readers that go on past it (`tar -i`) must
+        // find no member that was never checked.
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = input
+                .read(&mut buf)
+                .map_err(|e| format!("corrupt archive after the last member: {e}"))?;
+            if n == 0 {
+                return Ok(());
+            }
+            if buf[..n].iter().any(|&b| b != 0) {
+                return Err("data after the archive's end marker".to_string());
+            }
+        }
     });
     match (members, input.violation.take()) {
         (_, Some(v)) => return Err(v),
         (m, None) => m?,
     }
-    let (_, mut rest) = input.inner.into_inner().into_inner();
+    let (_, mut rest) = input.inner.into_inner().inner.into_inner();
     let trailing = io::copy(&mut rest, &mut io::sink())
         .map_err(|e| format!("cannot read the archive after the compressed stream: {e}"))?;
     if trailing > 0 {

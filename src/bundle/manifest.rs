@@ -150,9 +150,20 @@ impl BundleManifest {
     /// Parses `bundle.json`, checking its format version before anything else so that a
     /// newer bundle gets a clear message rather than a field error.
     pub fn parse(bytes: &[u8]) -> Result<BundleManifest, String> {
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| format!("`{FILE_NAME}` is not JSON: {e}"))?;
-        match value.get("format").and_then(|f| f.as_u64()) {
+        // Only `format` is read first (the rest is skipped, not built as a JSON tree: a
+        // hostile file costs its own size in memory, no more).
+        #[derive(Deserialize)]
+        struct Format {
+            format: Option<serde_json::Number>,
+        }
+        let format = match serde_json::from_slice::<Format>(bytes) {
+            Ok(f) => f.format,
+            Err(e) if e.is_syntax() || e.is_eof() => {
+                return Err(format!("`{FILE_NAME}` is not JSON: {e}"))
+            }
+            Err(_) => None,
+        };
+        match format.and_then(|f| f.as_u64()) {
             Some(f) if f == u64::from(FORMAT) => {}
             Some(f) => {
                 return Err(format!(
@@ -162,7 +173,7 @@ impl BundleManifest {
             }
             None => return Err(format!("`{FILE_NAME}` has no numeric `format` field")),
         }
-        serde_json::from_value(value).map_err(|e| format!("`{FILE_NAME}` is malformed: {e}"))
+        serde_json::from_slice(bytes).map_err(|e| format!("`{FILE_NAME}` is malformed: {e}"))
     }
 
     /// A short human summary for `tilegen bundle inspect`.
@@ -587,6 +598,9 @@ mod tests {
         assert_eq!(ptx_isa_version(ptx).as_deref(), Some("9.0"));
         assert_eq!(ptx_isa_version(b".target sm_80\n"), None);
         assert_eq!(ptx_isa_version(b".version x\n"), None);
+        // A file from outside claims no ISA that arithmetic on it could overflow with.
+        assert_eq!(ptx_isa_version(b".version 4294967295.9\n"), None);
+        assert_eq!(ptx_isa_version(b".version 9.100\n"), None);
     }
 
     #[test]

@@ -200,12 +200,10 @@ pub fn sign(file: &Path, secret_key: &Path) -> Result<PathBuf> {
     )
     .map_err(|e| bad(file, format!("signing failed: {e}")))?;
     let out = signature_path(file);
-    // Written whole beside the bundle, then renamed: never a half signature.
-    let mut tmp = out.clone().into_os_string();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    fs::write(&tmp, sig.into_string()).at(&tmp)?;
-    fs::rename(&tmp, &out).at(&out)?;
+    // Written whole to a private temporary file of its own beside the bundle, then renamed:
+    // never a half signature, never through a link planted there, and concurrent signers
+    // do not share a temporary file.
+    crate::output::write_if_changed(&out, sig.into_string().as_bytes())?;
     Ok(out)
 }
 
@@ -234,13 +232,38 @@ pub enum Signed {
     Unsigned,
 }
 
+/// The longest signature file read: minisign's are under 500 bytes.
+const MAX_SIGNATURE_BYTES: u64 = 64 << 10;
+
+/// The bytes of a signature file, or why it cannot be one (not a regular file, too long),
+/// read no further than [`MAX_SIGNATURE_BYTES`] whatever is there.
+fn read_signature_file(path: &Path) -> std::io::Result<std::result::Result<Vec<u8>, String>> {
+    // Non-blocking: a fifo planted there must not hang the check.
+    let f = std::os::unix::fs::OpenOptionsExt::custom_flags(
+        fs::File::options().read(true),
+        libc::O_NONBLOCK,
+    )
+    .open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Ok(Err("not a regular file".into()));
+    }
+    let mut raw = Vec::new();
+    f.take(MAX_SIGNATURE_BYTES + 1).read_to_end(&mut raw)?;
+    if raw.len() as u64 > MAX_SIGNATURE_BYTES {
+        return Ok(Err(format!("longer than {MAX_SIGNATURE_BYTES} bytes")));
+    }
+    Ok(Ok(raw))
+}
+
 /// Checks `data`, the contents of the bundle at `file` (read to its end, as a stream), against
 /// `FILE.minisig`. Only prehashed signatures (what minisign and `tilegen bundle sign` write)
 /// are accepted, so the archive is never held in memory for this.
 pub fn check<R: Read>(file: &Path, mut data: R, policy: SignaturePolicy) -> Result<Signed> {
     let sig_path = signature_path(file);
-    let raw = match fs::read(&sig_path) {
-        Ok(t) => t,
+    let raw = match read_signature_file(&sig_path) {
+        Ok(Ok(t)) => t,
+        Ok(Err(why)) => return Err(bad(&sig_path, format!("not a minisign signature: {why}"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return if policy.required {
                 Err(bad(

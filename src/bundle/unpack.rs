@@ -134,8 +134,12 @@ fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
 /// the tree to `dest`, which must not exist or be an empty folder.
 fn install(staged: &Staged, dest: &Path) -> Result<()> {
     let parent = parent_of(dest);
+    // Best effort: a leftover that is not a folder, or cannot be removed, stays; it is not
+    // this run's (its temporary folder has a name of its own) and must not fail it.
     for old in leftovers(dest)? {
-        fs::remove_dir_all(&old).at(&old)?;
+        if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
+            let _ = fs::remove_dir_all(&old);
+        }
     }
     let tree = staged.dir().join("tree");
     fs::create_dir(&tree).at(&tree)?;

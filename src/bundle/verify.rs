@@ -18,6 +18,10 @@ use super::manifest::{self, BundleManifest, Digest, HEAD_BYTES};
 use super::sign::{self, SignaturePolicy, Signed};
 use super::{archive, bad, Bundle, Limits};
 
+/// The longest `bundle.json` or `manifest.json` read (both are held whole): the default
+/// library's manifest is 2.5 MiB for 405 instances, so this is room for about 10000.
+const MAX_JSON_BYTES: u64 = 64 << 20;
+
 /// Where member bytes go while a bundle streams: nowhere (`bundle verify`), into memory
 /// ([`open`]) or into a staging folder ([`super::stage_signed`], [`super::unpack()`]). Only errors of the store
 /// itself come back, as I/O errors.
@@ -118,6 +122,12 @@ impl archive::Visit for Verifier<'_> {
     fn begin(&mut self, path: &str, size: u64) -> std::result::Result<(), String> {
         let is_bundle_json = path == manifest::FILE_NAME;
         let keep = is_bundle_json || path == crate::manifest::FILE_NAME;
+        if keep && size > MAX_JSON_BYTES {
+            return Err(format!(
+                "`{path}` is {size} bytes, over the limit of {MAX_JSON_BYTES} for the JSON files \
+                 a bundle holds in memory"
+            ));
+        }
         self.current = Some(Current {
             path: path.to_string(),
             hasher: Sha256::new(),

@@ -192,15 +192,20 @@ fn remote_settings() -> std::result::Result<(remote::Mode, Option<Vec<u8>>, Opti
                 other.escape_debug()
             )),
         ),
-        Err(e) => (remote::Mode::ReadOnly, Some(format!("{e}; using read-only"))),
+        Err(e) => (
+            remote::Mode::ReadOnly,
+            Some(format!("{e}; using read-only")),
+        ),
     };
     let key = match crate::env::var_os("TILEGEN_CACHE_HMAC_KEY") {
         None => None,
         Some(k) if k.is_empty() => {
-            return Err("TILEGEN_CACHE_HMAC_KEY is set but empty (a secret this job was not \
+            return Err(
+                "TILEGEN_CACHE_HMAC_KEY is set but empty (a secret this job was not \
                         given?), so remote entries could not be authenticated; the remote \
                         cache is not used"
-                .into())
+                    .into(),
+            )
         }
         Some(k) => Some(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()),
     };
@@ -999,7 +1004,10 @@ mod tests {
             assert!(matches!(cache.get(KEY), Lookup::Miss));
             assert!(cache.unusable_warning().is_some());
         }
-        assert!(!Path::new(TAG_FILE).exists(), "the current folder is not marked");
+        assert!(
+            !Path::new(TAG_FILE).exists(),
+            "the current folder is not marked"
+        );
     }
 
     #[test]

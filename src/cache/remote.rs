@@ -589,9 +589,16 @@ mod tests {
         }
         assert!(!parse_url("gopher://u:pw@h").unwrap_err().contains("pw"));
         // No well-formed scheme: what precedes the `@` is still hidden.
-        for odd in ["u:pw@redis.internal:6379", "redis:/u:pw@h", "redis://u:pw@h"] {
+        for odd in [
+            "u:pw@redis.internal:6379",
+            "redis:/u:pw@h",
+            "redis://u:pw@h",
+        ] {
             assert!(!redact(odd).contains("pw"), "{odd}");
-            assert!(parse_url(odd).map_or_else(|e| !e.contains("pw"), |_| true), "{odd}");
+            assert!(
+                parse_url(odd).map_or_else(|e| !e.contains("pw"), |_| true),
+                "{odd}"
+            );
         }
     }
 

@@ -96,8 +96,11 @@ impl Version {
             Ok(t) => t,
             Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
         };
+        // Major and minor under 100: what PTX has ever had, and what arithmetic on them
+        // (the CUDA release a newer ISA needs) may assume of a file from outside.
         text.lines()
             .find_map(|l| Version::parse(l.trim().strip_prefix(".version")?))
+            .filter(|v| v.major < 100 && v.minor < 100)
     }
 }
 
@@ -175,7 +178,7 @@ pub fn min_cuda_for_ptx(isa: Version) -> Version {
         return *cuda;
     }
     if isa > last.0 {
-        return Version::new(isa.major + 4, isa.minor).max(last.1);
+        return Version::new(isa.major.saturating_add(4), isa.minor).max(last.1);
     }
     // A gap inside the table (an ISA version that was never released): the next row's.
     PTX_ISA_CUDA
@@ -577,6 +580,11 @@ mod tests {
         // Past the table: the pattern, never below the last row.
         assert_eq!(min_cuda_for_ptx(Version::new(9, 3)), Version::new(13, 3));
         assert_eq!(min_cuda_for_ptx(Version::new(10, 0)), Version::new(14, 0));
+        // Whatever a caller passes, no overflow.
+        assert_eq!(
+            min_cuda_for_ptx(Version::new(u32::MAX, 9)),
+            Version::new(u32::MAX, 9)
+        );
         // Between rows (never released): the next row's.
         assert_eq!(min_cuda_for_ptx(Version::new(8, 9)), Version::new(13, 0));
         // The table is sorted both ways.
