@@ -46,7 +46,7 @@ impl Diagnostic {
     pub fn location(&self) -> String {
         format!(
             "{}:{}:{}",
-            self.file.display(),
+            crate::escape::shown_path(&self.file),
             self.mark.line,
             self.mark.col
         )
@@ -59,13 +59,14 @@ impl fmt::Display for Diagnostic {
         if let Some(line) = &self.source_line {
             let gutter = self.mark.line.to_string();
             let pad = " ".repeat(gutter.len());
-            // Tabs would shift the caret: show them as single spaces. Other control characters
-            // (a NUL, a terminal escape sequence) are shown as U+FFFD, never sent raw.
+            // Tabs would shift the caret: show them as single spaces. Other characters that
+            // show badly (a NUL, a terminal escape sequence, a bidi override, a line
+            // separator) are shown as U+FFFD, never sent raw.
             let shown: String = line
                 .chars()
                 .map(|c| match c {
                     '\t' => ' ',
-                    c if c.is_control() => '\u{fffd}',
+                    c if crate::escape::shows_badly(c) => '\u{fffd}',
                     c => c,
                 })
                 .collect();

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::diagnostics::Diagnostics;
+use crate::escape::shown_path;
 
 #[derive(Debug)]
 #[non_exhaustive]
@@ -80,11 +81,11 @@ impl std::fmt::Display for Error {
             } => write!(
                 f,
                 "NVRTC failed to compile {instance} for {arch}\n  source: {}\n  options: {options}\n{log}",
-                source_path.display()
+                shown_path(source_path)
             ),
-            Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Error::Io { path, source } => write!(f, "{}: {source}", shown_path(path)),
             Error::Bundle { path, message } => {
-                write!(f, "{}: bad bundle: {message}", path.display())
+                write!(f, "{}: bad bundle: {message}", shown_path(path))
             }
             Error::Input { message, .. } => f.write_str(message),
             Error::Internal(m) => write!(

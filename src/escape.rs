@@ -141,7 +141,7 @@ fn needs_escape(c: char) -> bool {
 }
 
 /// Whether `c` could end a line, move a terminal's cursor, or reorder or hide text.
-fn shows_badly(c: char) -> bool {
+pub(crate) fn shows_badly(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
@@ -196,6 +196,12 @@ fn escape_where(s: &str, escape: fn(char) -> bool) -> Cow<'_, str> {
 
 /// At most `max` characters of `s` for a message (never split inside a character), escaped,
 /// with `…` when cut.
+/// A path as messages show it: [`shown`] of its text, so that a file name from outside (a
+/// spec's, a bundle's) cannot forge a line of output or move the terminal's cursor.
+pub fn shown_path(p: &std::path::Path) -> String {
+    shown(&p.to_string_lossy()).into_owned()
+}
+
 pub fn shown_prefix(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", shown(&s[..i])),

@@ -311,6 +311,73 @@ fn byte_order_mark_is_accepted() {
     assert!(e.contains("specs/k.yaml:5:12: error: "), "{e}");
 }
 
+/// Old Mac line endings (a lone CR) are line breaks to YAML: every position agrees with the
+/// parser's, and the quoted source line is the right one.
+#[test]
+fn lone_carriage_returns_end_lines_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let specs = tmp.path().join("specs");
+    for (tail, at, quoted) in [
+        (
+            "256\u{1}",
+            "specs/k.yaml:5:15: error: ",
+            "5 |     block: 256",
+        ),
+        ("7", "specs/k.yaml:5:12: error: ", "5 |     block: 7"),
+    ] {
+        write_specs(
+            &specs,
+            &format!(
+                "kernels:\r  - name: aaa\r    op: vector_add\r    dtype: f32\r    block: {tail}\r"
+            ),
+        );
+        let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{e}");
+        assert!(e.contains(at) && e.contains(quoted), "{e}");
+    }
+}
+
+/// A kernel whose instances would take a name the bindings keep for themselves is a spec
+/// error that `check` reports, at the name, before anything is compiled.
+#[test]
+fn names_the_bindings_reserve_are_spec_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let specs = write_specs(&tmp.path().join("specs"), &spec(&["run"]));
+    let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(
+        e.contains("specs/k.yaml:2:11: error: instance name `run_f32_b256_i4` is reserved"),
+        "{e}"
+    );
+}
+
+/// A spec file's name reaches messages escaped: it cannot forge a line of output or send a
+/// terminal escape.
+#[test]
+fn spec_file_names_are_shown_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let specs = tmp.path().join("specs");
+    fs::create_dir_all(&specs).unwrap();
+    fs::write(
+        specs.join("x\nfake.yaml:1:1: error: forged\u{1b}[31m.yaml"),
+        "kernels:\n  - name: aaa\n    op: vector_add\n    dtype: f32\n    block: 7\n",
+    )
+    .unwrap();
+    let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(
+        e.contains("x\\nfake.yaml:1:1: error: forged\\u{1b}[31m.yaml:5:12: error: "),
+        "{e}"
+    );
+    assert!(
+        !e.contains('\u{1b}') && !e.lines().any(|l| l.starts_with("fake.yaml")),
+        "{e}"
+    );
+}
+
 /// `!!str 256` is text, as `"256"` is: both are refused where a number goes, at the value.
 #[test]
 fn tagged_and_quoted_numbers_are_both_refused() {

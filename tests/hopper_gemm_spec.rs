@@ -116,7 +116,26 @@ fn wgmma_spec_errors() {
     );
     bad(
         &with(&["dtype: f16", "epilogue: [bias, gelu_erf]"]),
-        &["gelu_erf on engine wgmma needs tile n 128 or less"],
+        &[
+            "gelu_erf on engine wgmma takes at most 32 accumulators",
+            "holds 128",
+        ],
+    );
+    // These passed the checks once and then spilled in ptxas (no bias, 16-bit output).
+    for tile in [
+        "tile: [64, 128, 64]",
+        "tile: [128, 96, 64]",
+        "tile: [128, 128, 64]",
+    ] {
+        bad(
+            &with(&["dtype: bf16", tile, "epilogue: [gelu_erf]"]),
+            &["gelu_erf on engine wgmma takes at most 32 accumulators"],
+        );
+    }
+    // A swap-AB tile's rows are wgmma's n: split K is not on its path.
+    bad(
+        &with(&["dtype: f16", "tile: [16, 64, 64]", "split_k: 2"]),
+        &["hg.yaml:", "swap-AB", "takes no split_k"],
     );
     // Ping-pong: one consumer holds a whole tile (at most 128 accumulators a thread), never
     // beside a swap, a split or a multicast; the mma.sync engine has no consumers to alternate.
@@ -149,8 +168,8 @@ fn wgmma_spec_errors() {
             "epilogue: [bias, gelu_erf]",
         ]),
         &[
-            "one 64-row slice per consumer (tile m 128, or 64 with pingpong)",
-            "beside 128 accumulators",
+            "gelu_erf on engine wgmma takes at most 32 accumulators",
+            "holds 128",
         ],
     );
     // 256-row tiles: two slices a consumer, so n 128 at most, and no split or multicast.
@@ -178,14 +197,14 @@ fn wgmma_spec_errors() {
         &["op: softmax", "dtype: bf16", "engine: wgmma"],
         &["`engine` does not apply to op `softmax`"],
     );
-    // The same spec is fine on sm_90a, and a 128-wide tile takes gelu_erf.
+    // The same spec is fine on sm_90a, and 64-wide and swap-AB tiles take gelu_erf.
     let (code, err) = check(t, &with(&["dtype: bf16", "out_dtype: f32", "layout: tt"]));
     assert_eq!(code, Some(0), "{err}");
     let (code, err) = check(
         t,
         &with(&[
             "dtype: f16",
-            "tile: [128, 128, 64]",
+            "tile: [128, 64, 64]",
             "epilogue: [scale, bias, residual, gelu_erf]",
         ]),
     );
@@ -194,8 +213,7 @@ fn wgmma_spec_errors() {
         t,
         &with(&[
             "dtype: bf16",
-            "tile: [64, 128, 64]",
-            "pingpong: [false, true]",
+            "tile: [[64, 64, 64], [32, 128, 64]]",
             "epilogue: [bias, gelu_erf]",
         ]),
     );

@@ -71,8 +71,8 @@ fn walk_error(dir: &Path, e: walkdir::Error) -> Error {
     if let Some(ancestor) = e.loop_ancestor() {
         return Error::Usage(format!(
             "{}: symbolic link loop in the specs folder: it leads back to {}",
-            path.display(),
-            ancestor.display()
+            crate::escape::shown_path(&path),
+            crate::escape::shown_path(ancestor)
         ));
     }
     let dangling = e
@@ -85,7 +85,10 @@ fn walk_error(dir: &Path, e: walkdir::Error) -> Error {
             source: std::io::Error::new(io.kind(), "symbolic link to a file that does not exist"),
         },
         Some(io) => Error::Io { path, source: io },
-        None => Error::Usage(format!("{}: cannot read the specs folder", path.display())),
+        None => Error::Usage(format!(
+            "{}: cannot read the specs folder",
+            crate::escape::shown_path(&path)
+        )),
     }
 }
 
@@ -108,7 +111,18 @@ pub fn read_specs(root: &Path, files: &[PathBuf]) -> Result<(Vec<SpecSource>, Di
             ));
             continue;
         }
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                diags.push(Diagnostic::new(
+                    path,
+                    Mark { line: 1, col: 1 },
+                    1,
+                    format!("spec file cannot be read: {e}"),
+                ));
+                continue;
+            }
+        };
         let rel = path
             .strip_prefix(root)
             .unwrap_or(path)
@@ -127,6 +141,11 @@ pub fn read_specs(root: &Path, files: &[PathBuf]) -> Result<(Vec<SpecSource>, Di
                 // column, so positions past it stay right.
                 if text.starts_with('\u{feff}') {
                     text.drain(..'\u{feff}'.len_utf8());
+                }
+                // YAML takes a lone CR as a line break too (old Mac files): made LF, one
+                // character for one, so that every position agrees with the parser's.
+                if text.contains('\r') {
+                    text = lone_cr_to_lf(&text);
                 }
                 sources.push(SpecSource {
                     path: path.clone(),
@@ -157,6 +176,20 @@ pub fn read_specs(root: &Path, files: &[PathBuf]) -> Result<(Vec<SpecSource>, Di
         }
     }
     Ok((sources, diags))
+}
+
+/// `text` with each CR that does not start a CRLF made LF.
+fn lone_cr_to_lf(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(if c == '\r' && chars.peek() != Some(&'\n') {
+            '\n'
+        } else {
+            c
+        });
+    }
+    out
 }
 
 /// Parses, validates and expands every spec. Instances come back sorted by name.
@@ -204,16 +237,31 @@ pub fn load(sources: &[SpecSource]) -> Result<Vec<Instance>, Diagnostics> {
         for (inst, mark) in found {
             if let Some((file, first)) = seen.get(&inst.name) {
                 let message = if *file == src.path && *first == mark {
-                    format!("this kernel produces instance `{}` twice", inst.name)
+                    format!(
+                        "this kernel produces instance `{}` twice (a sweep repeats a value, or \
+                         an alias repeats the kernel)",
+                        inst.name
+                    )
                 } else {
                     format!(
                         "instance name `{}` is already produced at {}:{}:{}; rename one of the kernels",
                         inst.name,
-                        file.display(),
+                        crate::escape::shown_path(file),
                         first.line,
                         first.col
                     )
                 };
+                ctx.error_at(mark, inst.name.len(), message);
+                continue;
+            }
+            // Checked here, not only when the bindings are written, so that `check` finds it
+            // and the error points at the spec before anything is compiled.
+            if crate::bindings::is_reserved(&inst.name) {
+                let message = format!(
+                    "instance name `{}` is reserved by the bindings (their launchers are named \
+                     `run_…`); rename the kernel",
+                    inst.name
+                );
                 ctx.error_at(mark, inst.name.len(), message);
                 continue;
             }
