@@ -409,4 +409,22 @@ fn arch_override_applies_after_the_filter() {
         "{msg}"
     );
     tilegen::generate(&opts(Some("hm_")), &|_| {}).expect("the mma.sync instance alone");
+    // A repeated arch is one target, in the order of archs a spec gives: the same
+    // configuration (whose sha256 covers the archs) as the plain list.
+    let config_with = |archs: Vec<tilegen::Arch>| {
+        let mut o = opts(Some("hm_"));
+        o.archs = Some(archs);
+        tilegen::generate(&o, &|_| {}).expect("generates");
+        let m = fs::read_to_string(t.join("lib/manifest.json")).unwrap();
+        let m: serde_json::Value = serde_json::from_str(&m).unwrap();
+        m["instances"][0]["config_sha256"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    use tilegen::Arch::{Sm80, Sm90};
+    assert_eq!(
+        config_with(vec![Sm90, Sm80, Sm90]),
+        config_with(vec![Sm80, Sm90])
+    );
 }

@@ -44,14 +44,18 @@ fn stores() -> Option<BTreeMap<String, String>> {
         }
     }
     for k in ["TILEGEN_TEST_REDIS", "TILEGEN_TEST_S3_ENDPOINT"] {
-        if let Some(v) = tilegen::__internal::env::var(k) {
+        if let Some(v) = tilegen::__internal::env::var(k).unwrap() {
             vars.insert(k.to_string(), v);
         }
     }
     if vars.contains_key("TILEGEN_TEST_REDIS") {
         return Some(vars);
     }
-    if tilegen::__internal::env::var("TILEGEN_TEST_STORES_REQUIRED").as_deref() == Some("1") {
+    if tilegen::__internal::env::var("TILEGEN_TEST_STORES_REQUIRED")
+        .unwrap()
+        .as_deref()
+        == Some("1")
+    {
         panic!("no test stores: run `scripts/test-stores start` first");
     }
     eprintln!("remote cache tests skipped: no test stores (run `scripts/test-stores start`)");

@@ -26,7 +26,9 @@ fn root() -> &'static Path {
 }
 
 fn bless() -> bool {
-    tilegen::__internal::env::var("TILEGEN_BLESS").is_some_and(|v| !v.is_empty() && v != "0")
+    tilegen::__internal::env::var("TILEGEN_BLESS")
+        .unwrap()
+        .is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// One bad-spec case.

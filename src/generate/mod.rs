@@ -179,6 +179,11 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
     // After the filter: `--filter X --arch sm_90` must not fail on an sm_90a-only instance
     // that the filter leaves out.
     if let Some(archs) = &opts.archs {
+        // Sorted and without repeats, as a spec's `archs` are (`--arch sm_80,sm_80` must not
+        // compile and embed everything twice).
+        let mut archs = archs.clone();
+        archs.sort();
+        archs.dedup();
         for inst in &mut instances {
             inst.archs = archs.clone();
         }
@@ -435,7 +440,7 @@ pub fn compile_cached(
     });
     let mut warning = cache.unusable_warning();
     let mut corrupt = None;
-    let mut lock = None;
+    let mut lock: Option<crate::cache::KeyLock> = None;
     for attempt in 0..2 {
         // After the wait, only this machine's entries can be new: the remote was asked.
         let lookup = match attempt {
@@ -452,6 +457,11 @@ pub fn compile_cached(
             Lookup::Miss => (None, false),
         };
         if let Some(compiled) = found {
+            // Found after waiting for the lock: the entry is published, so the lock file can
+            // go (as its compiler would have removed it).
+            if let Some(l) = lock {
+                l.published();
+            }
             return Ok(CompileDone {
                 key,
                 compiled,

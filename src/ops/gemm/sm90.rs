@@ -1328,17 +1328,20 @@ mod tests {
         let maps: Vec<_> = tensor_maps(&t).iter().map(dims).collect();
         assert_eq!(maps[1], ("b_map".into(), "k,n".into(), vec![64, 128]));
         assert_eq!(maps[2], ("d_map".into(), "n,m".into(), vec![32, 16]));
-        // One consumer with a split: the weights' boxes stay whole (every row is needed).
+        // No split: the template's K-less path selects outputs rather than zeroing the
+        // accumulators that partial tiles would add up (it refuses SPLIT_K > 1 at compile time,
+        // so the checks refuse it first, at the spec).
         let mut s = i.clone();
         s.params.tile = Some([16, 64, TILE_K]);
         s.params.layout = Some(Layout::Nt);
         s.params.split_k = Some(2);
         s.params.stages = Some(16);
-        assert_eq!(crate::ops::check(&s), vec![]);
-        let ps = Plan::new(&s);
-        assert_eq!(
-            (ps.threads(), ps.a_box_outer, ps.partial_bytes()),
-            (256, 64, 64 * 16 * 4)
+        assert!(
+            crate::ops::check(&s)
+                .iter()
+                .any(|(f, m)| *f == Field::SplitK && m.contains("swap-AB")),
+            "{:?}",
+            crate::ops::check(&s)
         );
         // A stored K x M cannot sit on wgmma's n; widths other than 64 and 128 are refused.
         let has = |i: &Instance, field: Field, needle: &str| {
