@@ -190,13 +190,13 @@ impl Builder {
         let specs = self.specs.clone().unwrap_or_else(|| PathBuf::from("specs"));
         // Watch the folder itself too, so that a new spec file reruns the build script;
         // printed first so that a failed run still watches it.
-        self.rerun_if_changed(&specs);
+        self.rerun_if_changed(&specs)?;
         if let Some(t) = &self.templates {
-            self.rerun_if_changed(t);
+            self.rerun_if_changed(t)?;
         }
         // The tables' folder too, so that a new table reruns the build script.
         if let Some(t) = &crate::tuning::dir(self.tuning.as_deref(), &specs) {
-            self.rerun_if_changed(t);
+            self.rerun_if_changed(t)?;
         }
         let result = self.run(&specs);
         // Variables read, whether or not generation succeeded.
@@ -207,7 +207,7 @@ impl Builder {
         }
         let (report, bindings) = result?;
         for input in &report.inputs {
-            self.rerun_if_changed(input);
+            self.rerun_if_changed(input)?;
         }
         Ok(bindings)
     }
@@ -322,10 +322,21 @@ impl Builder {
         }
     }
 
-    fn rerun_if_changed(&self, path: &Path) {
+    /// Refuses a path cargo cannot be told about: a line break in it would end the
+    /// directive and start another, and one that is not UTF-8 would be watched under a name
+    /// that does not exist.
+    fn rerun_if_changed(&self, path: &Path) -> Result<()> {
+        let Some(text) = path.to_str().filter(|t| !t.contains(['\n', '\r'])) else {
+            return Err(Error::Usage(format!(
+                "{}: a build script cannot watch a path with a line break, or one that is not \
+                 UTF-8; rename it",
+                crate::escape::shown_path(path)
+            )));
+        };
         if self.emit_rerun {
-            println!("cargo:rerun-if-changed={}", path.display());
+            println!("cargo:rerun-if-changed={text}");
         }
+        Ok(())
     }
 }
 

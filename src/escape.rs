@@ -150,6 +150,10 @@ pub(crate) fn shows_badly(c: char) -> bool {
                 | '\u{202a}'..='\u{202e}'            // bidi embeddings and overrides
                 | '\u{2066}'..='\u{2069}'            // bidi isolates
                 | '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' // invisible
+                | '\u{00ad}' | '\u{034f}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+                | '\u{180b}'..='\u{180f}' | '\u{2061}'..='\u{2064}' | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}' | '\u{ffa0}' | '\u{fff9}'..='\u{fffb}'
+                | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}' // more that show nothing
         )
 }
 
@@ -196,6 +200,24 @@ fn escape_where(s: &str, escape: fn(char) -> bool) -> Cow<'_, str> {
 
 /// At most `max` characters of `s` for a message (never split inside a character), escaped,
 /// with `…` when cut.
+/// `s` as plain text inside generated documentation (rustdoc's Markdown): each character
+/// Markdown or HTML could read as markup becomes an HTML character reference, so that text
+/// from outside (a tuning table's device name) can neither hide nor format anything. Doc
+/// lines then go through [`comment`], which escapes what could end the line or show nothing
+/// (a backslash escape would be doubled there, so it is not one here).
+pub fn doc_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '#' | '|' | '~' | '!' | '&' => {
+                out.push_str(&format!("&#{};", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A path as messages show it: [`shown`] of its text, so that a file name from outside (a
 /// spec's, a bundle's) cannot forge a line of output or move the terminal's cursor.
 pub fn shown_path(p: &std::path::Path) -> String {

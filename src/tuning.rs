@@ -28,6 +28,9 @@ const MAX_FILE_BYTES: u64 = 8 << 20;
 const MAX_DEVICE_NAME: usize = 96;
 /// Shapes beyond this in any dimension are not measurements.
 const MAX_DIM: u64 = 1 << 40;
+/// Entries in one table (a table file's 8 MiB holds about 40000; a bundle's manifest could
+/// otherwise carry far more, and generating bindings from them takes time per entry).
+const MAX_ENTRIES: usize = 50_000;
 
 /// The measurements of one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,7 +149,8 @@ pub fn write_file(path: &Path, t: &TuningTable) -> Result<()> {
 
 /// Reads one table file, checked as untrusted input ([`TuningTable::problems`]).
 pub fn load_file(path: &Path) -> Result<TuningTable> {
-    let bad = |m: String| Error::input(path, format!("tuning table {}: {m}", path.display()));
+    let shown = crate::escape::shown_path(path);
+    let bad = |m: String| Error::input(path, format!("tuning table {shown}: {m}"));
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if !meta.is_file() {
         return Err(bad("not a regular file".into()));
@@ -162,8 +166,7 @@ pub fn load_file(path: &Path) -> Result<TuningTable> {
         Error::input(
             path,
             format!(
-                "{}:{}:{}: not a tuning table: {e}",
-                path.display(),
+                "{shown}:{}:{}: not a tuning table: {e}",
                 e.line(),
                 e.column()
             ),
@@ -215,6 +218,16 @@ impl TuningTable {
                 ));
             }
         }
+        if self.device.sm_count == 0 {
+            out.push("`device.sm_count` is 0: a GPU has SMs".into());
+        }
+        if self.entries.len() > MAX_ENTRIES {
+            out.push(format!(
+                "{} entries, more than the {MAX_ENTRIES} a table may have",
+                self.entries.len()
+            ));
+            return out;
+        }
         let mut seen = BTreeSet::new();
         for (i, e) in self.entries.iter().enumerate() {
             let at = format!("entry {i}");
@@ -241,15 +254,19 @@ impl TuningTable {
                     &e.shape[..e.shape.len().min(4)]
                 ));
             }
-            let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+            // Lower case, as manifests write it: the lookup compares the text.
+            let hex =
+                |s: &str| s.len() == 64 && s.bytes().all(|b| b"0123456789abcdef".contains(&b));
             if !hex(&e.config_sha256) {
-                out.push(format!("{at}: `config_sha256` is not a sha256"));
+                out.push(format!(
+                    "{at}: `config_sha256` is not a sha256 (64 lowercase hex digits)"
+                ));
             }
             let times = [Some(e.median_us), e.runner_up_us, Some(e.rule_us)];
             if times
                 .into_iter()
                 .flatten()
-                .any(|t| !t.is_finite() || t < 0.0)
+                .any(|t| !t.is_finite() || t.is_sign_negative())
             {
                 out.push(format!("{at}: times must be finite and not negative"));
             }
@@ -259,7 +276,8 @@ impl TuningTable {
             if !seen.insert((&e.method, &e.shape)) {
                 out.push(format!(
                     "{at}: `{}` at {:?} appears twice",
-                    e.method, e.shape
+                    shown_prefix(&e.method, 80),
+                    e.shape
                 ));
             }
         }
@@ -379,13 +397,15 @@ fn mismatch(
         ));
     };
     if inst.config_sha256 != e.config_sha256 {
+        let short =
+            |s: &str| crate::escape::shown(&s.chars().take(12).collect::<String>()).into_owned();
         return Some((
             Dropped::Changed,
             format!(
                 "instance `{}` has changed since it was measured (configuration {} then, {} now)",
                 e.instance,
-                &e.config_sha256[..12.min(e.config_sha256.len())],
-                &inst.config_sha256[..12]
+                short(&e.config_sha256),
+                short(&inst.config_sha256)
             ),
         ));
     }
@@ -483,11 +503,16 @@ pub fn manifest_problems(m: &Manifest) -> Vec<String> {
     let methods = methods(m);
     let mut out = Vec::new();
     for (i, t) in m.tuning.iter().enumerate() {
-        out.extend(
-            t.problems()
-                .into_iter()
-                .map(|p| format!("tuning table {i}: {p}")),
-        );
+        let problems = t.problems();
+        if !problems.is_empty() {
+            // Its entries are not matched against the library: their fields are not sound.
+            out.extend(
+                problems
+                    .into_iter()
+                    .map(|p| format!("tuning table {i}: {p}")),
+            );
+            continue;
+        }
         for (j, e) in t.entries.iter().enumerate() {
             if let Some((_, why)) = mismatch(e, &methods) {
                 out.push(format!("tuning table {i}, entry {j}: {why}"));
@@ -566,6 +591,7 @@ pub fn dispatch_of<'a>(
     members: &[&InstanceEntry],
 ) -> Vec<Dispatch<'a>> {
     let mut out: Vec<Dispatch<'a>> = Vec::new();
+    let mut taken: BTreeSet<(&str, &[u64])> = BTreeSet::new();
     for t in tables {
         for e in t.entries.iter().filter(|e| e.method == method) {
             let member_of = |name: &str| members.iter().position(|i| i.name == name);
@@ -589,10 +615,7 @@ pub fn dispatch_of<'a>(
                 shape: &e.shape,
                 timed,
             };
-            if !out
-                .iter()
-                .any(|o| o.device == d.device && o.shape == d.shape)
-            {
+            if taken.insert((d.device, d.shape)) {
                 out.push(d);
             }
         }

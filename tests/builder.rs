@@ -56,6 +56,32 @@ fn builder_reports_spec_errors_and_bad_archs() {
     assert!(e.to_string().contains("unknown arch `sm_42`"), "{e}");
 }
 
+/// A path cargo cannot be told about (a line break would end the `rerun-if-changed`
+/// directive and start one of the file name's making) is refused, not printed.
+#[test]
+fn builder_refuses_an_input_path_it_cannot_hand_to_cargo() {
+    let out = tempfile::tempdir().unwrap();
+    let specs = out.path().join("specs\ncargo:rustc-env=INJECTED=1");
+    std::fs::create_dir_all(&specs).unwrap();
+    std::fs::copy(specs_dir_file(), specs.join("k.yaml")).unwrap();
+    let e = tilegen::Builder::new()
+        .specs(&specs)
+        .out_dir(out.path().join("lib"))
+        .try_compile()
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("cannot watch a path with a line break"),
+        "{msg}"
+    );
+    assert!(!msg.contains("\ncargo:"), "{msg}");
+    assert!(!out.path().join("lib").exists(), "nothing was generated");
+}
+
+fn specs_dir_file() -> std::path::PathBuf {
+    specs().join("golden.yaml")
+}
+
 /// NVRTC's warnings reach the caller with each compile's event, and again from the cache on
 /// the next run (the log was cached with the kernel), without reading cache entries back.
 #[test]

@@ -302,9 +302,60 @@ fn a_manifest_with_foreign_tuning_entries_is_refused() {
     let mut m = sound.clone();
     m.tuning[0].entries[0].config_sha256 = "00".repeat(32);
     assert!(tilegen::__internal::tuning::manifest_problems(&m)[0].contains("has changed"));
-    let mut m = sound;
+    let mut m = sound.clone();
     m.tuning[0].device.name = "x".repeat(200);
     assert!(tilegen::__internal::tuning::manifest_problems(&m)[0].contains("device name"));
+    // Fields a table's own checks refuse are not matched against the library (where a
+    // multi-byte hash once split a character and panicked); the table's problems are named.
+    for bad in ["a\u{e9}".to_string() + &"\u{e9}".repeat(6), "A".repeat(64)] {
+        let mut m = sound.clone();
+        m.tuning[0].entries[0].config_sha256 = bad;
+        let p = tilegen::__internal::tuning::manifest_problems(&m);
+        assert!(p.len() == 1 && p[0].contains("is not a sha256"), "{p:?}");
+    }
+    let mut m = sound.clone();
+    m.tuning[0].entries[0].median_us = -0.0;
+    m.tuning[0].device.sm_count = 0;
+    let p = tilegen::__internal::tuning::manifest_problems(&m);
+    assert!(
+        p.iter().any(|p| p.contains("not negative")) && p.iter().any(|p| p.contains("sm_count")),
+        "{p:?}"
+    );
+    // A method repeated at one shape is named escaped: it cannot forge a line of output.
+    let mut m = sound;
+    let mut twice = m.tuning[0].entries[0].clone();
+    twice.method = "x\n\u{1b}[31mFAKE".into();
+    m.tuning[0].entries = vec![twice.clone(), twice];
+    let p = tilegen::__internal::tuning::manifest_problems(&m).join("\n");
+    assert!(p.contains("appears twice") && !p.contains('\u{1b}'), "{p}");
+}
+
+/// A device name is plain text in the bindings' documentation: Markdown and HTML in it are
+/// escaped, and characters that show nothing are written as escapes.
+#[test]
+fn device_names_reach_the_docs_as_plain_text() {
+    let (dir, m) = setup();
+    let name = "<img src=x onerror=alert(1)> `code` [link](x) H200\u{e0068}\u{ad}";
+    write_table(
+        dir.path(),
+        "odd.json",
+        &table(
+            name,
+            vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
+        ),
+    );
+    generate(dir.path()).unwrap();
+    let bindings = std::fs::read_to_string(dir.path().join("out/bindings.rs")).unwrap();
+    let doc = bindings
+        .lines()
+        .find(|l| l.contains("a tuning table measured on"))
+        .expect("the dispatch docs name the device");
+    assert!(
+        doc.contains(
+            r"&#60;img src=x onerror=alert(1)&#62; &#96;code&#96; &#91;link&#93;(x) H200\u{e0068}\u{ad}"
+        ),
+        "{doc}"
+    );
 }
 
 /// `tuning: candidates` marks instances that only measurements justify: generated as usual

@@ -48,6 +48,7 @@ pub fn dispatch(g: &Group, m: &crate::manifest::Manifest) -> Vec<String> {
     if !tuned.is_empty() {
         let mut devices: Vec<&str> = tuned.iter().map(|d| d.device).collect();
         devices.dedup();
+        let devices: Vec<String> = devices.into_iter().map(crate::escape::doc_text).collect();
         let how = match crate::tuning::tilings_of(&members) {
             Some(_) => format!(
                 "the instance predicted fastest from its times at the nearby ones of {} measured shapes, scaled by rounds of output tiles",

@@ -47,55 +47,93 @@ impl Measured {
 /// of shapes, each the method's size arguments in order (`[n]`, `[rows, cols]`, `[m, n, k]`).
 pub type Shapes = BTreeMap<Op, Vec<Vec<u64>>>;
 
-/// Reads a shapes file (see [`Shapes`]).
+/// The longest shapes file read (a list of a few hundred shapes is a few KiB).
+const MAX_SHAPES_FILE_BYTES: u64 = 1 << 20;
+
+/// A shapes file's object with its keys in file order, repeats kept (serde's maps keep the
+/// last of a repeated key, which would drop shapes without a word).
+struct ShapesObject(Vec<(String, Vec<Vec<u64>>)>);
+
+impl<'de> serde::Deserialize<'de> for ShapesObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = ShapesObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object from op name to lists of sizes")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<ShapesObject, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    out.push(entry);
+                }
+                Ok(ShapesObject(out))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
+
+/// Reads a shapes file (see [`Shapes`]), as untrusted input: a regular file of at most
+/// 1 MiB, each op once, each with at least one shape and no shape twice.
 pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
+    let shown = crate::escape::shown_path(path);
+    let bad = |m: String| Error::input(path, format!("{shown}: {m}"));
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if meta.len() > MAX_SHAPES_FILE_BYTES {
+        return Err(bad(format!(
+            "{} bytes, more than the {MAX_SHAPES_FILE_BYTES} a shapes file may have",
+            meta.len()
+        )));
+    }
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let raw: BTreeMap<String, Vec<Vec<u64>>> = serde_json::from_slice(&bytes).map_err(|e| {
+    let raw: ShapesObject = serde_json::from_slice(&bytes).map_err(|e| {
         Error::input(
             path,
             format!(
-                "{}:{}:{}: not a shapes file (an object from op name to lists of sizes): {e}",
-                path.display(),
+                "{shown}:{}:{}: not a shapes file (an object from op name to lists of sizes): {e}",
                 e.line(),
                 e.column()
             ),
         )
     })?;
     let mut out = Shapes::new();
-    for (op, shapes) in raw {
-        let parsed = Op::parse(&op).ok_or_else(|| {
-            Error::input(
-                path,
-                format!(
-                    "{}: `{}` is not an op ({})",
-                    path.display(),
-                    crate::escape::shown(&op),
-                    Op::choices()
-                ),
-            )
-        })?;
+    for (op, shapes) in raw.0 {
+        let op_shown = crate::escape::shown(&op);
+        let parsed = Op::parse(&op)
+            .ok_or_else(|| bad(format!("`{op_shown}` is not an op ({})", Op::choices())))?;
         let want = shape_args(parsed.family()).ok_or_else(|| {
-            Error::input(
-                path,
-                format!(
-                    "{}: {op} is not tuned by shape (it dispatches by head size)",
-                    path.display()
-                ),
-            )
+            bad(format!(
+                "{op_shown} is not tuned by shape (it dispatches by head size)"
+            ))
         })?;
+        if shapes.is_empty() {
+            return Err(bad(format!(
+                "{op_shown} has no shapes (leave it out to measure its defaults)"
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
         for s in &shapes {
             if s.len() != want.len() || s.iter().any(|&d| d == 0 || d > 1 << 40) {
-                return Err(Error::input(
-                    path,
-                    format!(
-                        "{}: {op} shape {s:?}: give ({}), each 1 to 2^40",
-                        path.display(),
-                        want.join(", ")
-                    ),
-                ));
+                return Err(bad(format!(
+                    "{op_shown} shape {:?}: give ({}), each 1 to 2^40",
+                    &s[..s.len().min(4)],
+                    want.join(", ")
+                )));
+            }
+            if !seen.insert(s) {
+                return Err(bad(format!("{op_shown} shape {s:?} appears twice")));
             }
         }
-        out.insert(parsed, shapes);
+        if out.insert(parsed, shapes).is_some() {
+            return Err(bad(format!("{op_shown} appears twice")));
+        }
     }
     Ok(out)
 }
@@ -450,6 +488,39 @@ mod tests {
             },
             targets: vec![],
         }
+    }
+
+    /// A shapes file is untrusted input: every op once, each with shapes, none twice, and a
+    /// regular file of bounded size (not a fifo that never ends).
+    #[test]
+    fn shapes_files_are_read_as_untrusted_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |text: &str| {
+            let path = dir.path().join("shapes.json");
+            std::fs::write(&path, text).unwrap();
+            read_shapes(&path).map_err(|e| e.to_string())
+        };
+        let ok = read(r#"{"vector_add": [[1048576], [4096]], "gemm": [[16, 4096, 4096]]}"#);
+        assert_eq!(ok.unwrap().len(), 2);
+        for (text, why) in [
+            (r#"{"vector_add": [[1048576], [1048576]]}"#, "appears twice"),
+            (
+                r#"{"vector_add": [[1048576]], "vector_add": [[5]]}"#,
+                "appears twice",
+            ),
+            (r#"{"vector_add": []}"#, "has no shapes"),
+            (r#"{"vector_add": [[0]]}"#, "each 1 to 2^40"),
+            (r#"{"x\u001b[31m": [[1]]}"#, "is not an op"),
+        ] {
+            let e = read(text).unwrap_err();
+            assert!(e.contains(why) && !e.contains('\u{1b}'), "{text}: {e}");
+        }
+        let fifo = dir.path().join("fifo.json");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_shapes(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 
     /// The rules' pick that `tune` and `bench --dispatch` report is the bindings' one: a
