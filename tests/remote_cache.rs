@@ -442,6 +442,22 @@ fn wrong_hmac_key_and_unsigned_entries_are_not_served() {
     let r = run(generate(&d, "right", &url, &[k1[0], ro]), "right key");
     assert_eq!(r.count("remote"), COMPILES);
     assert_eq!(r.remote()["signed"], true);
+    // A key set but empty (a secret this job was not given) leaves the remote out, with a
+    // warning: its entries are neither read unauthenticated nor written unsigned.
+    let r = run(
+        generate(&d, "empty-key", &url, &[("TILEGEN_CACHE_HMAC_KEY", "")]),
+        "empty key",
+    );
+    assert_eq!(r.count("compiled"), COMPILES);
+    assert_eq!(r.count("remote"), 0);
+    assert!(
+        warnings(&r)
+            .iter()
+            .any(|w| w.contains("TILEGEN_CACHE_HMAC_KEY is set but empty")),
+        "{:?}",
+        warnings(&r)
+    );
+    assert_eq!(redis.keys().len(), signed.len(), "nothing written");
 
     // Entries written without a key are refused by a reader with one.
     redis.flush();
@@ -511,6 +527,19 @@ fn read_only_writes_nothing() {
     );
     assert!(redis.keys().is_empty());
     assert_eq!(warnings(&r).len(), 1, "{:?}", warnings(&r));
+    // So is one that is not UTF-8 (it once read as unset, that is read-write).
+    let mut c = generate(&d, "f", &url, &[]);
+    c.env(
+        "TILEGEN_CACHE_REMOTE",
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"read-only\xff"),
+    );
+    let r = run(c, "non-UTF-8 mode");
+    assert!(redis.keys().is_empty(), "{:?}", redis.keys());
+    assert!(
+        warnings(&r).iter().any(|w| w.contains("not UTF-8")),
+        "{:?}",
+        warnings(&r)
+    );
 }
 
 /// A free loopback port with nothing listening on it.

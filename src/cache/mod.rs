@@ -178,8 +178,7 @@ fn remote_mode(read_only: bool, signed: bool) -> String {
 /// read-only, the safe side, with a note. A key that is set but empty (a secret this job was
 /// not given) is an error: the remote is then left out rather than read unauthenticated.
 #[cfg(feature = "remote-cache")]
-fn remote_settings() -> std::result::Result<(remote::Mode, Option<Vec<u8>>, Option<String>), String>
-{
+fn remote_settings() -> std::result::Result<RemoteSettings, String> {
     let (mode, note) = match crate::env::var("TILEGEN_CACHE_REMOTE") {
         Ok(None) => (remote::Mode::ReadWrite, None),
         Ok(Some(v)) if v.is_empty() || v == "read-write" => (remote::Mode::ReadWrite, None),
@@ -209,7 +208,19 @@ fn remote_settings() -> std::result::Result<(remote::Mode, Option<Vec<u8>>, Opti
         }
         Some(k) => Some(std::os::unix::ffi::OsStrExt::as_bytes(k.as_os_str()).to_vec()),
     };
-    Ok((mode, key, note))
+    Ok(RemoteSettings {
+        mode,
+        hmac_key: key,
+        note,
+    })
+}
+
+/// What [`remote_settings`] reads: the mode, the HMAC key, and a note on them for the run.
+#[cfg(feature = "remote-cache")]
+struct RemoteSettings {
+    mode: remote::Mode,
+    hmac_key: Option<Vec<u8>>,
+    note: Option<String>,
 }
 
 /// Totals for `tilegen cache stats`.
@@ -316,10 +327,10 @@ impl Cache {
         };
         #[cfg(feature = "remote-cache")]
         match remote_settings() {
-            Ok((mode, key, note)) => {
-                let r = remote::Remote::new(&url, mode, key);
+            Ok(s) => {
+                let r = remote::Remote::new(&url, s.mode, s.hmac_key);
                 let _ = self.state.remote.set(r);
-                if let Some(n) = note {
+                if let Some(n) = s.note {
                     set_note(n);
                 }
             }
