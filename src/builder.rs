@@ -322,20 +322,21 @@ impl Builder {
         }
     }
 
-    /// Refuses a path cargo cannot be told about: a line break in it would end the
-    /// directive and start another, and one that is not UTF-8 would be watched under a name
-    /// that does not exist.
+    /// Refuses a path with a line break, which would end the directive and start another of
+    /// the file name's making. (One that is not UTF-8 goes as its lossy text: cargo then
+    /// watches a name that does not exist, and reruns the build script every time.)
     fn rerun_if_changed(&self, path: &Path) -> Result<()> {
-        let Some(text) = path.to_str().filter(|t| !t.contains(['\n', '\r'])) else {
+        if !self.emit_rerun {
+            return Ok(());
+        }
+        let text = path.to_string_lossy();
+        if text.contains(['\n', '\r']) {
             return Err(Error::Usage(format!(
-                "{}: a build script cannot watch a path with a line break, or one that is not \
-                 UTF-8; rename it",
+                "{}: a build script cannot watch a path with a line break; rename it",
                 crate::escape::shown_path(path)
             )));
-        };
-        if self.emit_rerun {
-            println!("cargo:rerun-if-changed={text}");
         }
+        println!("cargo:rerun-if-changed={text}");
         Ok(())
     }
 }

@@ -18,14 +18,14 @@ pub fn var_os(name: &str) -> Option<OsString> {
 
 /// Reads a variable as UTF-8. A value that is set but not UTF-8 is an error, never "unset":
 /// a variable that asks for something (a key whose signature to demand, a read-only mode)
-/// must not silently fall back to its absence.
+/// must not silently fall back to its absence. The message never shows the value: it may be
+/// a password or a URL with one.
 pub fn var(name: &str) -> crate::Result<Option<String>> {
     match var_os(name).map(OsString::into_string) {
         None => Ok(None),
         Some(Ok(v)) => Ok(Some(v)),
-        Some(Err(v)) => Err(crate::Error::Usage(format!(
-            "{name} is set, but its value `{}` is not UTF-8",
-            v.to_string_lossy().escape_debug()
+        Some(Err(_)) => Err(crate::Error::Usage(format!(
+            "{name} is set, but its value is not UTF-8"
         ))),
     }
 }
@@ -45,9 +45,10 @@ mod tests {
     fn a_value_that_is_not_utf8_is_an_error_not_unset() {
         use std::os::unix::ffi::OsStrExt;
         let name = "TILEGEN_TEST_ENV_NOT_UTF8";
-        std::env::set_var(name, std::ffi::OsStr::from_bytes(b"keys\xffdir/key.pub"));
+        std::env::set_var(name, std::ffi::OsStr::from_bytes(b"hunter2\xffsecret"));
         let err = super::var(name).unwrap_err().to_string();
         assert!(err.contains(name) && err.contains("not UTF-8"), "{err}");
+        assert!(!err.contains("hunter2"), "the value may be a secret: {err}");
         std::env::set_var(name, "keys/key.pub");
         assert_eq!(super::var(name).unwrap().as_deref(), Some("keys/key.pub"));
         std::env::remove_var(name);

@@ -152,8 +152,9 @@ pub(crate) fn shows_badly(c: char) -> bool {
                 | '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' // invisible
                 | '\u{00ad}' | '\u{034f}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
                 | '\u{180b}'..='\u{180f}' | '\u{2061}'..='\u{2064}' | '\u{3164}'
-                | '\u{fe00}'..='\u{fe0f}' | '\u{ffa0}' | '\u{fff9}'..='\u{fffb}'
-                | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}' // more that show nothing
+                | '\u{206a}'..='\u{206f}' | '\u{ffa0}' | '\u{fff9}'..='\u{fffb}'
+                | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}' // more that show nothing
         )
 }
 
@@ -198,8 +199,6 @@ fn escape_where(s: &str, escape: fn(char) -> bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// At most `max` characters of `s` for a message (never split inside a character), escaped,
-/// with `…` when cut.
 /// `s` as plain text inside generated documentation (rustdoc's Markdown): each character
 /// Markdown or HTML could read as markup becomes an HTML character reference, so that text
 /// from outside (a tuning table's device name) can neither hide nor format anything. Doc
@@ -224,6 +223,8 @@ pub fn shown_path(p: &std::path::Path) -> String {
     shown(&p.to_string_lossy()).into_owned()
 }
 
+/// At most `max` characters of `s` for a message (never split inside a character), escaped,
+/// with `…` when cut.
 pub fn shown_prefix(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", shown(&s[..i])),

@@ -1,8 +1,10 @@
 //! Writing a library folder: only files whose bytes change, each replaced atomically, in an
-//! order that never lets a reader see a file naming one that is not there yet (kernels, then
-//! `bindings.rs`, `manifest.json` last); files an older manifest listed that are no longer
-//! produced are removed before the new manifest replaces it, and so are temporary files a
-//! killed run left. `check` compares
+//! order that never lets a reader see a new file naming one that is not written yet (kernels,
+//! then `bindings.rs`, `manifest.json` last). Files an older manifest listed that are no
+//! longer produced are removed just before the new manifest replaces it, so that a run killed
+//! in between leaves them listed (and the next run removes them) rather than orphaned; a
+//! reader that does not take the folder's lock may meanwhile see the old manifest name a file
+//! that is gone. Temporary files a killed run left are removed too. `check` compares
 //! instead of writing. A file's bytes come from memory (what `generate` built) or from a
 //! staged file on disk (a verified bundle member), which is moved into place and compared a
 //! buffer at a time, so a large member is never held in memory.
@@ -163,6 +165,12 @@ pub fn temp_files<'a>(dir: &Path, files: impl IntoIterator<Item = &'a str>) -> V
 /// Writes `bytes` to `path` unless it already holds exactly them. Returns whether it wrote.
 pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
     publish(path, Content::Bytes(bytes))
+}
+
+/// Replaces whatever is at `path` with `bytes` in one rename, without reading it first (it
+/// may be anything a hostile folder holds: a fifo, a link).
+pub fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace(path, Content::Bytes(bytes))
 }
 
 /// Puts `content` at `path` unless it already holds exactly that. Returns whether it wrote.

@@ -203,7 +203,7 @@ pub fn sign(file: &Path, secret_key: &Path) -> Result<PathBuf> {
     // Written whole to a private temporary file of its own beside the bundle, then renamed:
     // never a half signature, never through a link planted there, and concurrent signers
     // do not share a temporary file.
-    crate::output::write_if_changed(&out, sig.into_string().as_bytes())?;
+    crate::output::write_replacing(&out, sig.into_string().as_bytes())?;
     Ok(out)
 }
 

@@ -161,16 +161,17 @@ pub(super) fn parse_url(url: &str) -> std::result::Result<(Target, String), Stri
 
 /// The URL with any `user:password@` removed, for messages.
 pub(super) fn redact(url: &str) -> String {
-    let url: String = url.chars().take(200).collect();
-    // Whatever precedes the last `@` may be a password, with or without a well-formed scheme.
+    // Whatever precedes the last `@` may be a password, with or without a well-formed
+    // scheme; it goes before the text is cut short, however long it is.
     let (scheme, rest) = match url.split_once("://") {
         Some((s, rest)) => (format!("{s}://"), rest),
-        None => (String::new(), url.as_str()),
+        None => (String::new(), url),
     };
-    match rest.rsplit_once('@') {
+    let shown = match rest.rsplit_once('@') {
         Some((_, host)) => format!("{scheme}***@{host}"),
-        None => url.clone(),
-    }
+        None => url.to_string(),
+    };
+    shown.chars().take(200).collect()
 }
 
 fn tag(hmac_key: &[u8], key: &str, sha: &str) -> HmacSha256 {
@@ -589,10 +590,12 @@ mod tests {
         }
         assert!(!parse_url("gopher://u:pw@h").unwrap_err().contains("pw"));
         // No well-formed scheme: what precedes the `@` is still hidden.
+        let long = format!("redis://u:{}pw@h", "p".repeat(300));
         for odd in [
             "u:pw@redis.internal:6379",
             "redis:/u:pw@h",
             "redis://u:pw@h",
+            long.as_str(),
         ] {
             assert!(!redact(odd).contains("pw"), "{odd}");
             assert!(

@@ -92,7 +92,21 @@ pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
             meta.len()
         )));
     }
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let mut bytes = Vec::new();
+    // Bounded even if the file grew since its size was read.
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(
+            std::fs::File::open(path).map_err(|e| Error::io(path, e))?,
+            MAX_SHAPES_FILE_BYTES + 1,
+        ),
+        &mut bytes,
+    )
+    .map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > MAX_SHAPES_FILE_BYTES {
+        return Err(bad(format!(
+            "more than the {MAX_SHAPES_FILE_BYTES} bytes a shapes file may have"
+        )));
+    }
     let raw: ShapesObject = serde_json::from_slice(&bytes).map_err(|e| {
         Error::input(
             path,

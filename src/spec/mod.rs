@@ -156,10 +156,10 @@ pub fn read_specs(root: &Path, files: &[PathBuf]) -> Result<(Vec<SpecSource>, Di
             Err(e) => {
                 let bytes = e.as_bytes();
                 let valid = &bytes[..e.utf8_error().valid_up_to()];
-                let text = String::from_utf8_lossy(valid);
+                let text = lone_cr_to_lf(&String::from_utf8_lossy(valid));
                 let line = text.matches('\n').count() + 1;
                 let col = text.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-                let shown = String::from_utf8_lossy(bytes).into_owned();
+                let shown = lone_cr_to_lf(&String::from_utf8_lossy(bytes));
                 diags.push(
                     Diagnostic::new(
                         path,
@@ -258,8 +258,8 @@ pub fn load(sources: &[SpecSource]) -> Result<Vec<Instance>, Diagnostics> {
             // and the error points at the spec before anything is compiled.
             if crate::bindings::is_reserved(&inst.name) {
                 let message = format!(
-                    "instance name `{}` is reserved by the bindings (their launchers are named \
-                     `run_…`); rename the kernel",
+                    "instance name `{}` is reserved by the bindings (a method of their `Kernels` \
+                     type, or a launcher's `run_…` name); rename the kernel",
                     inst.name
                 );
                 ctx.error_at(mark, inst.name.len(), message);
