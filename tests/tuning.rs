@@ -234,10 +234,9 @@ fn a_bad_table_is_refused_with_its_position_and_nothing_is_written() {
     );
 }
 
-#[test]
-fn device_names_reach_the_bindings_as_escaped_literals() {
+/// The bindings generated with one table, measured on a device of this name.
+fn bindings_for_device(name: &str) -> String {
     let (dir, m) = setup();
-    let name = "GPU \"x\" \\ }; fn evil() {} //";
     write_table(
         dir.path(),
         "odd.json",
@@ -247,7 +246,12 @@ fn device_names_reach_the_bindings_as_escaped_literals() {
         ),
     );
     generate(dir.path()).unwrap();
-    let bindings = std::fs::read_to_string(dir.path().join("out/bindings.rs")).unwrap();
+    std::fs::read_to_string(dir.path().join("out/bindings.rs")).unwrap()
+}
+
+#[test]
+fn device_names_reach_the_bindings_as_escaped_literals() {
+    let bindings = bindings_for_device("GPU \"x\" \\ }; fn evil() {} //");
     assert!(
         bindings.contains(r#"device: "GPU \"x\" \\ }; fn evil() {} //","#),
         "{bindings}"
@@ -334,18 +338,8 @@ fn a_manifest_with_foreign_tuning_entries_is_refused() {
 /// escaped, and characters that show nothing are written as escapes.
 #[test]
 fn device_names_reach_the_docs_as_plain_text() {
-    let (dir, m) = setup();
-    let name = "<img src=x onerror=alert(1)> `code` [link](x) H200\u{e0068}\u{ad}";
-    write_table(
-        dir.path(),
-        "odd.json",
-        &table(
-            name,
-            vec![entry(&m, "softmax_f32_onepass_b512_i2", &[32768, 1000])],
-        ),
-    );
-    generate(dir.path()).unwrap();
-    let bindings = std::fs::read_to_string(dir.path().join("out/bindings.rs")).unwrap();
+    let bindings =
+        bindings_for_device("<img src=x onerror=alert(1)> `code` [link](x) H200\u{e0068}\u{ad}");
     let doc = bindings
         .lines()
         .find(|l| l.contains("a tuning table measured on"))

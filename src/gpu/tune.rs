@@ -82,31 +82,7 @@ impl<'de> serde::Deserialize<'de> for ShapesObject {
 pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
     let shown = crate::escape::shown_path(path);
     let bad = |m: String| Error::input(path, format!("{shown}: {m}"));
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(bad("not a regular file".into()));
-    }
-    if meta.len() > MAX_SHAPES_FILE_BYTES {
-        return Err(bad(format!(
-            "{} bytes, more than the {MAX_SHAPES_FILE_BYTES} a shapes file may have",
-            meta.len()
-        )));
-    }
-    let mut bytes = Vec::new();
-    // Bounded even if the file grew since its size was read.
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(
-            std::fs::File::open(path).map_err(|e| Error::io(path, e))?,
-            MAX_SHAPES_FILE_BYTES + 1,
-        ),
-        &mut bytes,
-    )
-    .map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 > MAX_SHAPES_FILE_BYTES {
-        return Err(bad(format!(
-            "more than the {MAX_SHAPES_FILE_BYTES} bytes a shapes file may have"
-        )));
-    }
+    let bytes = crate::tuning::read_input_file(path, MAX_SHAPES_FILE_BYTES, &bad)?;
     let raw: ShapesObject = serde_json::from_slice(&bytes).map_err(|e| {
         Error::input(
             path,
