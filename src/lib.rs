@@ -133,6 +133,7 @@ mod generate;
 #[cfg(feature = "gpu")]
 mod gpu;
 mod hashing;
+mod input;
 mod launch;
 mod manifest;
 mod nvrtc;

@@ -122,7 +122,7 @@ pub fn install(install_dir: &Path) -> Result<Installed> {
             .collect();
         return Err(Error::Environment(format!(
             "nvrtc install: `{} -m pip install {PINNED_WHEEL}` failed ({}):\n{}",
-            crate::escape::shown(&python.to_string_lossy()),
+            crate::escape::shown_path(python.as_ref()),
             output.status,
             tail.join("\n")
         )));

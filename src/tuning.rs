@@ -147,38 +147,11 @@ pub fn write_file(path: &Path, t: &TuningTable) -> Result<()> {
     })
 }
 
-/// The bytes of an input file from outside (a tuning table, a shapes file): a regular file
-/// (not a fifo or a device) of at most `max` bytes, read no further even if it grew since its
-/// size was taken. `bad` words a refusal.
-pub(crate) fn read_input_file(
-    path: &Path,
-    max: u64,
-    bad: &dyn Fn(String) -> Error,
-) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(bad("not a regular file".into()));
-    }
-    let too_long = || bad(format!("more than the {max} bytes it may have"));
-    if meta.len() > max {
-        return Err(too_long());
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
-        .map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 > max {
-        return Err(too_long());
-    }
-    Ok(bytes)
-}
-
 /// Reads one table file, checked as untrusted input ([`TuningTable::problems`]).
 pub fn load_file(path: &Path) -> Result<TuningTable> {
     let shown = crate::escape::shown_path(path);
     let bad = |m: String| Error::input(path, format!("tuning table {shown}: {m}"));
-    let bytes = read_input_file(path, MAX_FILE_BYTES, &bad)?;
+    let bytes = crate::input::read_limited(path, MAX_FILE_BYTES, &bad)?;
     let table: TuningTable = serde_json::from_slice(&bytes).map_err(|e| {
         Error::input(
             path,

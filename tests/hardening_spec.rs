@@ -25,6 +25,12 @@ fn tilegen(args: &[&str], tmp: &Path) -> Output {
         .expect("tilegen runs")
 }
 
+/// `tilegen check --specs SPECS`: its exit code and what it printed on stderr.
+fn check(specs: &Path, tmp: &Path) -> (Option<i32>, String) {
+    let o = tilegen(&["check", "--specs", s(specs)], tmp);
+    (o.status.code(), stderr(&o))
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -331,9 +337,8 @@ fn lone_carriage_returns_end_lines_everywhere() {
                 "kernels:\r  - name: aaa\r    op: vector_add\r    dtype: f32\r    block: {tail}\r"
             ),
         );
-        let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-        let e = stderr(&o);
-        assert_eq!(o.status.code(), Some(3), "{e}");
+        let (code, e) = check(&specs, tmp.path());
+        assert_eq!(code, Some(3), "{e}");
         assert!(e.contains(at) && e.contains(quoted), "{e}");
     }
 }
@@ -344,9 +349,8 @@ fn lone_carriage_returns_end_lines_everywhere() {
 fn names_the_bindings_reserve_are_spec_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let specs = write_specs(&tmp.path().join("specs"), &spec(&["run"]));
-    let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(3), "{e}");
+    let (code, e) = check(&specs, tmp.path());
+    assert_eq!(code, Some(3), "{e}");
     assert!(
         e.contains("specs/k.yaml:2:11: error: instance name `run_f32_b256_i4` is reserved"),
         "{e}"
@@ -365,9 +369,8 @@ fn spec_file_names_are_shown_escaped() {
         "kernels:\n  - name: aaa\n    op: vector_add\n    dtype: f32\n    block: 7\n",
     )
     .unwrap();
-    let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(3), "{e}");
+    let (code, e) = check(&specs, tmp.path());
+    assert_eq!(code, Some(3), "{e}");
     assert!(
         e.contains("x\\nfake.yaml:1:1: error: forged\\u{1b}[31m.yaml:5:12: error: "),
         "{e}"

@@ -235,36 +235,15 @@ pub enum Signed {
 /// The longest signature file read: minisign's are under 500 bytes.
 const MAX_SIGNATURE_BYTES: u64 = 64 << 10;
 
-/// The bytes of a signature file, or why it cannot be one (not a regular file, too long),
-/// read no further than [`MAX_SIGNATURE_BYTES`] whatever is there.
-fn read_signature_file(path: &Path) -> std::io::Result<std::result::Result<Vec<u8>, String>> {
-    // Non-blocking: a fifo planted there must not hang the check.
-    let f = std::os::unix::fs::OpenOptionsExt::custom_flags(
-        fs::File::options().read(true),
-        libc::O_NONBLOCK,
-    )
-    .open(path)?;
-    let m = f.metadata()?;
-    if !m.is_file() {
-        return Ok(Err("not a regular file".into()));
-    }
-    let mut raw = Vec::new();
-    f.take(MAX_SIGNATURE_BYTES + 1).read_to_end(&mut raw)?;
-    if raw.len() as u64 > MAX_SIGNATURE_BYTES {
-        return Ok(Err(format!("longer than {MAX_SIGNATURE_BYTES} bytes")));
-    }
-    Ok(Ok(raw))
-}
-
 /// Checks `data`, the contents of the bundle at `file` (read to its end, as a stream), against
 /// `FILE.minisig`. Only prehashed signatures (what minisign and `tilegen bundle sign` write)
 /// are accepted, so the archive is never held in memory for this.
 pub fn check<R: Read>(file: &Path, mut data: R, policy: SignaturePolicy) -> Result<Signed> {
     let sig_path = signature_path(file);
-    let raw = match read_signature_file(&sig_path) {
-        Ok(Ok(t)) => t,
-        Ok(Err(why)) => return Err(bad(&sig_path, format!("not a minisign signature: {why}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let refuse = |why: String| bad(&sig_path, format!("not a minisign signature: {why}"));
+    let raw = match crate::input::read_limited(&sig_path, MAX_SIGNATURE_BYTES, &refuse) {
+        Ok(t) => t,
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             return if policy.required {
                 Err(bad(
                     file,
@@ -277,7 +256,7 @@ pub fn check<R: Read>(file: &Path, mut data: R, policy: SignaturePolicy) -> Resu
                 Ok(Signed::Unsigned)
             };
         }
-        Err(e) => return Err(e).at(&sig_path),
+        Err(e) => return Err(e),
     };
     // A signature file is text; anything else is a bad signature, not an I/O failure.
     let text = String::from_utf8(raw).map_err(|e| {

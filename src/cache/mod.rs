@@ -340,13 +340,11 @@ impl Cache {
             Err(why) => set_note(why),
         }
         #[cfg(not(feature = "remote-cache"))]
-        if let Ok(mut w) = self.state.remote_note.lock() {
-            *w = Some(format!(
-                "a remote cache is configured ({}), but this tilegen was built without the \
-                 `remote-cache` feature; using the local cache only",
-                url.split('@').next_back().unwrap_or_default()
-            ));
-        }
+        set_note(format!(
+            "a remote cache is configured ({}), but this tilegen was built without the \
+             `remote-cache` feature; using the local cache only",
+            url.split('@').next_back().unwrap_or_default()
+        ));
         self
     }
 

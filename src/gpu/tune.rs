@@ -82,7 +82,7 @@ impl<'de> serde::Deserialize<'de> for ShapesObject {
 pub fn read_shapes(path: &std::path::Path) -> Result<Shapes> {
     let shown = crate::escape::shown_path(path);
     let bad = |m: String| Error::input(path, format!("{shown}: {m}"));
-    let bytes = crate::tuning::read_input_file(path, MAX_SHAPES_FILE_BYTES, &bad)?;
+    let bytes = crate::input::read_limited(path, MAX_SHAPES_FILE_BYTES, &bad)?;
     let raw: ShapesObject = serde_json::from_slice(&bytes).map_err(|e| {
         Error::input(
             path,

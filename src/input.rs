@@ -1,0 +1,36 @@
+//! Reading a small file from outside (a tuning table, a shapes file, a bundle's signature):
+//! only a regular file, and never more of it than its limit, whatever is planted there.
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// The bytes of the file at `path`: a regular file (not a fifo or a device, checked on the
+/// opened file, which a non-blocking open cannot hang on) of at most `max` bytes, read no
+/// further even if it grows meanwhile. `bad` words a refusal; a file that cannot be opened
+/// or read is an [`Error::Io`] (so a caller can tell a missing one apart).
+pub(crate) fn read_limited(
+    path: &Path,
+    max: u64,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Vec<u8>> {
+    let io = |e| Error::io(path, e);
+    let f = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    if !f.metadata().map_err(io)?.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    f.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > max {
+        return Err(bad(format!(
+            "longer than {max} bytes, the most it may have"
+        )));
+    }
+    Ok(bytes)
+}
