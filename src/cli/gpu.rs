@@ -50,9 +50,9 @@ impl Select {
 /// How long a GPU command waits for the GPU before it gives up on a hung kernel.
 #[derive(clap::Args, Clone, Copy)]
 pub struct WaitLimit {
-    /// Seconds that one wait for the GPU (a case's launch, a round of timed launches) may
-    /// last before the command names what was running and exits 1, where a kernel that hangs
-    /// would keep it waiting for ever; 0 means no limit.
+    /// Seconds that one wait for the GPU (a case's launch, one of the timed launches) may last
+    /// before the command names what was running and exits 1, where a kernel that hangs would
+    /// keep it waiting for ever; 0 means no limit.
     #[arg(long = "kernel-timeout", value_name = "SECONDS", default_value_t = 60.0, value_parser = seconds)]
     pub seconds: f64,
 }

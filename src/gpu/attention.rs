@@ -1003,7 +1003,8 @@ pub fn bench_case(
     args.push(ArgValue::F32(scale));
     let args = super::with_tensor_maps(gpu, inst, args)?;
     let gpu = &*gpu;
-    let (median_ms, min_ms) = super::bench::time_ms(gpu, |_| launch(gpu, &f, dims, &args))?;
+    let (median_ms, min_ms) =
+        super::bench::time_ms(gpu, &inst.name, |_| launch(gpu, &f, dims, &args))?;
     let flops =
         4.0 * (batch * hq) as f64 * (seq * seq) as f64 * d as f64 * if causal { 0.5 } else { 1.0 };
     Ok(AttnBench {

@@ -122,16 +122,19 @@ pub fn plain_partner<'a>(
     })
 }
 
-/// Times `body` with events: median and minimum milliseconds over RUNS after WARMUP.
-pub fn time_ms(gpu: &Gpu, body: impl FnMut(usize) -> Result<()>) -> Result<(f64, f64)> {
+/// Times `body` (launching `name`) with events: median and minimum milliseconds over RUNS
+/// after WARMUP.
+pub fn time_ms(gpu: &Gpu, name: &str, body: impl FnMut(usize) -> Result<()>) -> Result<(f64, f64)> {
     let mut body = body;
-    Ok(time_interleaved(gpu, &mut [&mut body])?[0])
+    Ok(time_interleaved(gpu, &[name], &mut [&mut body])?[0])
 }
 
 /// Times several launches turn about (run i of each, then run i + 1 of each, ...), so that
 /// clock and temperature drift during the measurement reach all of them alike and their
 /// ratios stay fair: median and minimum milliseconds of each over RUNS after WARMUP, and after
-/// [`Gpu::settle`] of further turns where that is set.
+/// [`Gpu::settle`] of further turns where that is set. `names` says what each body launches:
+/// the host waits for the launches one at a time, in the order they run, so that a wait that
+/// outlives the limit names the launch still running (the GPU runs ahead all the same).
 ///
 /// Each call of a body gets the launch's number counted over all bodies (0, 1, 2, ... in the
 /// order they run). A body that reads input set `number % sets` thus never reads the set the
@@ -139,38 +142,41 @@ pub fn time_ms(gpu: &Gpu, body: impl FnMut(usize) -> Result<()>) -> Result<(f64,
 /// second body of a turn would find the first one's operands in L2 wherever they fit there.
 pub fn time_interleaved(
     gpu: &Gpu,
+    names: &[&str],
     bodies: &mut [&mut dyn FnMut(usize) -> Result<()>],
 ) -> Result<Vec<(f64, f64)>> {
     let turn = bodies.len();
+    let name = |k: usize| names.get(k).copied().unwrap_or("a launch");
     // Turns run so far: every launch gets its number from it.
     let mut run = 0;
+    let mut warm_up = Vec::with_capacity(WARMUP);
     for _ in 0..WARMUP {
-        untimed_turn(bodies, run)?;
+        warm_up.push(untimed_turn(gpu, bodies, run)?);
         run += 1;
     }
-    gpu.sync()?;
+    for (w, events) in warm_up.into_iter().enumerate() {
+        wait_turn(gpu, events, |k| {
+            format!("{} (warm-up launch {} of {WARMUP})", name(k), w + 1)
+        })?;
+    }
     // Settling: the same turns for `gpu.settle`. The host waits for the turn before the one
     // it has just queued, so the GPU always has work and the queue never runs far past the
     // time asked for.
     let settle_start = std::time::Instant::now();
     let mut queued = std::collections::VecDeque::new();
+    let settling = |k: usize| format!("{} (a settling launch)", name(k));
     while settle_start.elapsed() < gpu.settle {
-        untimed_turn(bodies, run)?;
+        queued.push_back(untimed_turn(gpu, bodies, run)?);
         run += 1;
-        queued.push_back(
-            gpu.stream
-                .record_event(None)
-                .map_err(|e| gpu_err("event", e))?,
-        );
         if queued.len() > 2 {
-            let done = queued.pop_front().expect("three queued");
-            gpu.wait(|| done.synchronize())
-                .map_err(|e| gpu_err("kernel failed", e))?;
+            wait_turn(gpu, queued.pop_front().expect("three queued"), settling)?;
         }
     }
-    gpu.sync()?;
-    // Everything is enqueued before the one wait at the end: the host runs ahead of the GPU,
-    // so each measured span holds its launch alone, not the host's launch latency too.
+    for events in queued {
+        wait_turn(gpu, events, settling)?;
+    }
+    // Everything is enqueued before the first wait: the host runs ahead of the GPU, so each
+    // measured span holds its launch alone, not the host's launch latency too.
     let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     let mut spans = Vec::with_capacity(RUNS * bodies.len());
     for _ in 0..RUNS {
@@ -188,7 +194,10 @@ pub fn time_interleaved(
         }
         run += 1;
     }
-    gpu.sync()?;
+    for (i, (k, _, end)) in spans.iter().enumerate() {
+        let launch = format!("{} (timed launch {} of {RUNS})", name(*k), i / turn + 1);
+        gpu.wait_event(end, &launch)?;
+    }
     let mut times = vec![Vec::with_capacity(RUNS); bodies.len()];
     for (k, start, end) in spans {
         times[k].push(
@@ -206,11 +215,33 @@ pub fn time_interleaved(
         .collect())
 }
 
-/// One launch of each body, the `run`-th turn, untimed.
-fn untimed_turn(bodies: &mut [&mut dyn FnMut(usize) -> Result<()>], run: usize) -> Result<()> {
+/// One launch of each body, the `run`-th turn, untimed: an event after each launch.
+fn untimed_turn(
+    gpu: &Gpu,
+    bodies: &mut [&mut dyn FnMut(usize) -> Result<()>],
+    run: usize,
+) -> Result<Vec<cudarc::driver::CudaEvent>> {
     let turn = bodies.len();
+    let mut events = Vec::with_capacity(turn);
     for (k, body) in bodies.iter_mut().enumerate() {
         body(launch_number(run, turn, k))?;
+        events.push(
+            gpu.stream
+                .record_event(None)
+                .map_err(|e| gpu_err("event", e))?,
+        );
+    }
+    Ok(events)
+}
+
+/// Waits for one untimed turn's launches in order; `launch(k)` names body `k`'s.
+fn wait_turn(
+    gpu: &Gpu,
+    events: Vec<cudarc::driver::CudaEvent>,
+    launch: impl Fn(usize) -> String,
+) -> Result<()> {
+    for (k, event) in events.iter().enumerate() {
+        gpu.wait_event(event, &launch(k))?;
     }
     Ok(())
 }
@@ -226,7 +257,7 @@ pub fn copy_ceiling(gpu: &Gpu, bytes: usize) -> Result<f64> {
     gpu.doing("timing the device copy");
     let src = random_buffer(gpu, bytes, DType::F32, 1)?;
     let mut dst = gpu.alloc_filled(bytes, 0)?;
-    let (ms, _) = time_ms(gpu, |_| {
+    let (ms, _) = time_ms(gpu, "the device copy", |_| {
         let (s, _a) = src.device_ptr(&gpu.stream);
         let (d, _b) = dst.device_ptr_mut(&gpu.stream);
         // SAFETY: both buffers hold `bytes` bytes and outlive the copy (timing waits for it).
@@ -395,7 +426,16 @@ pub fn bench_case(
             if plain.is_some() {
                 bodies.push(&mut run_plain);
             }
-            let times = time_interleaved(gpu, &mut bodies)?;
+            let peer_launch = if fused {
+                "the cuBLASLt peer"
+            } else {
+                "the cuBLAS peer"
+            };
+            let mut names = vec![inst.name.as_str(), peer_launch];
+            if let Some((o, _, _)) = &plain {
+                names.push(o.name.as_str());
+            }
+            let times = time_interleaved(gpu, &names, &mut bodies)?;
             let (median_ms, min_ms) = times[0];
             plain_ms = times.get(2).map(|t| t.0);
             let name = match (fused, tf32) {
@@ -418,7 +458,7 @@ pub fn bench_case(
             )
         }
         _ => {
-            let (median_ms, min_ms) = time_ms(gpu, run_kernel)?;
+            let (median_ms, min_ms) = time_ms(gpu, &inst.name, run_kernel)?;
             let gb_per_s = bytes as f64 / (median_ms * 1e-3) / 1e9;
             (
                 median_ms,

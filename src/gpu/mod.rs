@@ -307,15 +307,30 @@ impl Gpu {
         *self.activity.lock().unwrap_or_else(|e| e.into_inner()) = what.into();
     }
 
+    /// Waits until the work queued before `event` has finished. Should the wait outlive the
+    /// limit, the error names `launch` (the launch just before the event) within the activity:
+    /// work queued ahead of it has finished, so that launch is the one still running.
+    pub fn wait_event(&self, event: &cudarc::driver::CudaEvent, launch: &str) -> Result<()> {
+        self.wait_naming(Some(launch), || event.synchronize())
+            .map_err(|e| gpu_err("kernel failed", e))
+    }
+
     fn wait<T>(&self, call: impl FnOnce() -> T) -> T {
+        self.wait_naming(None, call)
+    }
+
+    fn wait_naming<T>(&self, launch: Option<&str>, call: impl FnOnce() -> T) -> T {
         match &self.watchdog {
             None => call(),
             Some(dog) => {
-                let what = self
+                let mut what = self
                     .activity
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
+                if let Some(launch) = launch {
+                    what = format!("{what}; still running: {launch}");
+                }
                 dog.guard(what, call)
             }
         }

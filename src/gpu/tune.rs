@@ -328,7 +328,8 @@ fn time_members(gpu: &mut Gpu, members: &[&InstanceEntry], p: Problem) -> Result
         .collect();
     let mut refs: Vec<&mut dyn FnMut(usize) -> Result<()>> =
         bodies.iter_mut().map(|b| b.as_mut() as _).collect();
-    Ok(time_interleaved(gpu, &mut refs)?
+    let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    Ok(time_interleaved(gpu, &names, &mut refs)?
         .into_iter()
         .map(|(median_ms, _)| median_ms * 1e3)
         .collect())
