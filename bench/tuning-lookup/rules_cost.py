@@ -13,8 +13,9 @@ import io, itertools, json, math, random, re, statistics, sys, tarfile
 
 SMS = 132
 DECODE_ROWS, WGMMA_ROWS = 16, 64
-# call_checks::wgmma_cost's constants, in units of one B column loaded for one k.
-MODEL = dict(a=1 / 40, wa=2, f=64, sp=100)
+# call_checks::wgmma_cost's constants, in units of one B column loaded for one k; t is paid
+# once per tile.
+MODEL = dict(a=1 / 40, wa=2, f=64, sp=100, t=24000)
 
 
 def tile(name):
@@ -45,7 +46,7 @@ def cost(m, n, k, name, P):
     tiles = math.ceil(m / tm) * math.ceil(n / tn)
     rounds = math.ceil(tiles / max(SMS // s, 1))
     unit = math.ceil(k / s) * (P["a"] * tm * tn + P["wa"] * tm + tn + P["f"])
-    return rounds * (unit + (P["sp"] * tm * tn if s > 1 else 0))
+    return rounds * (unit + P["t"] + (P["sp"] * tm * tn if s > 1 else 0))
 
 
 def model_order(P):
@@ -125,8 +126,8 @@ def main(paths):
         best = min(r["times"], key=r["times"].get)
         print(f"  {ratio:.2f} {r['method']:34s} {'x'.join(map(str, r['shape'])):16s} {pick} (fastest {best})")
     # Refit on half the shapes, judge on the other half.
-    grid = [dict(a=a, wa=wa, f=f, sp=sp) for a, wa, f, sp in itertools.product(
-        (1 / 50, 1 / 40, 1 / 30), (1.5, 2, 2.5), (32, 64, 128), (50, 100, 200))]
+    grid = [dict(a=a, wa=wa, f=f, sp=sp, t=t) for a, wa, f, sp, t in itertools.product(
+        (1 / 50, 1 / 40, 1 / 30), (1.5, 2, 2.5), (32, 64, 128), (50, 100, 200), (0, 24000))]
     scored = [(P, judge(recs, model_order(P))) for P in grid]
     shapes = sorted({r["shape"] for r in recs})
     g = statistics.geometric_mean
