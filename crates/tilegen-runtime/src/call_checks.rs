@@ -465,17 +465,17 @@ pub fn gemm_order(
 /// - its columns of B and, twice weighted, its rows of A (what its blocks load);
 /// - `rows × columns / 40` of wgmma work;
 /// - 64 that do not grow with the tile (barriers, descriptors, the ring's turns);
-/// - and with split K, 100 per output element once, for the partial sums' exchange;
-///
-/// and 24000 once (filling the ring, the epilogue): it decides near ties between fewer large
-/// tiles and more small ones when K is short.
+/// - with split K, 100 per output element once, for the partial sums' exchange;
+/// - and 24000 once, whatever K (filling the ring, the epilogue), which settles near ties
+///   between fewer large tiles and more small ones when K is short.
 ///
 /// Fitted to the H200's tuning measurements, every wgmma member at 102 shapes from 1×4096×4096
 /// to 16384×4096×4096 (`bench/tuning-lookup/rules_cost.py` over `bench/results/*tune*.tar.xz`):
 /// its first pick took 1.010× the fastest member's time on geometric mean over 1563
 /// method-shapes, 1.17× at worst, where `tile_order` took 1.129× and 2.65×. At 22 shapes
-/// outside those (`2026-12-05-h200-tune-heldout.tar.xz`), 1.030× (1.51× at worst) where
-/// `tile_order` took 1.121×.
+/// outside those (`bench/results/2026-12-05-h200-gemm-rules-heldout.txt`, 428 method-shapes),
+/// 1.027× (1.51× at worst; 1.038× without the once-per-tile term) where `tile_order` took
+/// 1.121×.
 pub fn wgmma_cost(m: usize, n: usize, k: usize, sm_count: u32, option: &GemmOption) -> u64 {
     let (tile_m, tile_n) = (option.tile.0.max(1) as u64, option.tile.1.max(1) as u64);
     let split_k = option.split_k.max(1) as u64;
@@ -743,7 +743,8 @@ mod tests {
         }
         // Short K: at 1000x3000x1000 128x256 makes 96 tiles, one round, and 64x192 makes 256,
         // two; their loads and wgmma work tie, and what each tile costs once decides. Measured
-        // (bench/results/2026-12-05-h200-tune-heldout.tar.xz), 64x192 took 1.26x as long.
+        // (bench/results/2026-12-05-h200-gemm-rules-heldout.txt), 64x192 took 1.16-1.26x as
+        // long in each of 26 methods.
         assert_eq!(first(1000, 3000, 1000).tile, (128, 256));
         // More SMs, fewer rounds: at 128x5632x4096 64x128 makes 88 tiles, one round on 132
         // SMs; on 66 SMs two, where 64x192 makes 60, one.
