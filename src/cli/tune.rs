@@ -163,17 +163,9 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let mut unverified = std::collections::BTreeSet::new();
     let mut saved = None;
     for (method, members) in &methods {
-        let measured = tune::measure_method(
-            &mut gpu,
-            method,
-            members,
-            &shapes,
-            &mut verified,
-            &mut rng,
-            args.max_verify_elements,
-        )?;
-        for m in measured {
-            unverified.extend(m.unverified.iter().cloned());
+        // Each shape's line goes out as soon as it is measured: a later shape that stops the
+        // run (a kernel that does not finish) leaves the earlier ones reported.
+        let mut report = |m: &tune::Measured| {
             let (best, best_us) = m.times[0].clone();
             // Each pick's time over the fastest: 1.00 is the best single instance.
             let slowdown = |pick: &Option<String>| {
@@ -208,6 +200,19 @@ pub fn run(args: TuneArgs, rep: &Reporter) -> Result<ExitCode, Error> {
                     )
                 },
             );
+        };
+        let measured = tune::measure_method(
+            &mut gpu,
+            method,
+            members,
+            &shapes,
+            &mut verified,
+            &mut rng,
+            args.max_verify_elements,
+            &mut report,
+        )?;
+        for m in measured {
+            unverified.extend(m.unverified.iter().cloned());
             all.push(m);
         }
         if !args.dry_run {

@@ -335,7 +335,9 @@ fn time_members(gpu: &mut Gpu, members: &[&InstanceEntry], p: Problem) -> Result
         .collect())
 }
 
-/// Measures `method` at every shape: verify, then time. `on_result` sees each shape's result.
+/// Measures `method` at every shape: verify, then time. `on_result` sees each shape's result
+/// as soon as it is measured.
+#[allow(clippy::too_many_arguments)]
 pub fn measure_method(
     gpu: &mut Gpu,
     method: &str,
@@ -344,6 +346,7 @@ pub fn measure_method(
     verified: &mut BTreeMap<String, bool>,
     rng: &mut rand::rngs::StdRng,
     max_elements: u64,
+    on_result: &mut dyn FnMut(&Measured),
 ) -> Result<Vec<Measured>> {
     let failed = verify_members(gpu, members, verified, rng, max_elements);
     // Once per method: which binary runs is a file read per instance.
@@ -370,7 +373,7 @@ pub fn measure_method(
         // Fastest first; equal times keep manifest order.
         times.sort_by(|a, b| a.1.total_cmp(&b.1));
         let name = |i: Option<usize>| i.map(|i| members[i].name.clone());
-        out.push(Measured {
+        let measured = Measured {
             method: method.to_string(),
             problem: p,
             shape: shape_of(p),
@@ -378,7 +381,9 @@ pub fn measure_method(
             rule: name(rule_pick(&device, members, &runs, p)),
             tuned: name(tuned_pick(gpu, &device, method, members, &runs, p)),
             unverified: failed.iter().cloned().collect(),
-        });
+        };
+        on_result(&measured);
+        out.push(measured);
     }
     Ok(out)
 }
