@@ -146,6 +146,7 @@ pub fn time_interleaved(
     bodies: &mut [&mut dyn FnMut(usize) -> Result<()>],
 ) -> Result<Vec<(f64, f64)>> {
     let turn = bodies.len();
+    debug_assert_eq!(names.len(), turn, "a name for each body");
     let name = |k: usize| names.get(k).copied().unwrap_or("a launch");
     // Turns run so far: every launch gets its number from it.
     let mut run = 0;

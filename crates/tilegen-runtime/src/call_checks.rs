@@ -744,7 +744,7 @@ mod tests {
         // Short K: at 1000x3000x1000 128x256 makes 96 tiles, one round, and 64x192 makes 256,
         // two; their loads and wgmma work tie, and what each tile costs once decides. Measured
         // (bench/results/2026-12-05-h200-gemm-rules-heldout.txt), 64x192 took 1.16-1.26x as
-        // long in each of 26 methods.
+        // long in each of the 24 methods that have both.
         assert_eq!(first(1000, 3000, 1000).tile, (128, 256));
         // More SMs, fewer rounds: at 128x5632x4096 64x128 makes 88 tiles, one round on 132
         // SMs; on 66 SMs two, where 64x192 makes 60, one.
