@@ -179,16 +179,14 @@ fn symlinked_specs_are_followed_and_broken_links_rejected() {
     assert_eq!(listed.lines().count(), 3, "{listed}");
 
     symlink(".", specs.join("loop")).unwrap();
-    let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{e}");
+    let (code, e) = check(&specs, tmp.path());
+    assert_eq!(code, Some(2), "{e}");
     assert!(e.contains("specs/loop: symbolic link loop"), "{e}");
     fs::remove_file(specs.join("loop")).unwrap();
 
     symlink("../x/gone.yaml", specs.join("gone.yaml")).unwrap();
-    let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(5), "{e}");
+    let (code, e) = check(&specs, tmp.path());
+    assert_eq!(code, Some(5), "{e}");
     assert!(
         e.contains("specs/gone.yaml: symbolic link to a file that does not exist"),
         "{e}"
@@ -304,16 +302,15 @@ fn byte_order_mark_is_accepted() {
         &tmp.path().join("specs"),
         &format!("\u{feff}# a comment first\n{}", spec(&["aaa"])),
     );
-    let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, e) = check(&specs, tmp.path());
+    assert_eq!(code, Some(0), "{e}");
 
     write_specs(
         &specs,
         "\u{feff}kernels:\n  - name: aaa\n    op: vector_add\n    dtype: f32\n    block: 300\n",
     );
-    let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(3), "{e}");
+    let (code, e) = check(&specs, tmp.path());
+    assert_eq!(code, Some(3), "{e}");
     assert!(e.contains("specs/k.yaml:5:12: error: "), "{e}");
 }
 
@@ -392,9 +389,8 @@ fn tagged_and_quoted_numbers_are_both_refused() {
                 "kernels:\n  - name: aaa\n    op: vector_add\n    dtype: f32\n    block: {value}\n"
             ),
         );
-        let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-        let e = stderr(&o);
-        assert_eq!(o.status.code(), Some(3), "{value}: {e}");
+        let (code, e) = check(&specs, tmp.path());
+        assert_eq!(code, Some(3), "{value}: {e}");
         assert!(
             e.contains(&format!("specs/k.yaml:5:{col}: error: ")),
             "{value}: {e}"
@@ -495,9 +491,8 @@ fn one_yaml_parser_reports_each_problem_where_it_is() {
     ];
     for (text, at, what) in cases {
         let specs = write_specs(&tmp.path().join("specs"), &text);
-        let o = tilegen(&["check", "--specs", s(&specs)], tmp.path());
-        let e = stderr(&o);
-        assert_eq!(o.status.code(), Some(3), "{text:?}: {e}");
+        let (code, e) = check(&specs, tmp.path());
+        assert_eq!(code, Some(3), "{text:?}: {e}");
         assert!(
             e.contains(at) && e.contains(what),
             "{text:?}: want {at}{what}, got {e}"

@@ -51,8 +51,7 @@ def main(manifest_path, table_path, runs):
         part = [(x["table"], q) for x, q in zip(rows, rules) if x["near"] is not None and lo <= x["near"] < hi]
         if part:
             print(f"  nearest entry {lo}-{hi}: {len(part)}, table {g([a for a, _ in part]):.4f}, rules {g([b for _, b in part]):.4f}")
-    grid = [dict(a=a, wa=wa, f=f, sp=sp, t=t) for a, wa, f, sp, t in itertools.product(
-        (1 / 50, 1 / 40, 1 / 30), (1.5, 2, 2.5), (32, 64, 128), (50, 100, 200), (0, 24000))]
+    grid = rc.GRID
     scored = [[x["r"]["times"][rc.gemm_order(*x["r"]["shape"], list(x["r"]["times"]), rc.model_order(P))[0]]
                / min(x["r"]["times"].values()) for x in rows] for P in grid]
     shapes = sorted({x["r"]["shape"] for x in rows})

@@ -16,6 +16,9 @@ DECODE_ROWS, WGMMA_ROWS = 16, 64
 # call_checks::wgmma_cost's constants, in units of one B column loaded for one k; t is paid
 # once per tile.
 MODEL = dict(a=1 / 40, wa=2, f=64, sp=100, t=24000)
+# The constants tried when refitting (rules_cost.py and reach.py).
+GRID = [dict(a=a, wa=wa, f=f, sp=sp, t=t) for a, wa, f, sp, t in itertools.product(
+    (1 / 50, 1 / 40, 1 / 30), (1.5, 2, 2.5), (32, 64, 128), (50, 100, 200), (0, 24000))]
 
 
 def tile(name):
@@ -126,9 +129,7 @@ def main(paths):
         best = min(r["times"], key=r["times"].get)
         print(f"  {ratio:.2f} {r['method']:34s} {'x'.join(map(str, r['shape'])):16s} {pick} (fastest {best})")
     # Refit on half the shapes, judge on the other half.
-    grid = [dict(a=a, wa=wa, f=f, sp=sp, t=t) for a, wa, f, sp, t in itertools.product(
-        (1 / 50, 1 / 40, 1 / 30), (1.5, 2, 2.5), (32, 64, 128), (50, 100, 200), (0, 24000))]
-    scored = [(P, judge(recs, model_order(P))) for P in grid]
+    scored = [(P, judge(recs, model_order(P))) for P in GRID]
     shapes = sorted({r["shape"] for r in recs})
     g = statistics.geometric_mean
     for seed in range(4):
