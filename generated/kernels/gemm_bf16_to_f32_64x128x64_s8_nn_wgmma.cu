@@ -947,6 +947,11 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
             } else {
                 for (int kb = kb_begin; kb < kb_end; ++kb) {
                     tg_mbar_wait(full(s), phase);
+                    // Only thread 0 releases the stage, so nothing else holds the four warps
+                    // together (no wgmma here): without this barrier a warp that fell a whole
+                    // ring behind would wait on a parity that its stage has already passed
+                    // twice, for ever.
+                    tg_named_barrier(1 + cw, 128);
                     if (tid == 0) tg_mbar_arrive(empty(s));
                     if (++s == STAGES) {
                         s = 0;
