@@ -1231,6 +1231,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) TG_KERNEL(TG_PARAMS) {
     // Elsewhere the bookkeeping only costs time (3 % at head_dim 128 without a mask,
     // bench/flash-attn/NOTES.md). Local: a namespace-scope constant becomes a symbol in the PTX.
     constexpr bool SKIP = CAUSAL && BM > BN;
+    // A consumer that skips key tiles takes no part in their stages' waits, so only the turns
+    // (ping-pong) keep it from running a ring ahead onto a stage's stale phase.
+    static_assert(!SKIP || PINGPONG, "skipping key tiles needs the consumers' turns");
     // Whether the softmax of key tile j runs beside tile j-1's P V (see the loop). Not at head_dim
     // 64 without a mask, where the kernel measured 1-2 % faster with the softmax after P V
     // (bench/flash-attn/NOTES.md).
