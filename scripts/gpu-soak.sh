@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# A soak test: every instance launched over and over beside its peer (`tilegen bench
+# --settle-ms`), at ragged GEMM shapes, to find launches that only sometimes never finish.
+# verify and the sanitizers run each case once; a kernel whose warps a barrier ring can lap
+# hangs only now and then, under sustained load. Run on the device machine from the repo root
+# with the release binary carried along (`cargo build --release --features cli`).
+#
+# One process per group: an instance no other instance's name (of the same op) lies within,
+# together with that op's instances whose names contain it (a method's fused variants). A stop
+# (--kernel-timeout, TILEGEN_KERNEL_TIMEOUT seconds, default 20) names the launch still running;
+# it is logged and the soak goes on with the next group.
+# Logs land in $OUT/soak-GROUP.jsonl (.err: why the call checks refused an instance at a shape,
+# e.g. lda = M not a multiple of 8, which leaves it "not reached"); $OUT/soak-summary.txt has a
+# line per group and the verdict.
+# Usage: scripts/gpu-soak.sh [SETTLE_MS]   (default 1000: per instance and shape)
+#        TILEGEN_OPS="gemm attention" scripts/gpu-soak.sh ...  (some ops only)
+#        TILEGEN_FILTER="split2" scripts/gpu-soak.sh ...       (instances whose name contains it)
+#        TILEGEN_SHAPES=shapes.json scripts/gpu-soak.sh ...    (`tilegen bench --shapes`; by
+#          default GEMMs at 903x3000x1352, 65x1000x4104 and 1x520x776, other ops at their goal
+#          sizes)
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/tilegen-out}
+mkdir -p "$OUT"
+bin=${TILEGEN_BIN:-./target/release/tilegen}
+lib=${TILEGEN_LIB:-generated}
+settle=${1:-1000}
+shapes=${TILEGEN_SHAPES:-}
+if [ -z "$shapes" ]; then
+  shapes="$OUT/soak-shapes.json"
+  echo '{"gemm": [[903, 3000, 1352], [65, 1000, 4104], [1, 520, 776]]}' >"$shapes"
+fi
+# "OP GROUP MEMBER..." per line: each group's root, then every instance it covers.
+groups=$(python3 - "$lib/manifest.json" "${TILEGEN_FILTER:-}" "${TILEGEN_OPS:-}" <<'EOF'
+import json, sys
+manifest, filt, ops = sys.argv[1], sys.argv[2], sys.argv[3].split()
+insts = [i for i in json.load(open(manifest))["instances"]
+         if filt in i["name"] and (not ops or i["op"] in ops)]
+names = {i["name"]: i["op"] for i in insts}
+for name, op in sorted(names.items()):
+    if any(other != name and other in name and names[other] == op for other in names):
+        continue  # covered by the group of a name within it (`bench --op` keeps to one op)
+    print(op, name, *sorted(n for n in names if name in n and names[n] == op))
+EOF
+)
+summary="$OUT/soak-summary.txt"
+: >"$summary"
+status=0
+while read -r op root members; do
+  [ -n "$op" ] || continue
+  log="$OUT/soak-$root.jsonl"
+  start=$(date +%s)
+  "$bin" bench --lib "$lib" --op "$op" --filter "$root" --shapes "$shapes" --settle-ms "$settle" \
+    --kernel-timeout "${TILEGEN_KERNEL_TIMEOUT:-20}" --message-format json >"$log" 2>"$OUT/soak-$root.err"
+  rc=$?
+  verdict=$(python3 - "$log" $members <<'EOF'
+import json, re, sys
+log, members = sys.argv[1], sys.argv[2:]
+reached, stopped = set(), None
+for line in open(log):
+    try:
+        event = json.loads(line)
+    except ValueError:
+        continue
+    if event.get("event") == "bench":
+        body = event.get("result") or event.get("attention") or {}
+        reached.add(body.get("instance"))
+    elif event.get("event") == "error":
+        found = re.search(r"still running: (\S+)", event.get("message", ""))
+        stopped = found.group(1) if found else "(unnamed): " + event.get("message", "")[:200]
+missing = [m for m in members if m not in reached and m != stopped]
+print(f"{len(reached & set(members))} of {len(members)} ran"
+      + (f"; STOPPED in {stopped}" if stopped else "")
+      + (f"; not reached: {' '.join(missing)}" if missing else ""))
+EOF
+)
+  echo "$root: rc $rc, $(( $(date +%s) - start )) s, $verdict" | tee -a "$summary"
+  case "$verdict" in *STOPPED*) status=1 ;; esac
+done <<<"$groups"
+echo "soak: $( [ $status -eq 0 ] && echo "no launch stopped" || echo "a launch stopped (above)")" | tee -a "$summary"
+exit $status
