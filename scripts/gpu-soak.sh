@@ -10,8 +10,9 @@
 # (--kernel-timeout, TILEGEN_KERNEL_TIMEOUT seconds, default 20) names the launch still running;
 # it is logged and the soak goes on with the next group.
 # Logs land in $OUT/soak-GROUP.jsonl (.err: why the call checks refused an instance at a shape,
-# e.g. lda = M not a multiple of 8, which leaves it "not reached"); $OUT/soak-summary.txt has a
-# line per group and the verdict.
+# e.g. lda = M not a multiple of 8; refused at every shape, it counts as unfinished);
+# $OUT/soak-summary.txt has a line per group: how many ran, the launch that stopped, the
+# instances left unfinished.
 # Usage: scripts/gpu-soak.sh [SETTLE_MS]   (default 1000: per instance and shape)
 #        TILEGEN_OPS="gemm attention" scripts/gpu-soak.sh ...  (some ops only)
 #        TILEGEN_FILTER="split2" scripts/gpu-soak.sh ...       (instances whose name contains it)
@@ -56,7 +57,7 @@ while read -r op root members; do
   verdict=$(python3 - "$log" $members <<'EOF'
 import json, re, sys
 log, members = sys.argv[1], sys.argv[2:]
-reached, stopped = set(), None
+reached, stopped, error = set(), None, None
 for line in open(log):
     try:
         event = json.loads(line)
@@ -66,16 +67,23 @@ for line in open(log):
         body = event.get("result") or event.get("attention") or {}
         reached.add(body.get("instance"))
     elif event.get("event") == "error":
-        found = re.search(r"still running: (\S+)", event.get("message", ""))
-        stopped = found.group(1) if found else "(unnamed): " + event.get("message", "")[:200]
-missing = [m for m in members if m not in reached and m != stopped]
+        message = event.get("message", "")
+        # "timing X at SHAPE; still running: Y (a settling launch): the GPU has not finished ..."
+        found = re.search(r"^timing (\S+) at (\S+); still running: (\S+ \([^)]*\))", message)
+        if found and "has not finished" in message:
+            stopped = f"{found.group(3)}, timing {found.group(1)} at {found.group(2)}"
+            reached.discard(found.group(1))
+        else:
+            error = message[:300]
+missing = [m for m in members if m not in reached]
 print(f"{len(reached & set(members))} of {len(members)} ran"
-      + (f"; STOPPED in {stopped}" if stopped else "")
-      + (f"; not reached: {' '.join(missing)}" if missing else ""))
+      + (f"; STOPPED: {stopped}" if stopped else "")
+      + (f"; ERROR: {error}" if error else "")
+      + (f"; unfinished: {' '.join(missing)}" if missing else ""))
 EOF
 )
   echo "$root: rc $rc, $(( $(date +%s) - start )) s, $verdict" | tee -a "$summary"
-  case "$verdict" in *STOPPED*) status=1 ;; esac
+  case "$verdict" in *STOPPED:* | *ERROR:*) status=1 ;; esac
 done <<<"$groups"
-echo "soak: $( [ $status -eq 0 ] && echo "no launch stopped" || echo "a launch stopped (above)")" | tee -a "$summary"
+echo "soak: $( [ $status -eq 0 ] && echo "no launch stopped" || echo "a launch stopped or a group failed (above)")" | tee -a "$summary"
 exit $status
