@@ -2,7 +2,7 @@
 //! the instance cannot run on, `check` refuses archs the pinned NVRTC cannot target,
 //! `generate --check` counts the files it found unchanged, `doctor` says in fields what it
 //! found and fails without NVRTC, the GPU commands refuse a `--kernel-timeout` that is no
-//! number of seconds.
+//! number of seconds, and `verify` a `--repeat` outside 1 to 10000.
 
 mod common;
 
@@ -178,6 +178,24 @@ fn a_kernel_timeout_that_is_no_number_of_seconds_is_a_usage_error() {
         assert!(t.contains("--kernel-timeout"), "{t}");
         assert!(t.contains("give seconds from 0 (no limit)"), "{t}");
     }
+}
+
+#[test]
+fn verify_repeat_outside_one_to_ten_thousand_is_a_usage_error() {
+    for value in ["0", "10001", "twice", "-3"] {
+        let flag = format!("--repeat={value}");
+        let o = tilegen_command(&["verify", "--lib", "no-such-library", &flag])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{value}: {}", text(&o));
+        assert!(text(&o).contains("--repeat"), "{value}: {}", text(&o));
+    }
+    // In range, it gets past the arguments to the library, which does not exist.
+    let o = tilegen_command(&["verify", "--lib", "no-such-library", "--repeat", "50"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no-such-library"), "{}", text(&o));
 }
 
 #[test]

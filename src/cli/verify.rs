@@ -21,6 +21,12 @@ pub struct VerifyArgs {
     /// which runs kernels a hundred times slower).
     #[arg(long)]
     max_elements: Option<u64>,
+    /// Run every case this many times, each run on fresh random data with its outputs poisoned
+    /// anew. One run finds what fails every launch; a fault that shows in some launches only
+    /// (a race, a barrier that lets a warp fall behind) gets more chances to show.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    repeat: u32,
 }
 
 pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
@@ -30,6 +36,7 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
         wait_limit,
         seed,
         max_elements,
+        repeat,
     } = args;
     let select = Select::new(filter, op)?;
     let mut gpu = super::gpu::open(&lib, wait_limit, *rep)?;
@@ -43,10 +50,11 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     }
     rep.text(|| {
         format!(
-            "verify {} on {} (sm_{}), seed {seed}\n{:<44} {:<34} {:>9} {:>9}  result",
+            "verify {} on {} (sm_{}), seed {seed}{}\n{:<44} {:<34} {:>9} {:>9}  result",
             lib.display(),
             gpu.name,
             gpu.sm,
+            runs_note(repeat),
             "instance",
             "case",
             "worst/bd",
@@ -58,50 +66,63 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let (mut passed, mut failed) = (0, 0);
     for inst in &instances {
         let started = std::time::Instant::now();
-        if inst.op == tilegen::Op::Attention {
-            let emit = |v: serde_json::Value| rep.event(|| v);
-            let json_emit: Option<&dyn Fn(serde_json::Value)> = rep.is_json().then_some(&emit);
-            let (p, f) = tilegen::__internal::gpu::attention::verify_instance(
-                &mut gpu,
-                inst,
-                max_elements,
-                &mut rng,
-                verbose,
-                json_emit,
-            );
-            (passed, failed) = (passed + p, failed + f);
-        }
-        let cases = problem::verify_cases(inst)
-            .into_iter()
-            .filter(|c| max_elements.is_none_or(|m| problem::output_len(c.problem) <= m));
-        for case in cases {
-            let r = verify::run_case(&mut gpu, inst, case, &mut rng);
-            if r.passed {
-                passed += 1
-            } else {
-                failed += 1
-            }
-            // People see the failures (every case with TILEGEN_VERBOSE); JSON every case.
-            if rep.is_json() || !r.passed || verbose {
-                rep.out(
-                    || serde_json::json!({"event": "case", "result": r}),
-                    || {
-                        let (ratio, l2) = match &r.elements {
-                            Some(e) => (e.worst.map_or(0.0, |w| w.ratio), e.rel_l2),
-                            None => (f64::NAN, f64::NAN),
-                        };
-                        let what = if r.passed {
-                            "ok".to_string()
-                        } else {
-                            format!("FAIL {}", r.failure())
-                        };
-                        format!(
-                            "{:<44} {:<34} {ratio:>9.3} {l2:>9.1e}  {what}",
-                            r.instance,
-                            r.case.to_string(),
-                        )
-                    },
+        for run in 1..=repeat {
+            // Which run a line belongs to, where there is more than one.
+            let run_of = (repeat > 1).then_some((run, repeat));
+            if inst.op == tilegen::Op::Attention {
+                let emit = |v: serde_json::Value| rep.event(|| v);
+                let json_emit: Option<&dyn Fn(serde_json::Value)> = rep.is_json().then_some(&emit);
+                let (p, f) = tilegen::__internal::gpu::attention::verify_instance(
+                    &mut gpu,
+                    inst,
+                    max_elements,
+                    &mut rng,
+                    verbose,
+                    json_emit,
+                    run_of,
                 );
+                (passed, failed) = (passed + p, failed + f);
+            }
+            let cases = problem::verify_cases(inst)
+                .into_iter()
+                .filter(|c| max_elements.is_none_or(|m| problem::output_len(c.problem) <= m));
+            for case in cases {
+                let r = verify::run_case(&mut gpu, inst, case, &mut rng);
+                if r.passed {
+                    passed += 1
+                } else {
+                    failed += 1
+                }
+                // People see the failures (every case with TILEGEN_VERBOSE); JSON every case.
+                if rep.is_json() || !r.passed || verbose {
+                    rep.out(
+                        || {
+                            let mut v = serde_json::json!({"event": "case", "result": r});
+                            if let Some((run, _)) = run_of {
+                                v["run"] = run.into();
+                            }
+                            v
+                        },
+                        || {
+                            let (ratio, l2) = match &r.elements {
+                                Some(e) => (e.worst.map_or(0.0, |w| w.ratio), e.rel_l2),
+                                None => (f64::NAN, f64::NAN),
+                            };
+                            let what = match (r.passed, run_of) {
+                                (true, _) => "ok".to_string(),
+                                (false, None) => format!("FAIL {}", r.failure()),
+                                (false, Some((run, runs))) => {
+                                    format!("FAIL (run {run} of {runs}) {}", r.failure())
+                                }
+                            };
+                            format!(
+                                "{:<44} {:<34} {ratio:>9.3} {l2:>9.1e}  {what}",
+                                r.instance,
+                                r.case.to_string(),
+                            )
+                        },
+                    );
+                }
             }
         }
         rep.text(|| {
@@ -116,13 +137,14 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
         || {
             serde_json::json!({
                 "event": "done", "instances": instances.len(), "passed": passed,
-                "failed": failed, "seed": seed,
+                "failed": failed, "seed": seed, "runs_per_case": repeat,
             })
         },
         || {
             format!(
-                "{} instances: {passed} passed, {failed} failed",
-                instances.len()
+                "{} instances: {passed} passed, {failed} failed{}",
+                instances.len(),
+                runs_note(repeat)
             )
         },
     );
@@ -131,4 +153,13 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// ", each case N times" where cases run more than once (counts are then of runs).
+fn runs_note(repeat: u32) -> String {
+    if repeat > 1 {
+        format!(", each case {repeat} times")
+    } else {
+        String::new()
+    }
 }

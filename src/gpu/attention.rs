@@ -795,7 +795,9 @@ fn try_case(
 }
 
 /// Verifies every case of an instance, printing a line per failed case (every case with
-/// `verbose`) or, with `json`, emitting one event per case: (passed, failed).
+/// `verbose`) or, with `json`, emitting one event per case: (passed, failed). `run_of`, where
+/// `verify --repeat` runs the cases more than once: which run this is, of how many (on the
+/// failure lines and as the events' `run`).
 pub fn verify_instance(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
@@ -803,8 +805,12 @@ pub fn verify_instance(
     rng: &mut impl Rng,
     verbose: bool,
     json: Option<&dyn Fn(serde_json::Value)>,
+    run_of: Option<(u32, u32)>,
 ) -> (usize, usize) {
     let (mut passed, mut failed) = (0, 0);
+    let run_note = run_of.map_or(String::new(), |(run, runs)| {
+        format!("(run {run} of {runs}) ")
+    });
     for case in verify_cases(inst, max_elements) {
         let r = run_case(gpu, inst, &case, rng);
         if r.passed {
@@ -813,7 +819,13 @@ pub fn verify_instance(
             failed += 1;
         }
         match json {
-            Some(emit) => emit(serde_json::json!({"event": "case", "result": r})),
+            Some(emit) => {
+                let mut v = serde_json::json!({"event": "case", "result": r});
+                if let Some((run, _)) = run_of {
+                    v["run"] = run.into();
+                }
+                emit(v)
+            }
             None if !r.passed || verbose => println!(
                 "{:<44} {:<34} max {:>8.2e} rel {:>8.2e} lse {:>8.2e} rows {:>6}  {}",
                 r.instance,
@@ -824,7 +836,7 @@ pub fn verify_instance(
                 r.rows_checked,
                 match &r.error {
                     None => "ok".to_string(),
-                    Some(e) => format!("FAIL {e}"),
+                    Some(e) => format!("FAIL {run_note}{e}"),
                 }
             ),
             None => {}
