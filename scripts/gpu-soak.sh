@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A soak test: every instance launched over and over beside its peer (`tilegen bench
-# --settle-ms`), at ragged GEMM shapes, to find launches that only sometimes never finish.
-# verify and the sanitizers run each case once; a kernel whose warps a barrier ring can lap
-# hangs only now and then, under sustained load. Run on the device machine from the repo root
-# with the release binary carried along (`cargo build --release --features cli`).
+# A soak test: every instance launched over and over (`tilegen bench --settle-ms`; GEMMs
+# beside their cuBLAS peer, at ragged shapes), to find launches that only sometimes never
+# finish. A kernel whose warps a barrier ring can lap hangs only now and then, under sustained
+# load, where verify and the sanitizers launch each case once (or `verify --repeat` times). Run
+# on the device machine from the repo root with the release binary carried along
+# (`cargo build --release --features cli`).
 #
 # One process per group: an instance no other instance's name (of the same op) lies within,
 # together with that op's instances whose names contain it (a method's fused variants). A stop
@@ -32,7 +33,7 @@ if [ -z "$shapes" ]; then
   echo '{"gemm": [[903, 3000, 1352], [65, 1000, 4104], [1, 520, 776]]}' >"$shapes"
 fi
 # "OP GROUP MEMBER..." per line: each group's root, then every instance it covers.
-groups=$(python3 - "$lib/manifest.json" "${TILEGEN_FILTER:-}" "${TILEGEN_OPS:-}" <<'EOF'
+if ! groups=$(python3 - "$lib/manifest.json" "${TILEGEN_FILTER:-}" "${TILEGEN_OPS:-}" <<'EOF'
 import json, sys
 manifest, filt, ops = sys.argv[1], sys.argv[2], sys.argv[3].split()
 insts = [i for i in json.load(open(manifest))["instances"]
@@ -43,7 +44,14 @@ for name, op in sorted(names.items()):
         continue  # covered by the group of a name within it (`bench --op` keeps to one op)
     print(op, name, *sorted(n for n in names if name in n and names[n] == op))
 EOF
-)
+); then
+  echo "soak: cannot read $lib/manifest.json" >&2
+  exit 1
+fi
+if [ -z "$groups" ]; then
+  echo "soak: no instance of $lib matches (TILEGEN_FILTER '${TILEGEN_FILTER:-}', TILEGEN_OPS '${TILEGEN_OPS:-}')" >&2
+  exit 1
+fi
 summary="$OUT/soak-summary.txt"
 : >"$summary"
 status=0
@@ -54,27 +62,40 @@ while read -r op root members; do
   "$bin" bench --lib "$lib" --op "$op" --filter "$root" --shapes "$shapes" --settle-ms "$settle" \
     --kernel-timeout "${TILEGEN_KERNEL_TIMEOUT:-20}" --message-format json >"$log" 2>"$OUT/soak-$root.err"
   rc=$?
-  verdict=$(python3 - "$log" $members <<'EOF'
+  verdict=$(python3 - "$log" "$OUT/soak-$root.err" "$rc" $members <<'EOF'
 import json, re, sys
-log, members = sys.argv[1], sys.argv[2:]
-reached, stopped, error = set(), None, None
+log, err, rc, members = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+reached, stopped, error, events = set(), None, None, 0
 for line in open(log):
     try:
         event = json.loads(line)
     except ValueError:
         continue
+    events += 1
     if event.get("event") == "bench":
         body = event.get("result") or event.get("attention") or {}
         reached.add(body.get("instance"))
     elif event.get("event") == "error":
         message = event.get("message", "")
-        # "timing X at SHAPE; still running: Y (a settling launch): the GPU has not finished ..."
-        found = re.search(r"^timing (\S+) at (\S+); still running: (\S+ \([^)]*\))", message)
-        if found and "has not finished" in message:
-            stopped = f"{found.group(3)}, timing {found.group(1)} at {found.group(2)}"
-            reached.discard(found.group(1))
+        # "ACTIVITY; still running: LAUNCH: the GPU has not finished after ...", where ACTIVITY
+        # is "timing INSTANCE at SHAPE" and LAUNCH "NAME (a settling launch)" or the like.
+        if "the GPU has not finished" in message:
+            found = re.match(r"(.*?); still running: (.*?): the GPU has not finished", message)
+            stopped = f"{found.group(2)}, while {found.group(1)}" if found else message[:300]
+            timed = re.match(r"timing (\S+) at ", found.group(1) if found else "")
+            if timed:
+                reached.discard(timed.group(1))  # stopped before its last shape
         else:
             error = message[:300]
+# Refusals by the call checks (a shape an instance cannot take) leave exit code 1 and a line
+# on stderr; a driver error or a panic is a failure of its own.
+faults = [l.strip() for l in open(err) if re.search(r"CUDA_ERROR|panicked", l)]
+if rc not in (0, 1):
+    error = f"exit code {rc}" + (f": {error}" if error else "")
+if faults:
+    error = (error + "; " if error else "") + faults[0][:300]
+if not events and not error:
+    error = "no output"
 missing = [m for m in members if m not in reached]
 print(f"{len(reached & set(members))} of {len(members)} ran"
       + (f"; STOPPED: {stopped}" if stopped else "")
@@ -85,5 +106,5 @@ EOF
   echo "$root: rc $rc, $(( $(date +%s) - start )) s, $verdict" | tee -a "$summary"
   case "$verdict" in *STOPPED:* | *ERROR:*) status=1 ;; esac
 done <<<"$groups"
-echo "soak: $( [ $status -eq 0 ] && echo "no launch stopped" || echo "a launch stopped or a group failed (above)")" | tee -a "$summary"
+echo "soak: $( [ $status -eq 0 ] && echo "no launch stopped and no group failed" || echo "a launch stopped or a group failed (above)")" | tee -a "$summary"
 exit $status
