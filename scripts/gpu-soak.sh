@@ -20,7 +20,7 @@
 #        TILEGEN_SHAPES=shapes.json scripts/gpu-soak.sh ...    (`tilegen bench --shapes`; by
 #          default GEMMs at 903x3000x1352, 65x1000x4104 and 1x520x776, other ops at their goal
 #          sizes)
-set -uo pipefail
+set -fuo pipefail  # -f: the instance names split into words below are never globbed
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/tilegen-out}
 mkdir -p "$OUT"
@@ -34,18 +34,22 @@ if [ -z "$shapes" ]; then
 fi
 # "OP GROUP MEMBER..." per line: each group's root, then every instance it covers.
 if ! groups=$(python3 - "$lib/manifest.json" "${TILEGEN_FILTER:-}" "${TILEGEN_OPS:-}" <<'EOF'
-import json, sys
+import json, re, sys
 manifest, filt, ops = sys.argv[1], sys.argv[2], sys.argv[3].split()
 insts = [i for i in json.load(open(manifest))["instances"]
          if filt in i["name"] and (not ops or i["op"] in ops)]
 names = {i["name"]: i["op"] for i in insts}
+# The names go on command lines and into file names below: only what tilegen itself names.
+odd = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_]+", n)]
+if odd:
+    sys.exit(f"not an instance name: {odd[0]!r}")
 for name, op in sorted(names.items()):
     if any(other != name and other in name and names[other] == op for other in names):
         continue  # covered by the group of a name within it (`bench --op` keeps to one op)
     print(op, name, *sorted(n for n in names if name in n and names[n] == op))
 EOF
 ); then
-  echo "soak: cannot read $lib/manifest.json" >&2
+  echo "soak: cannot take the instances of $lib/manifest.json (above)" >&2
   exit 1
 fi
 if [ -z "$groups" ]; then

@@ -96,24 +96,16 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
                 // People see the failures (every case with TILEGEN_VERBOSE); JSON every case.
                 if rep.is_json() || !r.passed || verbose {
                     rep.out(
-                        || {
-                            let mut v = serde_json::json!({"event": "case", "result": r});
-                            if let Some((run, _)) = run_of {
-                                v["run"] = run.into();
-                            }
-                            v
-                        },
+                        || verify::case_event(&r, run_of),
                         || {
                             let (ratio, l2) = match &r.elements {
                                 Some(e) => (e.worst.map_or(0.0, |w| w.ratio), e.rel_l2),
                                 None => (f64::NAN, f64::NAN),
                             };
-                            let what = match (r.passed, run_of) {
-                                (true, _) => "ok".to_string(),
-                                (false, None) => format!("FAIL {}", r.failure()),
-                                (false, Some((run, runs))) => {
-                                    format!("FAIL (run {run} of {runs}) {}", r.failure())
-                                }
+                            let what = if r.passed {
+                                "ok".to_string()
+                            } else {
+                                format!("{}{}", verify::fail_prefix(run_of), r.failure())
                             };
                             format!(
                                 "{:<44} {:<34} {ratio:>9.3} {l2:>9.1e}  {what}",

@@ -805,12 +805,9 @@ pub fn verify_instance(
     rng: &mut impl Rng,
     verbose: bool,
     json: Option<&dyn Fn(serde_json::Value)>,
-    run_of: Option<(u32, u32)>,
+    run_of: super::verify::RunOf,
 ) -> (usize, usize) {
     let (mut passed, mut failed) = (0, 0);
-    let run_note = run_of.map_or(String::new(), |(run, runs)| {
-        format!("(run {run} of {runs}) ")
-    });
     for case in verify_cases(inst, max_elements) {
         let r = run_case(gpu, inst, &case, rng);
         if r.passed {
@@ -819,13 +816,7 @@ pub fn verify_instance(
             failed += 1;
         }
         match json {
-            Some(emit) => {
-                let mut v = serde_json::json!({"event": "case", "result": r});
-                if let Some((run, _)) = run_of {
-                    v["run"] = run.into();
-                }
-                emit(v)
-            }
+            Some(emit) => emit(super::verify::case_event(&r, run_of)),
             None if !r.passed || verbose => println!(
                 "{:<44} {:<34} max {:>8.2e} rel {:>8.2e} lse {:>8.2e} rows {:>6}  {}",
                 r.instance,
@@ -836,7 +827,7 @@ pub fn verify_instance(
                 r.rows_checked,
                 match &r.error {
                     None => "ok".to_string(),
-                    Some(e) => format!("FAIL {run_note}{e}"),
+                    Some(e) => format!("{}{e}", super::verify::fail_prefix(run_of)),
                 }
             ),
             None => {}

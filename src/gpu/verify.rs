@@ -226,6 +226,27 @@ pub fn case_inputs(
     (inputs, hosts)
 }
 
+/// Which run of how many a case result belongs to, where `verify --repeat` runs every case
+/// more than once (None for a single run).
+pub type RunOf = Option<(u32, u32)>;
+
+/// A case's JSON event, with its run where there is more than one.
+pub fn case_event(result: &impl serde::Serialize, run_of: RunOf) -> serde_json::Value {
+    let mut event = serde_json::json!({"event": "case", "result": result});
+    if let Some((run, _)) = run_of {
+        event["run"] = run.into();
+    }
+    event
+}
+
+/// "FAIL " and, where there is more than one run, which one, before a failure's words.
+pub fn fail_prefix(run_of: RunOf) -> String {
+    match run_of {
+        Some((run, runs)) => format!("FAIL (run {run} of {runs}) "),
+        None => "FAIL ".to_string(),
+    }
+}
+
 /// Runs one case; errors (launch failures, bad sizes, guard zones) become failed results.
 pub fn run_case(gpu: &mut Gpu, inst: &InstanceEntry, case: Case, rng: &mut impl Rng) -> CaseResult {
     let start = Instant::now();
