@@ -14,16 +14,29 @@ import io, itertools, json, math, random, re, statistics, sys, tarfile
 SMS = 132
 DECODE_ROWS, WGMMA_ROWS = 16, 64
 # call_checks::wgmma_cost's constants, in units of one B column loaded for one k; t is paid
-# once per tile.
-MODEL = dict(a=1 / 40, wa=2, f=64, sp=100, t=24000)
+# once per tile; an operand whose rows are not whole 128-byte lines apart loads 1 + p times.
+MODEL = dict(a=1 / 40, wa=2, f=64, sp=100, t=24000, p=1)
 # The constants tried when refitting (rules_cost.py and reach.py).
-GRID = [dict(a=a, wa=wa, f=f, sp=sp, t=t) for a, wa, f, sp, t in itertools.product(
-    (1 / 50, 1 / 40, 1 / 30), (1.5, 2, 2.5), (32, 64, 128), (50, 100, 200), (0, 24000))]
+GRID = [dict(a=a, wa=wa, f=f, sp=sp, t=t, p=p) for a, wa, f, sp, t, p in itertools.product(
+    (1 / 50, 1 / 40, 1 / 30), (1.5, 2, 2.5), (32, 64, 128), (50, 100, 200), (0, 24000), (0, 1))]
+LINE = 128
 
 
 def tile(name):
     m = re.search(r"_(\d+)x(\d+)x\d+_", name)
     return int(m.group(1)), int(m.group(2))
+
+
+def straddles(name, m, n, k):
+    """Whether A's rows, and B's, are not whole lines apart, as `tune` stores them (rows of
+    the stored width: A M x K unless the layout's first letter is t, B K x N unless its
+    second is)."""
+    lay = re.search(r"_(nn|nt|tn|tt)_", name)
+    lay = lay.group(1) if lay else "nn"
+    elem = 4 if "f32_" in name.split("_to_")[0] or "tf32" in name else 2
+    a = (m if lay[0] == "t" else k) * elem
+    b = (k if lay[1] == "t" else n) * elem
+    return a % LINE != 0, b % LINE != 0
 
 
 def split(name):
@@ -48,7 +61,9 @@ def cost(m, n, k, name, P):
     (tm, tn), s = tile(name), split(name)
     tiles = math.ceil(m / tm) * math.ceil(n / tn)
     rounds = math.ceil(tiles / max(SMS // s, 1))
-    unit = math.ceil(k / s) * (P["a"] * tm * tn + P["wa"] * tm + tn + P["f"])
+    sa, sb = straddles(name, m, n, k)
+    unit = math.ceil(k / s) * (P["a"] * tm * tn + P["wa"] * tm * (1 + P["p"] * sa)
+                               + tn * (1 + P["p"] * sb) + P["f"])
     return rounds * (unit + P["t"] + (P["sp"] * tm * tn if s > 1 else 0))
 
 

@@ -197,7 +197,7 @@ fn rule_pick(
     runs: &[bool],
     p: Problem,
 ) -> Option<usize> {
-    use crate::call_checks::{gemm_order, pick_elements, pick_rows, GemmOption};
+    use crate::call_checks::{gemm_order, pick_elements, pick_rows, GemmOption, RowPitches};
     let pick = match p {
         Problem::Elements { n, .. } => {
             let epb: Vec<u32> = members
@@ -222,10 +222,20 @@ fn rule_pick(
                     split_k: i.launch.grid.cluster(),
                 })
                 .collect();
-            // The bindings try in this order and take the first that accepts the call.
-            gemm_order(m as usize, n as usize, k as usize, device, &options)
-                .into_iter()
-                .find(|&i| problem::fits(&members[i], p))
+            // The bindings try in this order and take the first that accepts the call, for
+            // the matrices as `tune` stores them (rows `ld` elements apart).
+            let first = members.first()?;
+            let (lda, ldb, _) = problem::gemm_ld(first, m, n, k);
+            let elem = u64::from(first.dtype.size());
+            let pitches = RowPitches {
+                a: lda.saturating_mul(elem),
+                b: ldb.saturating_mul(elem),
+            };
+            gemm_order(
+                m as usize, n as usize, k as usize, pitches, device, &options,
+            )
+            .into_iter()
+            .find(|&i| problem::fits(&members[i], p))
         }
     };
     pick.filter(|&i| problem::fits(&members[i], p))

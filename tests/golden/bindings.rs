@@ -7,7 +7,7 @@
 //     half = "2"
 // Include it inside a module:
 //     mod kernels { include!(concat!(env!("OUT_DIR"), "/tilegen/bindings.rs")); }
-// content sha256 f33762e6b39659b5
+// content sha256 32b833934ce609e7
 
 #[allow(unused_imports)]
 pub use ::tilegen_runtime::{call_checks, launch_rules, loader};
@@ -1542,10 +1542,12 @@ pub mod plan {
             }
         }
         let mut refused = None;
+        let pitches = call_checks::RowPitches::of(&a, lda, &b, ldb);
         for i in call_checks::gemm_order(
             m,
             n,
             k,
+            pitches,
             device,
             &[
                 call_checks::GemmOption {

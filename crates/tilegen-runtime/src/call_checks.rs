@@ -387,7 +387,38 @@ pub struct GemmOption {
     pub split_k: u32,
 }
 
-/// The order in which a GEMM group tries its instances on `device` for an m×n×k call: only
+/// The bytes from one stored row of a GEMM call's A, and of its B, to the next: `lda` and
+/// `ldb` times the element size. TMA reads each row of a box as one 128-byte piece; where the
+/// rows are not whole 128-byte lines apart, most pieces straddle two of L2's lines, and
+/// [`wgmma_cost`] counts that operand's loads twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowPitches {
+    /// A's row pitch in bytes.
+    pub a: u64,
+    /// B's row pitch in bytes.
+    pub b: u64,
+}
+
+impl RowPitches {
+    /// The line that TMA's 128-byte row pieces fill when a pitch is a multiple of it.
+    pub const LINE: u64 = 128;
+
+    /// The pitches of a call's A (`lda` elements of `a`) and B (`ldb` elements of `b`).
+    pub fn of(a: &Buf, lda: usize, b: &Buf, ldb: usize) -> Self {
+        Self {
+            a: a.elem_bytes.saturating_mul(lda as u64),
+            b: b.elem_bytes.saturating_mul(ldb as u64),
+        }
+    }
+
+    /// Whether A's rows, and B's, start on a 128-byte line each (relative to the first).
+    fn whole_lines(self) -> (bool, bool) {
+        (self.a % Self::LINE == 0, self.b % Self::LINE == 0)
+    }
+}
+
+/// The order in which a GEMM group tries its instances on `device` for an m×n×k call whose
+/// operands' rows lie `pitches` apart: only
 /// instances that run there (all of them when none does, so that loading names what is
 /// missing); tensor-map instances first (they run only on sm_90, where they are the fast
 /// path), cheapest by [`wgmma_cost`] first, then the mma.sync ones in [`tile_order`]. The
@@ -401,6 +432,7 @@ pub fn gemm_order(
     m: usize,
     n: usize,
     k: usize,
+    pitches: RowPitches,
     device: &Device,
     options: &[GemmOption],
 ) -> Vec<usize> {
@@ -433,7 +465,7 @@ pub fn gemm_order(
         let ordered: Vec<usize> = if maps {
             let mut part = part;
             // A stable sort: ties keep the listed order.
-            part.sort_by_key(|&i| wgmma_cost(m, n, k, device.sm_count, &options[i]));
+            part.sort_by_key(|&i| wgmma_cost(m, n, k, pitches, device.sm_count, &options[i]));
             part
         } else {
             let tiles: Vec<(u32, u32)> = part.iter().map(|&i| options[i].tile).collect();
@@ -462,7 +494,8 @@ pub fn gemm_order(
 /// B loaded for one k, for ranking a group's instances against each other (not a time to
 /// report). Each SM runs `rounds` of tiles (a persistent grid of `sm_count / split_k` tiles at
 /// once), and a tile costs, per k its blocks walk:
-/// - its columns of B and, twice weighted, its rows of A (what its blocks load);
+/// - its columns of B and, twice weighted, its rows of A (what its blocks load), each operand
+///   counted twice more where its rows are not whole 128-byte lines apart ([`RowPitches`]);
 /// - `rows × columns / 40` of wgmma work;
 /// - 64 that do not grow with the tile (barriers, descriptors, the ring's turns);
 /// - with split K, 100 per output element once, for the partial sums' exchange;
@@ -475,8 +508,17 @@ pub fn gemm_order(
 /// method-shapes, 1.17× at worst, where `tile_order` took 1.129× and 2.65×. At 22 shapes
 /// outside those (`bench/results/2026-12-05-h200-gemm-rules-heldout.txt`, 428 method-shapes),
 /// 1.027× (1.51× at worst; 1.038× without the once-per-tile term) where `tile_order` took
-/// 1.121×.
-pub fn wgmma_cost(m: usize, n: usize, k: usize, sm_count: u32, option: &GemmOption) -> u64 {
+/// 1.121×. The pitch term came from those 22 shapes: with it, their 216 method-shapes whose
+/// rows are not whole lines apart (K or N not a multiple of 64 there) read 1.023× (worst
+/// 1.24×) where they read 1.046× (1.51×), and every other pick stays as it was.
+pub fn wgmma_cost(
+    m: usize,
+    n: usize,
+    k: usize,
+    pitches: RowPitches,
+    sm_count: u32,
+    option: &GemmOption,
+) -> u64 {
     let (tile_m, tile_n) = (option.tile.0.max(1) as u64, option.tile.1.max(1) as u64);
     let split_k = option.split_k.max(1) as u64;
     let tiles = (m as u64)
@@ -486,9 +528,17 @@ pub fn wgmma_cost(m: usize, n: usize, k: usize, sm_count: u32, option: &GemmOpti
     let rounds = tiles.div_ceil(at_once);
     // In 40ths, to stay in integers.
     let area = tile_m.saturating_mul(tile_n);
+    let (a_lines, b_lines) = pitches.whole_lines();
+    let straddle = |whole: bool| -> u64 {
+        if whole {
+            1
+        } else {
+            2
+        }
+    };
     let per_k = area
-        .saturating_add(80 * tile_m)
-        .saturating_add(40 * tile_n)
+        .saturating_add((80 * straddle(a_lines)).saturating_mul(tile_m))
+        .saturating_add((40 * straddle(b_lines)).saturating_mul(tile_n))
         .saturating_add(40 * 64);
     let exchange = if split_k > 1 {
         area.saturating_mul(40 * 100)
@@ -525,6 +575,9 @@ pub fn tile_order(m: usize, n: usize, sm_count: u32, tiles: &[(u32, u32)]) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows whole 128-byte lines apart, as at the tuning runs' shapes (K and N multiples of 64).
+    const WHOLE: RowPitches = RowPitches { a: 8192, b: 8192 };
     use crate::loader::{Binary, BinaryKind, KernelInfo, Version};
 
     const fn cubin(arch: &'static str) -> Binary {
@@ -592,7 +645,7 @@ mod tests {
                 split_k: 1,
             })
             .collect();
-        gemm_order(m, n, 4096, d, &options)
+        gemm_order(m, n, 4096, WHOLE, d, &options)
     }
 
     #[test]
@@ -640,14 +693,17 @@ mod tests {
             ((128, 256), true),
             ((128, 128), true),
         ]);
-        assert_eq!(gemm_order(16, 4096, 4096, &h200, &group)[0], 0);
-        assert_eq!(gemm_order(1, 11008, 4096, &h200, &group)[0], 0);
+        assert_eq!(gemm_order(16, 4096, 4096, WHOLE, &h200, &group)[0], 0);
+        assert_eq!(gemm_order(1, 11008, 4096, WHOLE, &h200, &group)[0], 0);
         // One more row, and the wgmma tiles come first again (the 128-row one that fills more SMs).
-        assert_eq!(gemm_order(17, 4096, 4096, &h200, &group)[0], 3);
-        assert_eq!(gemm_order(4096, 4096, 4096, &h200, &group)[0], 2);
+        assert_eq!(gemm_order(17, 4096, 4096, WHOLE, &h200, &group)[0], 3);
+        assert_eq!(gemm_order(4096, 4096, 4096, WHOLE, &h200, &group)[0], 2);
         // Without a 16-row mma.sync tile, wgmma stays first for decode shapes too.
         let no_decode_tile = options(&[((128, 128), false), ((128, 256), true)]);
-        assert_eq!(gemm_order(16, 4096, 4096, &h200, &no_decode_tile), [1, 0]);
+        assert_eq!(
+            gemm_order(16, 4096, 4096, WHOLE, &h200, &no_decode_tile),
+            [1, 0]
+        );
         // A swap-AB tile whose one row covers M goes before the mma.sync one; above its rows
         // the mma.sync tile leads again.
         let mut with_swap = group.clone();
@@ -657,14 +713,14 @@ mod tests {
             runs: true,
             split_k: 1,
         });
-        assert_eq!(gemm_order(16, 4096, 4096, &h200, &with_swap)[0], 4);
-        assert_eq!(gemm_order(1, 4096, 4096, &h200, &with_swap)[0], 4);
+        assert_eq!(gemm_order(16, 4096, 4096, WHOLE, &h200, &with_swap)[0], 4);
+        assert_eq!(gemm_order(1, 4096, 4096, WHOLE, &h200, &with_swap)[0], 4);
         with_swap[4].tile = (8, 64);
-        assert_eq!(gemm_order(16, 4096, 4096, &h200, &with_swap)[0], 0);
+        assert_eq!(gemm_order(16, 4096, 4096, WHOLE, &h200, &with_swap)[0], 0);
         // A swap-AB tile that cannot run (no driver for tensor maps) leaves the rule as it was.
         with_swap[4].tile = (16, 64);
         with_swap[4].runs = false;
-        assert_eq!(gemm_order(16, 4096, 4096, &h200, &with_swap)[0], 0);
+        assert_eq!(gemm_order(16, 4096, 4096, WHOLE, &h200, &with_swap)[0], 0);
     }
 
     #[test]
@@ -686,15 +742,24 @@ mod tests {
         .to_vec();
         // Up to 16 rows the swap-AB tile leads, also where the taller tiles fill the SMs and
         // would cost less (64x64 makes 500 tiles at n = 32000, 128x256 one round of 125).
-        assert_eq!(gemm_order(16, 4096, 4096, &h200, &group)[0], 2);
-        assert_eq!(gemm_order(16, 32000, 4096, &h200, &group), [2, 0, 1, 3]);
-        assert_eq!(gemm_order(1, 128256, 4096, &h200, &group)[0], 2);
+        assert_eq!(gemm_order(16, 4096, 4096, WHOLE, &h200, &group)[0], 2);
+        assert_eq!(
+            gemm_order(16, 32000, 4096, WHOLE, &h200, &group),
+            [2, 0, 1, 3]
+        );
+        assert_eq!(gemm_order(1, 128256, 4096, WHOLE, &h200, &group)[0], 2);
         // Beyond, it would stream B once per 16 rows: after the other wgmma tiles, still
         // before the mma.sync ones.
-        assert_eq!(gemm_order(64, 4096, 4096, &h200, &group), [1, 0, 2, 3]);
-        assert_eq!(gemm_order(17, 4096, 4096, &h200, &group), [1, 0, 2, 3]);
+        assert_eq!(
+            gemm_order(64, 4096, 4096, WHOLE, &h200, &group),
+            [1, 0, 2, 3]
+        );
+        assert_eq!(
+            gemm_order(17, 4096, 4096, WHOLE, &h200, &group),
+            [1, 0, 2, 3]
+        );
         // Large outputs take the largest tile.
-        assert_eq!(gemm_order(8192, 8192, 4096, &h200, &group)[0], 0);
+        assert_eq!(gemm_order(8192, 8192, 4096, WHOLE, &h200, &group)[0], 0);
     }
 
     #[test]
@@ -721,7 +786,7 @@ mod tests {
             split_k,
         })
         .to_vec();
-        let first = |m, n, k| group[gemm_order(m, n, k, &h200, &group)[0]];
+        let first = |m, n, k| group[gemm_order(m, n, k, WHOLE, &h200, &group)[0]];
         // The fastest member that `tilegen tune` measured for gemm_nn_bf16 at each shape
         // (bench/results/2026-12-04-h200-tune-retune-2.tar.xz and the files that
         // bench/tuning-lookup/rules_cost.py reads beside it). At six of these shapes
@@ -742,16 +807,58 @@ mod tests {
             assert_eq!((o.tile, o.split_k), want, "{m}x{n}x{k}");
         }
         // Short K: at 1000x3000x1000 128x256 makes 96 tiles, one round, and 64x192 makes 256,
-        // two; their loads and wgmma work tie, and what each tile costs once decides. Measured
-        // (bench/results/2026-12-05-h200-gemm-rules-heldout.txt), 64x192 took 1.16-1.26x as
-        // long in each of the 24 methods that have both.
+        // two; with rows whole lines apart their loads and wgmma work tie, and what each tile
+        // costs once decides. Measured (bench/results/2026-12-05-h200-gemm-rules-heldout.txt),
+        // 64x192 took 1.16-1.26x as long in each of the 24 methods that have both. There the
+        // rows (nn, bf16: 2000 and 6000 bytes) straddle lines, which tips it the same way.
         assert_eq!(first(1000, 3000, 1000).tile, (128, 256));
+        let pitches = RowPitches { a: 2000, b: 6000 };
+        let o = group[gemm_order(1000, 3000, 1000, pitches, &h200, &group)[0]];
+        assert_eq!(o.tile, (128, 256));
         // More SMs, fewer rounds: at 128x5632x4096 64x128 makes 88 tiles, one round on 132
         // SMs; on 66 SMs two, where 64x192 makes 60, one.
         assert_eq!(first(128, 5632, 4096).tile, (64, 128));
         let half = device(9, 0, 66);
-        let o = group[gemm_order(128, 5632, 4096, &half, &group)[0]];
+        let o = group[gemm_order(128, 5632, 4096, WHOLE, &half, &group)[0]];
         assert_eq!(o.tile, (64, 192));
+    }
+
+    #[test]
+    fn rows_that_straddle_lines_count_their_loads_twice() {
+        let h200 = device(9, 0, 132);
+        let o = |tile| GemmOption {
+            tile,
+            tensor_maps: true,
+            runs: true,
+            split_k: 1,
+        };
+        let (wide, narrow) = (o((128, 256)), o((64, 192)));
+        // 903x3048x6120, A and B stored row-major (nn, bf16): rows 12240 and 6096 bytes apart,
+        // neither a whole number of 128-byte lines. Measured there
+        // (bench/results/2026-12-05-h200-gemm-rules-heldout.txt), 64x192 took 1.30-1.51x the
+        // time of 128x256 in every method; with whole lines the model had them within 1 %.
+        let ragged = RowPitches { a: 12240, b: 6096 };
+        let cost = |p, t| wgmma_cost(903, 3048, 6120, p, 132, t);
+        assert!(cost(ragged, &wide) < cost(ragged, &narrow));
+        assert_eq!(
+            gemm_order(903, 3048, 6120, ragged, &h200, &[narrow, wide]),
+            [1, 0]
+        );
+        assert_eq!(
+            gemm_order(903, 3048, 6120, WHOLE, &h200, &[narrow, wide]),
+            [0, 1]
+        );
+        // Each operand counts on its own, and whole lines cost what they did.
+        let a_only = RowPitches { a: 12240, b: 6144 };
+        assert!(cost(WHOLE, &wide) < cost(a_only, &wide));
+        assert!(cost(a_only, &wide) < cost(ragged, &wide));
+        assert_eq!(
+            cost(RowPitches { a: 128, b: 256 }, &wide),
+            cost(WHOLE, &wide)
+        );
+        // The pitches of a call, in bytes: elements of the buffers' size.
+        let (a, b) = (bf16("a", 903 * 6120, 0), bf16("b", 6120 * 3048, 0));
+        assert_eq!(RowPitches::of(&a, 6120, &b, 3048), ragged);
     }
 
     #[test]
@@ -763,19 +870,24 @@ mod tests {
             split_k: 2,
         };
         let big = usize::MAX;
-        assert_eq!(wgmma_cost(big, big, big, 132, &o), u64::MAX);
+        assert_eq!(wgmma_cost(big, big, big, WHOLE, 132, &o), u64::MAX);
         // No SMs (an unreadable device) and a zero tile still order instead of dividing by 0.
         let zero = GemmOption {
             tile: (0, 0),
             split_k: 0,
             ..o
         };
-        assert!(wgmma_cost(128, 128, 128, 0, &zero) > 0);
+        assert!(wgmma_cost(128, 128, 128, WHOLE, 0, &zero) > 0);
         let huge = GemmOption {
             tile: (u32::MAX, u32::MAX),
             ..o
         };
-        assert_eq!(wgmma_cost(1, 1, 1, 132, &huge), u64::MAX);
+        assert_eq!(wgmma_cost(1, 1, 1, WHOLE, 132, &huge), u64::MAX);
+        let odd = RowPitches {
+            a: u64::MAX,
+            b: u64::MAX,
+        };
+        assert_eq!(wgmma_cost(1, 1, 1, odd, 132, &huge), u64::MAX);
     }
 
     fn bf16(arg: &'static str, len: usize, address: u64) -> Buf {

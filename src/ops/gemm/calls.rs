@@ -74,7 +74,7 @@ fn dispatch_rule(m: &Manifest, g: &Group) -> &'static str {
         .iter()
         .any(|&i| !m.instances[i].tensor_maps.is_empty())
     {
-        "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows that no swap-AB tile covers), cheapest first by `tilegen_runtime::call_checks::wgmma_cost` (the rounds of tiles each SM runs, times what a tile loads and computes); elsewhere only the others, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
+        "Tries only instances that run on the device: on sm_90 the tensor-map (wgmma) instances first (but a 16-row mma.sync tile before them for outputs of at most 16 rows that no swap-AB tile covers), cheapest first by `tilegen_runtime::call_checks::wgmma_cost` (the rounds of tiles each SM runs, times what a tile loads and computes, an operand's loads counted twice where its rows are not whole 128-byte lines apart); elsewhere only the others, the largest tile that still gives every SM a tile first, then smaller ones; runs the first whose requirements the call meets:"
     } else {
         "Tries the largest tile that still gives every SM a tile first, then smaller ones, and runs the first whose requirements the call meets:"
     }
@@ -181,7 +181,8 @@ fn pick(m: &Manifest, g: &Group, arms: TokenStream) -> Result<TokenStream> {
     });
     Ok(quote! {
         let mut refused = None;
-        for i in call_checks::gemm_order(m, n, k, device, &[#(#options),*]) {
+        let pitches = call_checks::RowPitches::of(&a, lda, &b, ldb);
+        for i in call_checks::gemm_order(m, n, k, pitches, device, &[#(#options),*]) {
             match match i { #arms } {
                 Ok(plan) => return Ok(plan),
                 Err(e) => {
