@@ -372,6 +372,17 @@ fn instance_problems(e: &InstanceEntry) -> Vec<(&'static str, String)> {
         }
         steps.push(*s);
     }
+    // The ceilings a spec's values meet when read from YAML: below them the sizes the ops
+    // derive (threads, shared memory) cannot overflow, above them they could.
+    for (key, values) in p.integers() {
+        let ceiling = crate::spec::integer_ceiling(key);
+        if let Some(v) = values.iter().find(|&&v| v > ceiling) {
+            out.push((
+                "params",
+                format!("`{key}` value {v} is out of range (at most {ceiling})"),
+            ));
+        }
+    }
     if !out.is_empty() {
         // The derived checks below assume a configuration of the op's shape.
         return out;

@@ -2,7 +2,8 @@
 //! the instance cannot run on, `check` refuses archs the pinned NVRTC cannot target,
 //! `generate --check` counts the files it found unchanged, `doctor` says in fields what it
 //! found and fails without NVRTC, the GPU commands refuse a `--kernel-timeout` that is no
-//! number of seconds, and `verify` a `--repeat` outside 1 to 10000.
+//! number of seconds, `verify` a `--repeat` outside 1 to 10000, and `generate
+//! --prune-by-tuning` stops, the library untouched, when it finds no tuning folder.
 
 mod common;
 
@@ -217,4 +218,36 @@ fn bench_rounds_outside_one_to_a_hundred_or_with_dispatch_are_usage_errors() {
         .output()
         .unwrap();
     assert_ne!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+#[test]
+fn prune_by_tuning_without_a_table_is_an_error_and_keeps_the_library() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("cand.yaml");
+    std::fs::write(
+        &p,
+        "kernels:\n  - name: add\n    op: vector_add\n    dtype: f32\n    archs: [sm_80]\n    tuning: candidates\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("lib");
+    let (s, out_s) = (p.to_str().unwrap(), out.to_str().unwrap());
+    let o = run(&["generate", "--specs", s, "--out", out_s], tmp.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let files = walk(&out);
+    // No `tuning` folder beside the spec: every candidate would go.
+    let o = run(
+        &[
+            "generate",
+            "--specs",
+            s,
+            "--out",
+            out_s,
+            "--prune-by-tuning",
+        ],
+        tmp.path(),
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("no table was found"), "{t}");
+    assert_eq!(walk(&out), files, "the library stays as it was");
 }

@@ -246,6 +246,24 @@ fn names_that_are_not_identifiers_are_a_bundle_error() {
     }
 }
 
+/// Sizes past the ceilings a spec's YAML is held to: refused by name, before any size derived
+/// from them (threads, shared memory) is computed, which could overflow.
+#[test]
+fn sizes_past_the_spec_ceilings_are_a_bundle_error() {
+    let f = fixture();
+    let b = f.hostile("huge.tar.gz", |m| {
+        *first(m).pointer_mut("/params/block").unwrap() = 2_147_483_648u64.into()
+    });
+    let o = tilegen(&["bundle", "verify", s(&b)]);
+    assert_not_a_panic(&o);
+    assert_eq!(o.status.code(), Some(7), "verify: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`block` value 2147483648 is out of range (at most 4096)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// A specs folder whose path holds `\n#error injected\n`: the path is escaped in each
 /// `.cu` header (no line of the CUDA C is the directive) and in the bindings' header.
 #[test]
@@ -348,7 +366,9 @@ fn control_characters_in_member_names_are_escaped_in_messages() {
             ),
             "newline" => assert!(msg.contains(r"`../a\nb` has a `..` component"), "{msg}"),
             _ => assert!(
-                msg.contains("has a name over 1024 bytes") || msg.contains("absolute"),
+                msg.contains("has a name over 1024 bytes")
+                    || msg.contains("names are at most 1024 bytes")
+                    || msg.contains("absolute"),
                 "{msg}"
             ),
         }

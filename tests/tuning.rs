@@ -469,10 +469,14 @@ fn table_only_gemm_instances_are_left_to_the_table() {
     );
     assert!(bindings.contains("rules pass over the table-only members"));
     // Pruned like a candidate: without a table naming it, a pruned library leaves it out.
+    // (A tuning folder that holds no table: with none at all, pruning is refused.)
     let mut opts = Options::new(dir.path().join("specs"), dir.path().join("pruned"));
     opts.compile = false;
     opts.cache_dir = Some(dir.path().join("cache"));
     opts.prune_by_tuning = true;
+    assert!(tilegen::generate(&opts, &|_| {}).is_err());
+    std::fs::create_dir_all(dir.path().join("no-tables")).unwrap();
+    opts.tuning = Some(dir.path().join("no-tables"));
     tilegen::generate(&opts, &|_| {}).unwrap();
     let pruned =
         Manifest::from_bytes(&std::fs::read(dir.path().join("pruned/manifest.json")).unwrap())

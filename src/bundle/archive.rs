@@ -45,6 +45,8 @@ impl Default for Limits {
 }
 
 const LEVEL: u32 = 6;
+/// Longest member name a bundle may hold, in bytes.
+const MAX_NAME_BYTES: usize = 1024;
 /// The only gzip header tilegen writes (and so the only one it reads): no flags, mtime 0,
 /// XFL 0 (level 6), OS 255.
 const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
@@ -85,9 +87,9 @@ pub fn check_member_path(path: &str) -> Result<(), String> {
     if path.starts_with('/') {
         return Err(format!("`{shown}` is an absolute path"));
     }
-    if path.len() > 1024 {
+    if path.len() > MAX_NAME_BYTES {
         let start = crate::escape::shown_prefix(path, 64);
-        return Err(format!("`{start}` has a name over 1024 bytes"));
+        return Err(format!("`{start}` has a name over {MAX_NAME_BYTES} bytes"));
     }
     for part in path.split('/') {
         match part {
@@ -288,7 +290,11 @@ fn read_tar<R: Read>(input: R, limits: &Limits, visit: &mut dyn Visit) -> Result
     let mut archive = tar::Archive::new(input);
     let mut folded: BTreeMap<String, String> = BTreeMap::new();
     let mut buf = vec![0u8; 64 << 10];
-    for (n, entry) in archive.entries().map_err(corrupt)?.enumerate() {
+    // Raw entries: the tar crate would read a GNU long-name or PAX member whole, whatever its
+    // size, to apply it. A long name (what `write` emits for paths over 100 bytes) is read
+    // here within the name limit; other extensions are not what tilegen writes.
+    let mut long_name: Option<Vec<u8>> = None;
+    for (n, entry) in archive.entries().map_err(corrupt)?.raw(true).enumerate() {
         if n >= limits.max_entries {
             return Err(format!(
                 "the archive has more than {} entries (the limit)",
@@ -296,12 +302,50 @@ fn read_tar<R: Read>(input: R, limits: &Limits, visit: &mut dyn Visit) -> Result
             ));
         }
         let mut entry = entry.map_err(corrupt)?;
-        let raw = entry.path_bytes();
+        match entry.header().entry_type() {
+            tar::EntryType::GNULongName => {
+                let size = entry.size();
+                if size > MAX_NAME_BYTES as u64 + 1 {
+                    return Err(format!(
+                        "a long-name entry of {size} bytes: names are at most {MAX_NAME_BYTES} bytes"
+                    ));
+                }
+                let mut name = Vec::with_capacity(size as usize);
+                (&mut entry)
+                    .take(size)
+                    .read_to_end(&mut name)
+                    .map_err(corrupt)?;
+                // GNU tar ends the name with a NUL.
+                while name.last() == Some(&0) {
+                    name.pop();
+                }
+                if long_name.replace(name).is_some() {
+                    return Err("two long-name entries in a row".into());
+                }
+                continue;
+            }
+            tar::EntryType::GNULongLink
+            | tar::EntryType::XHeader
+            | tar::EntryType::XGlobalHeader => {
+                return Err(format!(
+                    "a {} entry: bundles hold plain files with GNU long names only",
+                    match entry.header().entry_type() {
+                        tar::EntryType::GNULongLink => "GNU long-link",
+                        _ => "PAX header",
+                    }
+                ));
+            }
+            _ => {}
+        }
+        let raw = match long_name.take() {
+            Some(name) => std::borrow::Cow::Owned(name),
+            None => entry.path_bytes(),
+        };
         let path = String::from_utf8(raw.to_vec()).map_err(|_| {
-            format!(
-                "`{}` is not a UTF-8 name",
-                String::from_utf8_lossy(&raw).escape_debug()
-            )
+            // A hostile name can be megabytes long: show its start only.
+            let start = &raw[..raw.len().min(256)];
+            let shown = crate::escape::shown_prefix(&String::from_utf8_lossy(start), 200);
+            format!("`{shown}` is not a UTF-8 name")
         })?;
         let kind = entry.header().entry_type();
         let what = match kind {
@@ -314,7 +358,10 @@ fn read_tar<R: Read>(input: R, limits: &Limits, visit: &mut dyn Visit) -> Result
             _ => Some("not a plain file"),
         };
         if let Some(what) = what {
-            return Err(format!("`{}` is {what}", path.escape_debug()));
+            return Err(format!(
+                "`{}` is {what}",
+                crate::escape::shown_prefix(&path, 200)
+            ));
         }
         check_member_path(&path)?;
         let size = entry.size();
@@ -349,12 +396,75 @@ fn read_tar<R: Read>(input: R, limits: &Limits, visit: &mut dyn Visit) -> Result
         }
         visit.end()?;
     }
+    if long_name.is_some() {
+        return Err("the archive ends with a long name and no file for it".into());
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A gzipped tar of `entries` (type, name in the header, data), as tilegen would write it
+    /// but for what the entries are.
+    fn crafted(entries: &[(tar::EntryType, &str, &[u8])]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        for (kind, name, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.as_gnu_mut().unwrap().name[..name.len()].copy_from_slice(name.as_bytes());
+            h.set_cksum();
+            tar.append(&h, *data).unwrap();
+        }
+        let body = tar.into_inner().unwrap();
+        let mut gz = GzBuilder::new()
+            .mtime(0)
+            .operating_system(0xff)
+            .write(Vec::new(), Compression::new(LEVEL));
+        std::io::Write::write_all(&mut gz, &body).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn long_names_round_trip_and_oversized_extensions_are_refused_unread() {
+        let long = format!("kernels/{}.sm_90a.cubin", "x".repeat(300));
+        let a = write(&[(long.as_str(), b"bin")], 7).unwrap();
+        let m = read(&a, &Limits::default()).unwrap();
+        assert_eq!(m, vec![(long.clone(), b"bin".to_vec())]);
+        // A long name of 2 MB: refused by its header's size, before its data is read.
+        let big = vec![b'a'; 2 << 20];
+        let e = read(
+            &crafted(&[
+                (tar::EntryType::GNULongName, "././@LongLink", &big),
+                (tar::EntryType::Regular, "a", b"x"),
+            ]),
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("long-name entry of 2097152 bytes"), "{e}");
+        // PAX headers and long links are not what tilegen writes.
+        for kind in [tar::EntryType::XHeader, tar::EntryType::GNULongLink] {
+            let e = read(
+                &crafted(&[
+                    (kind, "h", b"10 path=a\n"),
+                    (tar::EntryType::Regular, "a", b"x"),
+                ]),
+                &Limits::default(),
+            )
+            .unwrap_err();
+            assert!(e.contains("bundles hold plain files"), "{e}");
+        }
+        // A long name with no file after it.
+        let e = read(
+            &crafted(&[(tar::EntryType::GNULongName, "././@LongLink", b"name\0")]),
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("no file for it"), "{e}");
+    }
 
     #[test]
     fn round_trip_and_fixed_header() {

@@ -737,7 +737,9 @@ impl Cache {
             if let Ok(m) = fs::symlink_metadata(&p) {
                 if m.is_file() {
                     s.entries += 1;
-                    s.bytes += m.len();
+                    // Saturating: sizes come from the file system, which a cache's
+                    // neighbours can fill with sparse files of any length.
+                    s.bytes = s.bytes.saturating_add(m.len());
                 }
             }
         }
@@ -809,7 +811,7 @@ impl Cache {
             let len = fs::symlink_metadata(&p).map(|m| m.len()).unwrap_or(0);
             if discard(&p).is_ok() {
                 r.entries += 1;
-                r.bytes += len;
+                r.bytes = r.bytes.saturating_add(len);
             }
         }
         if let Ok(rd) = fs::read_dir(self.entries_dir()) {
@@ -879,14 +881,14 @@ impl Cache {
             })
             .collect();
         entries.sort();
-        let mut total: u64 = entries.iter().map(|e| e.1).sum();
+        let mut total = entries.iter().fold(0u64, |t, e| t.saturating_add(e.1));
         for (_, len, p) in entries {
             if total <= max_bytes {
                 break;
             }
             if fs::remove_file(&p).is_ok() {
-                total -= len;
-                r.bytes += len;
+                total = total.saturating_sub(len);
+                r.bytes = r.bytes.saturating_add(len);
                 r.entries += 1;
             }
         }

@@ -184,6 +184,15 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
         let mut archs = archs.clone();
         archs.sort();
         archs.dedup();
+        if archs.is_empty() {
+            // `TILEGEN_ARCHS=","` or `Builder::archs([])`: every instance would compile for
+            // nothing and the library hold no binary.
+            return Err(Error::Usage(
+                "the arch list that replaces the specs' (--arch, TILEGEN_ARCHS or \
+                 Builder::archs) is empty; name at least one arch, e.g. sm_90"
+                    .into(),
+            ));
+        }
         for inst in &mut instances {
             inst.archs = archs.clone();
         }
@@ -211,6 +220,19 @@ pub fn render_all(opts: &Options) -> Result<Rendered> {
     let (tuning, tables_read) = read_tuning(opts)?;
     // After --arch: the tables' hashes are those of the instances as compiled.
     if opts.prune_by_tuning {
+        // Without a tuning folder every candidate would go, and the library's previous
+        // kernels with them: one that was not found is a mistake (`--specs` naming a file
+        // looks beside the file), not a request. A folder given or found prunes by what it
+        // holds, even nothing.
+        if crate::tuning::dir(opts.tuning.as_deref(), &opts.specs).is_none() {
+            return Err(Error::Usage(format!(
+                "--prune-by-tuning keeps a tuning candidate only where a tuning table picks it, \
+                 and no table was found (there is no `{}` folder beside `{}`); name the folder \
+                 with --tuning DIR",
+                crate::tuning::DIR_NAME,
+                opts.specs.display()
+            )));
+        }
         let winners: std::collections::BTreeSet<(&str, &str)> = tuning
             .iter()
             .flat_map(|t| &t.entries)

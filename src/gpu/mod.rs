@@ -85,6 +85,22 @@ impl Gpu {
                 format!("{}: not a tilegen manifest: {e}", path.display()),
             )
         })?;
+        // Checked as a bundle's would be: its file paths are joined to `lib_dir` and read,
+        // and its launch geometry goes to the GPU.
+        let problems = manifest.problems();
+        if !problems.is_empty() {
+            let shown: Vec<&str> = problems.iter().take(5).map(String::as_str).collect();
+            return Err(Error::input(
+                &path,
+                format!(
+                    "{}: not a library tilegen would write ({} problem{}):\n  {}",
+                    path.display(),
+                    problems.len(),
+                    if problems.len() == 1 { "" } else { "s" },
+                    shown.join("\n  ")
+                ),
+            ));
+        }
         if !driver_present() {
             return Err(Error::Environment(
                 "no CUDA driver (libcuda.so) found: verify and bench need an NVIDIA GPU".into(),

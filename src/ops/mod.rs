@@ -194,6 +194,11 @@ pub fn apply_defaults(op: Op, params: &mut Params) {
 /// before anything is rendered or compiled.
 pub fn check(inst: &Instance) -> Vec<(Field, String)> {
     let mut problems = (family(inst.op).check)(inst);
+    if !problems.is_empty() {
+        // The launch is derived from values the op has just refused; computed from them it
+        // could overflow (a debug build, a build script's, would panic) and tell nothing more.
+        return problems;
+    }
     let threads = launch(inst).threads;
     if threads > 1024 {
         problems.push((

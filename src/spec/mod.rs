@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::diagnostics::{Diagnostic, Diagnostics, Mark};
 use crate::error::Error;
 pub use model::*;
+pub(crate) use sweep::integer_ceiling;
 pub use sweep::MAX_INSTANCES_PER_RUN;
 
 /// Spec files are small; a larger file is a mistake (or an attack).
@@ -43,16 +44,33 @@ pub fn find_spec_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
             dir.display()
         )));
     }
+    let spec_name =
+        |p: &Path| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
     let mut files = Vec::new();
-    for entry in walkdir::WalkDir::new(dir)
+    // Hidden entries below the folder are passed over, as version control and editors keep
+    // theirs there (`.git`, Emacs' lock links `.#gemm.yaml`).
+    let hidden = |name: &std::ffi::OsStr| name.to_string_lossy().starts_with('.');
+    let walk = walkdir::WalkDir::new(dir)
         .follow_links(true)
         .sort_by_file_name()
-    {
-        let entry = entry.map_err(|e| walk_error(dir, e))?;
+        .into_iter()
+        .filter_entry(|e| e.depth() == 0 || !hidden(e.file_name()));
+    for entry in walk {
+        let entry = match entry {
+            Ok(entry) => entry,
+            // A link to nothing that would not be read anyway (`notes.txt -> gone`; a lock
+            // link, whose error comes before the filter sees it).
+            Err(e)
+                if e.path().is_some_and(|p| {
+                    dangling(p) && (!spec_name(p) || p.file_name().is_some_and(hidden))
+                }) =>
+            {
+                continue
+            }
+            Err(e) => return Err(walk_error(dir, e)),
+        };
         let p = entry.path();
-        if entry.file_type().is_file()
-            && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-        {
+        if entry.file_type().is_file() && spec_name(p) {
             files.push(p.to_path_buf());
         }
     }
@@ -64,6 +82,13 @@ pub fn find_spec_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         )));
     }
     Ok(files)
+}
+
+/// A symbolic link whose target does not exist.
+fn dangling(p: &Path) -> bool {
+    p.symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+        && std::fs::metadata(p).is_err()
 }
 
 fn walk_error(dir: &Path, e: walkdir::Error) -> Error {
@@ -350,5 +375,34 @@ pub fn load_dir(dir: &Path) -> Result<(Vec<SpecSource>, Vec<Instance>), Error> {
             diags.extend(more);
             Err(Error::Spec(diags.sorted()))
         }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_entries_and_links_to_nothing_that_are_no_specs_are_passed_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        std::fs::create_dir_all(d.join(".git")).unwrap();
+        for f in [
+            "a.yaml",
+            "sub/b.yml",
+            ".hidden.yaml",
+            ".git/c.yaml",
+            "notes.txt",
+        ] {
+            std::fs::write(d.join(f), "kernels: []\n").unwrap();
+        }
+        std::os::unix::fs::symlink(d.join("gone"), d.join("todo.txt")).unwrap();
+        std::os::unix::fs::symlink("user@host.1234", d.join(".#a.yaml")).unwrap();
+        let found = find_spec_files(d).unwrap();
+        assert_eq!(found, [d.join("a.yaml"), d.join("sub/b.yml")]);
+        // A spec that is a link to nothing is an error: it would have been read.
+        std::os::unix::fs::symlink(d.join("gone.yaml"), d.join("z.yaml")).unwrap();
+        assert!(find_spec_files(d).is_err());
     }
 }

@@ -271,6 +271,27 @@ pub struct Params {
     pub pingpong: Option<bool>,
 }
 
+impl Params {
+    /// Every whole-number field that is set, by its spec key, with its values (a tile's or a
+    /// warp's each): what a spec's YAML holds below `integer_ceiling`, and a manifest must too.
+    pub fn integers(&self) -> Vec<(&'static str, &[u32])> {
+        let list = [
+            ("block", self.block.as_slice()),
+            ("items", self.items.as_slice()),
+            ("tile", self.tile.as_ref().map_or(&[][..], |t| &t[..])),
+            ("warp", self.warp.as_ref().map_or(&[][..], |w| &w[..])),
+            ("stages", self.stages.as_slice()),
+            ("head_dim", self.head_dim.as_slice()),
+            ("tile_q", self.tile_q.as_slice()),
+            ("tile_kv", self.tile_kv.as_slice()),
+            ("rows_per_block", self.rows_per_block.as_slice()),
+            ("split_k", self.split_k.as_slice()),
+            ("multicast", self.multicast.as_slice()),
+        ];
+        list.into_iter().filter(|(_, v)| !v.is_empty()).collect()
+    }
+}
+
 /// Where an instance came from, for headers and messages.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Origin {

@@ -1009,7 +1009,7 @@ impl<'a> FileContext<'a> {
 /// op's own range (the ops report those, with better messages) and low enough that no size an
 /// op computes from the fields (threads, elements per block, shared memory bytes) can
 /// overflow 32 bits: a spec like `tile: [4000000000, ...]` must be an error, not a panic.
-fn integer_ceiling(what: &str) -> u32 {
+pub(crate) fn integer_ceiling(what: &str) -> u32 {
     match what {
         // Shared memory grows with stages times the tile area.
         "stages" => 64,

@@ -14,7 +14,11 @@ use granit_parser::{
 use crate::diagnostics::Mark;
 
 /// Upper bound on nodes produced while expanding aliases: a defence against alias bombs.
+/// Each [`TEXT_PER_NODE`] bytes of a scalar's text count as one node more, so that aliases of
+/// long strings are held to the same bound in bytes.
 const MAX_NODES: usize = 100_000;
+/// Bytes of scalar text that count as one node (see [`MAX_NODES`]).
+const TEXT_PER_NODE: usize = 64;
 /// The same bound for all files of a run together: many small files, each just under
 /// `MAX_NODES`, must not add up to minutes of copying.
 pub const MAX_NODES_PER_RUN: usize = 250_000;
@@ -316,8 +320,8 @@ impl TreeBuilder<'_> {
             self.fail(
                 mark,
                 format!(
-                    "document expands to more than {MAX_NODES} nodes here (an alias bomb?); \
-                     a spec has no use for that many"
+                    "document expands to more than {MAX_NODES} nodes here (an alias bomb?; \
+                     {TEXT_PER_NODE} bytes of text count as a node); a spec has no use for that many"
                 ),
             );
             return false;
@@ -451,7 +455,7 @@ impl TreeBuilder<'_> {
                 }
             }
             Event::Scalar(text, style, anchor, tag) => {
-                if !self.untagged(tag.as_deref(), span) || !self.count(1, mark) {
+                if !self.untagged(tag.as_deref(), span) || !self.count(text_nodes(&text), mark) {
                     return;
                 }
                 let quoted = !matches!(style, ScalarStyle::Plain);
@@ -524,8 +528,14 @@ impl TreeBuilder<'_> {
     }
 }
 
+/// What a scalar of `text` counts against [`MAX_NODES`].
+fn text_nodes(text: &str) -> usize {
+    1 + text.len() / TEXT_PER_NODE
+}
+
 fn node_count(n: &Node) -> usize {
     match &n.value {
+        Value::Scalar(text, _) => text_nodes(text),
         Value::Seq(items) => 1 + items.iter().map(node_count).sum::<usize>(),
         Value::Map(entries) => {
             1 + entries
@@ -617,6 +627,22 @@ mod tests {
         }
         let e = parse(&doc).unwrap_err();
         assert!(e.message.contains("alias bomb"), "{e:?}");
+    }
+
+    #[test]
+    fn aliases_of_long_text_count_its_bytes() {
+        // Ten copies of a 400 KB string, ten of those, ...: gigabytes if each counted as one
+        // node.
+        let mut doc = format!("a: &a \"{}\"\n", "x".repeat(400_000));
+        for (prev, name) in ["a", "b", "c", "d"].iter().zip(["b", "c", "d", "e"]) {
+            doc += &format!(
+                "{name}: &{name} [{}]\n",
+                vec![format!("*{prev}"); 10].join(", ")
+            );
+        }
+        let e = parse(&doc).unwrap_err();
+        assert!(e.message.contains("alias bomb"), "{e:?}");
+        assert_eq!(e.mark.line, 3, "stopped at c's first copy of b: {e:?}");
     }
 
     #[test]

@@ -413,7 +413,10 @@ impl RowPitches {
 
     /// Whether A's rows, and B's, start on a 128-byte line each (relative to the first).
     fn whole_lines(self) -> (bool, bool) {
-        (self.a % Self::LINE == 0, self.b % Self::LINE == 0)
+        (
+            self.a.is_multiple_of(Self::LINE),
+            self.b.is_multiple_of(Self::LINE),
+        )
     }
 }
 
