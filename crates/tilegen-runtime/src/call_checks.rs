@@ -389,8 +389,9 @@ pub struct GemmOption {
 
 /// The bytes from one stored row of a GEMM call's A, and of its B, to the next: `lda` and
 /// `ldb` times the element size. TMA reads each row of a box as one 128-byte piece; where the
-/// rows are not whole 128-byte lines apart, most pieces straddle two of L2's lines, and
-/// [`wgmma_cost`] counts that operand's loads twice.
+/// rows are not whole 128-byte lines apart, most pieces would straddle two of L2's lines (the
+/// likely cause, not measured), and the H200's tuning runs took longer there the more a tile
+/// loads: [`wgmma_cost`] counts that operand's loads twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowPitches {
     /// A's row pitch in bytes.
@@ -511,9 +512,10 @@ pub fn gemm_order(
 /// method-shapes, 1.17× at worst, where `tile_order` took 1.129× and 2.65×. At 22 shapes
 /// outside those (`bench/results/2026-12-05-h200-gemm-rules-heldout.txt`, 428 method-shapes),
 /// 1.027× (1.51× at worst; 1.038× without the once-per-tile term) where `tile_order` took
-/// 1.121×. The pitch term came from those 22 shapes: with it, their 216 method-shapes whose
-/// rows are not whole lines apart (K or N not a multiple of 64 there) read 1.023× (worst
-/// 1.24×) where they read 1.046× (1.51×), and every other pick stays as it was.
+/// 1.121×. The pitch term came from those 22 shapes, and was chosen on the same runs: over
+/// all 1991 recorded method-shapes, the 216 whose rows are not whole lines apart (with 16-bit
+/// elements, a K, N or, for A stored K × M, M not a multiple of 64) read 1.023× (worst 1.24×)
+/// where they read 1.046× (1.51×), and every other pick stays as it was.
 pub fn wgmma_cost(
     m: usize,
     n: usize,
@@ -578,10 +580,10 @@ pub fn tile_order(m: usize, n: usize, sm_count: u32, tiles: &[(u32, u32)]) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loader::{Binary, BinaryKind, KernelInfo, Version};
 
     /// Rows whole 128-byte lines apart, as at the tuning runs' shapes (K and N multiples of 64).
     const WHOLE: RowPitches = RowPitches { a: 8192, b: 8192 };
-    use crate::loader::{Binary, BinaryKind, KernelInfo, Version};
 
     const fn cubin(arch: &'static str) -> Binary {
         Binary {
