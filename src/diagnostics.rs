@@ -19,8 +19,37 @@ pub struct Diagnostic {
     /// Width of the offending text, for the underline (at least 1).
     pub width: usize,
     pub message: String,
-    /// The source line the mark points into, when it is known.
+    /// The source line the mark points into, when it is known: all of it, or for a long line
+    /// [`SHOWN_LINE_CHARS`] characters around the mark, cut ends shown as `…`.
     pub source_line: Option<String>,
+    /// The mark's column within `source_line` (1-based).
+    pub source_col: usize,
+}
+
+/// Longest stretch of a source line shown under a message, in characters: a minified (or
+/// hostile) one-line spec would otherwise be printed whole under each of its errors.
+pub const SHOWN_LINE_CHARS: usize = 160;
+
+/// The part of `line` shown around 1-based column `col`, and the column within it.
+fn window(line: &str, col: usize) -> (String, usize) {
+    let count = line.chars().count();
+    if count <= SHOWN_LINE_CHARS {
+        return (line.to_owned(), col);
+    }
+    let at = col.saturating_sub(1).min(count);
+    // Some context before the mark, most of the window after it.
+    let start = at.saturating_sub(SHOWN_LINE_CHARS / 4);
+    let end = (start + SHOWN_LINE_CHARS).min(count);
+    let mut text: String = line.chars().skip(start).take(end - start).collect();
+    let mut shown_col = at - start + 1;
+    if start > 0 {
+        text.insert(0, '…');
+        shown_col += 1;
+    }
+    if end < count {
+        text.push('…');
+    }
+    (text, shown_col)
 }
 
 impl Diagnostic {
@@ -31,13 +60,18 @@ impl Diagnostic {
             width: width.max(1),
             message: message.into(),
             source_line: None,
+            source_col: mark.col,
         }
     }
 
     /// Attaches the line of `source` the mark points at, for display.
     pub fn with_source(mut self, source: &str) -> Self {
         if self.mark.line > 0 {
-            self.source_line = source.lines().nth(self.mark.line - 1).map(str::to_owned);
+            if let Some(line) = source.lines().nth(self.mark.line - 1) {
+                let (shown, col) = window(line, self.mark.col);
+                self.source_line = Some(shown);
+                self.source_col = col;
+            }
         }
         self
     }
@@ -70,12 +104,12 @@ impl fmt::Display for Diagnostic {
                     c => c,
                 })
                 .collect();
-            let lead = " ".repeat(self.mark.col.saturating_sub(1));
+            let lead = " ".repeat(self.source_col.saturating_sub(1));
             let width = self.width.min(
                 shown
                     .chars()
                     .count()
-                    .saturating_sub(self.mark.col.saturating_sub(1))
+                    .saturating_sub(self.source_col.saturating_sub(1))
                     .max(1),
             );
             write!(
@@ -144,7 +178,30 @@ pub fn did_you_mean(word: &str, candidates: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::did_you_mean;
+    use super::*;
+
+    #[test]
+    fn a_long_line_is_shown_around_the_mark_with_the_caret_under_it() {
+        let line = format!("{}BAD{}", "a".repeat(5000), "b".repeat(5000));
+        let d = Diagnostic::new(Path::new("x.yaml"), Mark { line: 1, col: 5001 }, 3, "bad")
+            .with_source(&line);
+        let text = d.to_string();
+        assert!(text.starts_with("x.yaml:1:5001: error: bad"), "{text}");
+        let shown: Vec<&str> = text.lines().collect();
+        assert!(shown[2].chars().count() < SHOWN_LINE_CHARS + 10, "{text}");
+        assert!(
+            shown[2].contains("…aaa") && shown[2].ends_with("bbb…"),
+            "{text}"
+        );
+        // The caret row's `^^^` sits under `BAD`.
+        let at = shown[2].chars().position(|c| c == 'B').unwrap();
+        assert_eq!(shown[3].chars().position(|c| c == '^'), Some(at), "{text}");
+        assert_eq!(shown[3].matches('^').count(), 3);
+        // A short line is shown whole, as before.
+        let d = Diagnostic::new(Path::new("x.yaml"), Mark { line: 1, col: 4 }, 1, "bad")
+            .with_source("ab x");
+        assert!(d.to_string().ends_with("1 | ab x\n  |    ^"), "{d}");
+    }
 
     #[test]
     fn one_close_candidate_is_suggested() {

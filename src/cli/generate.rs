@@ -53,7 +53,12 @@ pub fn run(args: GenerateArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let mut o = args.inputs.options(args.out);
     o.bundle = args
         .bundle
-        .or_else(|| tilegen::__internal::env::var_os("TILEGEN_BUNDLE").map(PathBuf::from));
+        // Set but empty means unset, as for the other TILEGEN_* paths.
+        .or_else(|| {
+            tilegen::__internal::env::var_os("TILEGEN_BUNDLE")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
     o.bundle_pubkey = match args.bundle_pubkey {
         Some(key) => Some(key),
         None => tilegen::__internal::env::var("TILEGEN_BUNDLE_PUBKEY")?,

@@ -203,7 +203,16 @@ fn to_mark(m: &Marker) -> Mark {
 
 enum Open {
     Seq(Node, usize, StructureStyle),
-    Map(Node, Vec<(Node, Node)>, Option<Node>, usize, StructureStyle),
+    /// The mapping, its entries, a key awaiting its value, the anchor, the style, and where
+    /// each scalar key was first given (for duplicates, without a search per key).
+    Map(
+        Node,
+        Vec<(Node, Node)>,
+        Option<Node>,
+        usize,
+        StructureStyle,
+        HashMap<String, Mark>,
+    ),
 }
 
 #[derive(Default)]
@@ -235,7 +244,7 @@ impl TreeBuilder<'_> {
         let open = self.stack.last().map(|o| match o {
             Open::Seq(n, _, StructureStyle::Flow) => ("a flow sequence", n.mark, Some(']')),
             Open::Seq(n, _, StructureStyle::Block) => ("a block sequence", n.mark, None),
-            Open::Map(n, entries, _, _, style) => {
+            Open::Map(n, entries, _, _, style, _) => {
                 // Like a finished mapping, an open one starts at its first key.
                 let at = entries.first().map_or(n.mark, |(k, _)| n.mark.min(k.mark));
                 match style {
@@ -400,16 +409,16 @@ impl TreeBuilder<'_> {
                     items.push(node);
                 }
             }
-            Some(Open::Map(_, entries, pending, ..)) => match pending.take() {
+            Some(Open::Map(_, entries, pending, _, _, keys)) => match pending.take() {
                 None => {
                     // A key. Two equal keys in one mapping are an error (YAML says so, and
                     // silently keeping either would hide a mistake).
                     if let Value::Scalar(text, _) = &node.value {
-                        if let Some((first, _)) = entries
-                            .iter()
-                            .find(|(k, _)| k.as_str() == Some(text.as_str()))
-                        {
-                            duplicate = Some((node.mark, text.clone(), first.mark));
+                        match keys.get(text) {
+                            Some(first) => duplicate = Some((node.mark, text.clone(), *first)),
+                            None => {
+                                keys.insert(text.clone(), node.mark);
+                            }
                         }
                     }
                     *pending = Some(node);
@@ -488,7 +497,10 @@ impl TreeBuilder<'_> {
                     mark,
                     width: 1,
                 };
-                self.open(Open::Map(node, Vec::new(), None, anchor, style), mark);
+                self.open(
+                    Open::Map(node, Vec::new(), None, anchor, style, HashMap::new()),
+                    mark,
+                );
             }
             Event::SequenceEnd => {
                 if let Some(Open::Seq(node, anchor, _)) = self.stack.pop() {
@@ -496,7 +508,7 @@ impl TreeBuilder<'_> {
                 }
             }
             Event::MappingEnd => {
-                if let Some(Open::Map(mut node, entries, _, anchor, _)) = self.stack.pop() {
+                if let Some(Open::Map(mut node, entries, _, anchor, _, _)) = self.stack.pop() {
                     // The parser may mark a block mapping after its first key; the mapping
                     // starts at its first key (a flow mapping's `{` comes first and stays).
                     if let Some((first_key, _)) = entries.first() {
