@@ -1005,10 +1005,12 @@ impl<'a> FileContext<'a> {
     }
 }
 
-/// Ceiling on an integer field, checked before any op sees the value. It lies far above every
-/// op's own range (the ops report those, with better messages) and low enough that no size an
-/// op computes from the fields (threads, elements per block, shared memory bytes) can
-/// overflow 32 bits: a spec like `tile: [4000000000, ...]` must be an error, not a panic.
+/// Ceiling on an integer field, checked before any op sees the value (in a spec's YAML, and in
+/// a manifest that did not come from this process). It lies far above every op's own range
+/// (the ops report those, with better messages) and keeps what the ops derive while checking
+/// (defaults, names) within 32 bits: a spec like `tile: [4000000000, ...]` must be an error,
+/// not a panic. Sizes such as shared memory are computed only once the op has accepted the
+/// values (`ops::check`), since some products of values under the ceilings still overflow.
 pub(crate) fn integer_ceiling(what: &str) -> u32 {
     match what {
         // Shared memory grows with stages times the tile area.
