@@ -370,6 +370,8 @@ fn ptxas_guard_fails_a_spilling_sm90a_kernel() {
     for needle in [
         "hg_f16_128x64x64_s4_nn_wgmma",
         "sm_90a",
+        // The spec entry, since `check` passes what ptxas then refuses.
+        "  spec: hg.yaml:2\n",
         "an sm_90a kernel must have none of these",
         "bytes of stack frame",
     ] {

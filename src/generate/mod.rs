@@ -308,7 +308,18 @@ pub fn generate(opts: &Options, on_event: &(dyn Fn(&Event) + Sync)) -> Result<Re
             &inst.name,
             &rendered.sources[i],
             arch,
-        )?;
+        )
+        .map_err(|mut e| {
+            // Name the spec entry: `check` may pass a configuration ptxas then refuses.
+            if let Error::Compile { log, .. } = &mut e {
+                *log = format!(
+                    "  spec: {}:{}\n{log}",
+                    crate::escape::shown(&inst.origin.file),
+                    inst.origin.line
+                );
+            }
+            e
+        })?;
         if let Some(message) = done.corrupt {
             corrupt.fetch_add(1, Ordering::Relaxed);
             on_event(&Event::CacheCorrupt { message });
