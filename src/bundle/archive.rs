@@ -285,6 +285,11 @@ pub fn read_from<R: BufRead>(
     Ok(())
 }
 
+/// Why an extension entry other than a GNU long name is refused.
+fn extension(kind: &str) -> String {
+    format!("a {kind} entry: bundles hold plain files with GNU long names only")
+}
+
 fn read_tar<R: Read>(input: R, limits: &Limits, visit: &mut dyn Visit) -> Result<(), String> {
     let corrupt = |e: io::Error| format!("corrupt or truncated archive: {e}");
     let mut archive = tar::Archive::new(input);
@@ -324,16 +329,9 @@ fn read_tar<R: Read>(input: R, limits: &Limits, visit: &mut dyn Visit) -> Result
                 }
                 continue;
             }
-            tar::EntryType::GNULongLink
-            | tar::EntryType::XHeader
-            | tar::EntryType::XGlobalHeader => {
-                return Err(format!(
-                    "a {} entry: bundles hold plain files with GNU long names only",
-                    match entry.header().entry_type() {
-                        tar::EntryType::GNULongLink => "GNU long-link",
-                        _ => "PAX header",
-                    }
-                ));
+            tar::EntryType::GNULongLink => return Err(extension("GNU long-link")),
+            tar::EntryType::XHeader | tar::EntryType::XGlobalHeader => {
+                return Err(extension("PAX header"))
             }
             _ => {}
         }

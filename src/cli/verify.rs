@@ -66,6 +66,10 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let (mut passed, mut failed) = (0, 0);
     for inst in &instances {
         let started = std::time::Instant::now();
+        let cases: Vec<_> = problem::verify_cases(inst)
+            .into_iter()
+            .filter(|c| max_elements.is_none_or(|m| problem::output_len(c.problem) <= m))
+            .collect();
         for run in 1..=repeat {
             // Which run a line belongs to, where there is more than one.
             let run_of = (repeat > 1).then_some((run, repeat));
@@ -83,10 +87,7 @@ pub fn run(args: VerifyArgs, rep: &Reporter) -> Result<ExitCode, Error> {
                 );
                 (passed, failed) = (passed + p, failed + f);
             }
-            let cases = problem::verify_cases(inst)
-                .into_iter()
-                .filter(|c| max_elements.is_none_or(|m| problem::output_len(c.problem) <= m));
-            for case in cases {
+            for &case in &cases {
                 let r = verify::run_case(&mut gpu, inst, case, &mut rng);
                 if r.passed {
                     passed += 1
