@@ -102,9 +102,21 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     msg
 }
 
-/// Stable identity of an instance's configuration (what the spec asked for).
+/// Stable identity of an instance's configuration (what the spec asked for): its kernel and
+/// archs, not where the spec wrote it. A comment or a kernel added above an entry moves its
+/// line, and that must not make tuning tables drop the entry's measurements.
 pub fn config_hash(inst: &Instance) -> String {
-    let json = serde_json::to_vec(inst).expect("instances serialize");
+    #[derive(serde::Serialize)]
+    struct Configuration<'a> {
+        #[serde(flatten)]
+        kernel: &'a crate::spec::KernelConfig,
+        archs: &'a [crate::spec::Arch],
+    }
+    let json = serde_json::to_vec(&Configuration {
+        kernel: &inst.kernel,
+        archs: &inst.archs,
+    })
+    .expect("configurations serialize");
     let mut h = Sha256::new();
     h.update(crate::VERSION.as_bytes());
     h.update([0]);

@@ -152,6 +152,36 @@ fn entries_that_no_longer_match_are_dropped_with_a_warning() {
     assert!(!bindings.contains("TUNED"));
 }
 
+/// A table keys its entries by the instance's configuration, not by where the specs write
+/// it: a comment above the kernel moves its line (the headers and manifest say so) and keeps
+/// the measurements, while a changed configuration still drops them.
+#[test]
+fn moving_a_kernel_within_the_specs_keeps_its_entries() {
+    let (dir, m) = tuned_library();
+    assert_eq!(manifest(dir.path()).tuning.len(), 1);
+    let spec = dir.path().join("specs/softmax.yaml");
+    std::fs::write(&spec, format!("# rows of attention scores\n\n{SPEC}")).unwrap();
+    let warnings = generate(dir.path()).unwrap();
+    assert_eq!(warnings, Vec::<String>::new());
+    let moved = manifest(dir.path());
+    let before = m.instance("softmax_f32_onepass_b512_i2").unwrap();
+    let after = moved.instance("softmax_f32_onepass_b512_i2").unwrap();
+    assert_eq!(after.origin.line, before.origin.line + 2);
+    assert_eq!(after.config_sha256, before.config_sha256);
+    assert_eq!(moved.tuning.len(), 1, "the entry survives the move");
+    assert_eq!(moved.tuning[0].entries.len(), 1);
+
+    std::fs::write(&spec, SPEC.replace("[sm_90]", "[sm_80, sm_90]")).unwrap();
+    let warnings = generate(dir.path()).unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("has changed since it was measured"),
+        "{}",
+        warnings[0]
+    );
+    assert!(manifest(dir.path()).tuning.is_empty());
+}
+
 /// A filter or a smaller spec set leaves most of a table's methods out: one line counts those
 /// entries instead of one line each, while a few stale entries keep theirs.
 #[test]

@@ -20,12 +20,12 @@ use crate::output::{Content, FileSet};
 use crate::render::config_hash;
 
 /// Why a spec instance cannot be taken from a bundle entry of the same name (empty when it
-/// can). The bundle's entry must carry the config sha256 the specs give when rendered from
-/// the bundle's origin (same tilegen, configuration and archs; the origin, the spec file and
-/// line the headers name, is free: a bundle serves crates whose specs lie elsewhere), every
-/// field the library emits must agree, its CUDA C must be what this tilegen renders for it
-/// from that origin, so its binaries are exactly those a compile of the specs' instance makes
-/// (NVRTC's output does not depend on the header comment that names the origin).
+/// can). The bundle's entry must carry the specs' config sha256 (same tilegen, configuration
+/// and archs; the origin, the spec file and line the headers name, is free: a bundle serves
+/// crates whose specs lie elsewhere), every field the library emits must agree, and its CUDA
+/// C must be what this tilegen renders for it from the bundle's origin, so its binaries are
+/// exactly those a compile of the specs' instance makes (NVRTC's output does not depend on
+/// the header comment that names the origin).
 fn entry_problems(
     inst: &crate::spec::Instance,
     entry: &crate::manifest::InstanceEntry,
@@ -41,7 +41,7 @@ fn entry_problems(
         .iter()
         .filter(|f| !f.starts_with("origin "))
         .collect();
-    if config_hash(&at_bundle_origin) != entry.config_sha256 || !config_only.is_empty() {
+    if config_hash(inst) != entry.config_sha256 || !config_only.is_empty() {
         let fields = if fields.is_empty() {
             format!(
                 "no field differs, so the bundle was made by another tilegen or its hash is wrong (this is tilegen {})",
@@ -58,8 +58,15 @@ fn entry_problems(
     }
     let source = renderer.render(&at_bundle_origin)?;
     if bundle_source != Some(source.as_bytes()) {
+        // Only the origin may differ here; its header names it, so an origin the manifest
+        // altered shows up as another source.
+        let why = if fields.is_empty() {
+            "other templates?".to_string()
+        } else {
+            format!("other templates, or {}?", fields.join("; "))
+        };
         return Ok(vec![format!(
-            "its CUDA C `{}` is not what this tilegen renders for it (other templates?)",
+            "its CUDA C `{}` is not what this tilegen renders for it from the bundle's origin ({why})",
             shown(&entry.source.path)
         )]);
     }
@@ -102,10 +109,9 @@ pub fn subset_files<'a>(
         }
         let mut e = entry.clone();
         if e.origin != inst.origin {
-            // What a compile of the specs would record: their origin, hence another header,
-            // config sha256 and cache key, and the same binaries.
+            // What a compile of the specs would record: their origin, hence another header
+            // and cache key, and the same binaries.
             e.origin = inst.origin.clone();
-            e.config_sha256 = config_hash(inst);
             e.source = file_ref(e.source.path.clone(), source.as_bytes());
             for t in &mut e.targets {
                 t.cache_key = cache_key(&KeyInputs {

@@ -319,8 +319,8 @@ pub struct KernelConfig {
 pub struct Instance {
     #[serde(flatten)]
     pub kernel: KernelConfig,
-    // `archs` comes before `origin` here and not in the manifest (whose targets say the
-    // archs), so `origin` is declared by each: the config hash fixes this order.
+    // The manifest entry has no `archs` (its targets say them), so each struct declares
+    // `origin` itself. The config hash covers the kernel and `archs`, not `origin`.
     pub archs: Vec<Arch>,
     pub origin: Origin,
     /// From a kernel marked `tuning: candidates`: shipped only where a tuning table names it
