@@ -724,6 +724,28 @@ fn s3_round_trip() {
     let second = run(generate(&d, "b", &url, &env), "S3 hits");
     assert_eq!(second.count("remote"), COMPILES, "{:?}", second.events);
     assert_eq!(out(&d, "a"), out(&d, "b"));
+    // 4 GiB values (sparse files): read only up to the 64 MiB cap, well within the lookup's
+    // 1 s, and given up (reading them whole would not finish in time); compiled locally.
+    for e in &stored {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(e.path())
+            .unwrap();
+        f.set_len(4 << 30).unwrap();
+    }
+    let r = run(generate(&d, "huge", &url, &env), "oversized values");
+    assert_eq!(r.count("compiled"), COMPILES, "{:?}", r.events);
+    let corrupt = r.events_named("cache_corrupt");
+    assert_eq!(corrupt.len(), COMPILES, "{:?}", r.events);
+    assert!(
+        corrupt[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("larger than 67108864 bytes"),
+        "{:?}",
+        corrupt[0]
+    );
+    assert_eq!(out(&d, "a"), out(&d, "huge"));
     // Wrong credentials: refused by the server, one warning, compiled locally.
     let mut bad = env;
     bad[3] = ("AWS_SECRET_ACCESS_KEY", "not the secret");

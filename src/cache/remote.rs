@@ -297,6 +297,28 @@ struct Store {
     op: opendal::Operator,
 }
 
+/// The value at `path`, read piece by piece and given up (`None`) once it passes
+/// [`MAX_VALUE`], so a hostile store cannot fill memory within the read timeout. (A range
+/// read cannot cap it: a range past the end is an error in OpenDAL.) Redis hands over a
+/// value whole; this bounds what is kept, not what that client receives.
+async fn read_capped(op: &opendal::Operator, path: &str) -> opendal::Result<Option<Vec<u8>>> {
+    use futures_core::Stream;
+    let mut pieces = op.reader(path).await?.into_stream(..).await?;
+    let mut value = Vec::new();
+    while let Some(piece) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut pieces).poll_next(cx)).await
+    {
+        let piece = piece?;
+        if (value.len() + piece.len()) as u64 > MAX_VALUE {
+            return Ok(None);
+        }
+        for bytes in piece {
+            value.extend_from_slice(&bytes);
+        }
+    }
+    Ok(Some(value))
+}
+
 fn build_operator(target: &Target) -> std::result::Result<opendal::Operator, String> {
     use opendal::services;
     let op = match target {
@@ -452,11 +474,16 @@ impl Remote {
             return Fetched::Off;
         };
         let path = Self::path(key);
-        // Whole values only (a range past the end is an error in OpenDAL); the size is
-        // checked after, and the read timeout bounds what a huge value can cost.
-        let value = match self.run(READ_TIMEOUT, "lookup", store.op.read(&path)) {
+        let value = match self.run(READ_TIMEOUT, "lookup", read_capped(&store.op, &path)) {
             None => return Fetched::Off,
-            Some(Ok(buf)) => buf.to_vec(),
+            Some(Ok(Some(value))) => value,
+            Some(Ok(None)) => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                return Fetched::Rejected(format!(
+                    "remote entry {}/{path}: larger than {MAX_VALUE} bytes",
+                    self.shown
+                ));
+            }
             Some(Err(e)) if e.kind() == opendal::ErrorKind::NotFound => {
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 return Fetched::Missing;
