@@ -212,17 +212,37 @@ fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
         .path()
         .join(format!(".dest.tilegen-unpack-{}-xyz", std::process::id()));
     std::fs::create_dir_all(&running).unwrap();
+    // A folder whose owner lock is held belongs to a live run, whatever its pid says (one
+    // in another PID namespace, or on another host); one whose lock is free is a leftover,
+    // even where its pid is alive.
+    let locked = f._dir.path().join(".dest.tilegen-unpack-999999-locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    let lock = std::fs::File::create(locked.join("owner.lock")).unwrap();
+    lock.try_lock().unwrap();
+    let released = f._dir.path().join(format!(
+        ".dest.tilegen-unpack-{}-released",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&released).unwrap();
+    std::fs::write(released.join("owner.lock"), b"").unwrap();
     // A file that merely has a leftover's name is not one, and must not fail the unpack.
     let stray = f._dir.path().join(".dest.tilegen-unpack-999999-junk");
     std::fs::write(&stray, b"not ours").unwrap();
     bundle::unpack(&f.bundle, &dest, &Limits::default()).unwrap();
     assert!(!stale.exists(), "the next unpack removes leftovers");
     assert!(running.exists(), "a live unpack's folder is left alone");
+    assert!(locked.exists(), "a folder whose lock is held is left alone");
+    assert!(!released.exists(), "a folder whose lock is free is removed");
     assert!(stray.exists(), "a file is not removed as a leftover folder");
     assert_eq!(
         tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap(),
-        vec![stray]
+        vec![stray.clone()]
     );
+    // Once its owner is gone (the system frees the lock), it is a leftover.
+    drop(lock);
+    let mut found = tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap();
+    found.sort();
+    assert_eq!(found, vec![stray, locked]);
 }
 
 #[test]

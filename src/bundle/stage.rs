@@ -24,7 +24,7 @@ pub struct Staged {
     pub manifest: BundleManifest,
     /// `bundle.json` exactly as stored.
     pub manifest_bytes: Vec<u8>,
-    dir: tempfile::TempDir,
+    dir: StagingDir,
     /// Library path → where its bytes are.
     pub(super) files: BTreeMap<String, Held>,
 }
@@ -78,8 +78,39 @@ impl Staged {
 
     /// The staging folder.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.dir.dir.path()
     }
+}
+
+/// The name, inside a staging folder, of the file whose lock the folder's owner holds while
+/// the folder lives. A later run can tell a live run's folder (locked) from a killed one's (the
+/// system released its lock) wherever the folder is shared: other PID namespaces, other
+/// hosts, systems without `/proc` (`unpack::owner_alive` judges).
+pub(super) const OWNER_FILE: &str = "owner.lock";
+
+/// A staging folder with its owner lock held.
+#[derive(Debug)]
+pub(super) struct StagingDir {
+    // Declared first so it is closed before the folder is removed (Windows needs that).
+    _owner: Option<fs::File>,
+    dir: tempfile::TempDir,
+}
+
+/// Locks a fresh file in `dir` and only then gives it [`OWNER_FILE`]'s name, so a cleanup
+/// never finds that file unlocked while its owner lives. `None` where the file system has no
+/// locks: the folder is then judged by the pid in its name.
+fn lock_owner(dir: &Path) -> Option<fs::File> {
+    let fresh = dir.join("owner.lock.new");
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&fresh)
+        .ok()?;
+    if f.try_lock().is_err() || fs::rename(&fresh, dir.join(OWNER_FILE)).is_err() {
+        let _ = fs::remove_file(&fresh);
+        return None;
+    }
+    Some(f)
 }
 
 /// Writes each member to its own flat file (`staged/N`, never a member's own name, so
@@ -89,7 +120,7 @@ impl Staged {
 pub(super) struct Disk {
     parent: PathBuf,
     prefix: String,
-    dir: Option<tempfile::TempDir>,
+    dir: Option<StagingDir>,
     files: BTreeMap<String, Held>,
     small: u64,
     current: Option<(String, Writing)>,
@@ -125,15 +156,16 @@ impl Disk {
         })
     }
 
-    fn make_dir(&self) -> Result<tempfile::TempDir> {
+    fn make_dir(&self) -> Result<StagingDir> {
         fs::create_dir_all(&self.parent).at(&self.parent)?;
-        let d = tempfile::Builder::new()
+        let dir = tempfile::Builder::new()
             .prefix(&self.prefix)
             .tempdir_in(&self.parent)
             .at(&self.parent)?;
-        let staged = d.path().join("staged");
+        let owner = lock_owner(dir.path());
+        let staged = dir.path().join("staged");
         fs::create_dir(&staged).at(&staged)?;
-        Ok(d)
+        Ok(StagingDir { _owner: owner, dir })
     }
 }
 
@@ -148,10 +180,10 @@ impl Store for Disk {
             return Ok(());
         }
         let dir = match &self.dir {
-            Some(d) => d.path().to_path_buf(),
+            Some(d) => d.dir.path().to_path_buf(),
             None => {
                 let d = self.make_dir()?;
-                let p = d.path().to_path_buf();
+                let p = d.dir.path().to_path_buf();
                 self.dir = Some(d);
                 p
             }
@@ -195,7 +227,7 @@ const STAGE_PREFIX: &str = "tilegen-bundle-";
 /// member into a private staging folder in the system's temporary folder as it streams, so
 /// at most one member's buffers are in memory. Nothing is staged before the signature
 /// verifies; on any failure the staging folder is removed. Leftovers of killed runs (whose
-/// process is gone) are removed first.
+/// owner lock is free) are removed first.
 pub fn stage_signed(
     path: &Path,
     limits: &Limits,

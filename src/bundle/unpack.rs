@@ -3,8 +3,8 @@
 //! synced, moved to their names and renamed into place in one step. A failed check removes
 //! the temporary folder, so nothing is left; a run killed midway leaves at most a folder named
 //! `.DEST.tilegen-unpack-PID-*`, never a half-filled DEST, and the next unpack into DEST
-//! removes such leftovers: those whose process is gone, so two unpacks running at once do
-//! not delete each other's work.
+//! removes such leftovers: those whose owner no longer holds their lock, so two unpacks
+//! running at once do not delete each other's work.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -66,23 +66,35 @@ fn own_prefix(dest: &Path) -> Result<String> {
     Ok(format!("{}{}-", temp_prefix(dest)?, std::process::id()))
 }
 
-/// Whether the unpack that made a temporary folder named `…-PID-…` may still be running.
-/// Where processes cannot be looked up (no /proc), every leftover counts as abandoned.
-fn owner_alive(rest: &str) -> bool {
+/// Whether the run that made the temporary folder `folder`, named `…-PID-…`, may still be
+/// running: its owner lock is held. A folder without one (made where files cannot be
+/// locked, by an older tilegen, or an instant ago) is judged by the pid in its name; where
+/// processes cannot be looked up (no /proc), such a folder counts as abandoned.
+fn owner_alive(folder: &Path, rest: &str) -> bool {
+    match fs::File::open(folder.join(super::stage::OWNER_FILE)) {
+        Ok(owner) => match owner.try_lock() {
+            Ok(()) => return false,
+            Err(fs::TryLockError::WouldBlock) => return true,
+            Err(fs::TryLockError::Error(_)) => {}
+        },
+        // Someone else's folder: not ours to judge.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return true,
+        Err(_) => {}
+    }
     let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
         return false;
     };
     Path::new("/proc").join(pid.to_string()).exists()
 }
 
-/// Leftovers of unpacks into the same destination that were killed midway (their process
-/// is gone).
+/// Leftovers of unpacks into the same destination that were killed midway (see
+/// [`owner_alive`]).
 pub fn leftovers(dest: &Path) -> Result<Vec<PathBuf>> {
     let prefix = temp_prefix(dest)?;
     Ok(leftovers_with_prefix(&parent_of(dest), &prefix))
 }
 
-/// Entries of `dir` named `PREFIX PID-…` whose process is gone.
+/// Entries of `dir` named `PREFIX PID-…` whose owner is gone.
 pub fn leftovers_with_prefix(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let Ok(rd) = fs::read_dir(dir) else {
         return Vec::new();
@@ -92,7 +104,7 @@ pub fn leftovers_with_prefix(dir: &Path, prefix: &str) -> Vec<PathBuf> {
             e.file_name()
                 .to_str()
                 .and_then(|n| n.strip_prefix(prefix))
-                .is_some_and(|rest| !owner_alive(rest))
+                .is_some_and(|rest| !owner_alive(&e.path(), rest))
         })
         .map(|e| e.path())
         .collect()
