@@ -473,9 +473,11 @@ pub fn sm90a_ptxas_problems(log: &str) -> Vec<String> {
     }
     let r = Resources::from_log(log);
     if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
+        // A block of T threads gives each at most 65536 / T registers (255 at most).
         out.push(format!(
-            "registers spill ({} bytes of spill stores, {} of spill loads)",
-            r.spill_store_bytes, r.spill_load_bytes
+            "registers spill ({} bytes of spill stores, {} of spill loads, at {} registers a \
+             thread: fewer values per thread or fewer threads per block leave each more)",
+            r.spill_store_bytes, r.spill_load_bytes, r.registers
         ));
     }
     if r.stack_bytes > 0 {
@@ -710,6 +712,7 @@ mod tests {
             p.contains("spill") && p.contains("8 bytes of stack frame"),
             "{p}"
         );
+        assert!(p.contains("at 168 registers a thread"), "{p}");
         let serial = format!(
             "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized \
              due to non wgmma instructions defining accumulator registers of a wgmma\n{clean}"
