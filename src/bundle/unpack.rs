@@ -87,8 +87,8 @@ fn owner_alive(folder: &Path, rest: &str) -> bool {
     Path::new("/proc").join(pid.to_string()).exists()
 }
 
-/// Leftovers of unpacks into the same destination that were killed midway (see
-/// [`owner_alive`]).
+/// Leftovers of unpacks into the same destination that were killed midway: folders whose
+/// owner lock is free (or, without one, whose pid is gone).
 pub fn leftovers(dest: &Path) -> Result<Vec<PathBuf>> {
     let prefix = temp_prefix(dest)?;
     Ok(leftovers_with_prefix(&parent_of(dest), &prefix))
