@@ -297,13 +297,20 @@ struct Store {
     op: opendal::Operator,
 }
 
-/// The value at `path`, read piece by piece and given up (`None`) once it passes
-/// [`MAX_VALUE`], so a hostile store cannot fill memory within the read timeout. (A range
-/// read cannot cap it: a range past the end is an error in OpenDAL.) Redis hands over a
-/// value whole; this bounds what is kept, not what that client receives.
+/// The value at `path`, or `None` when it is larger than [`MAX_VALUE`]: refused before its
+/// body is read where the response states its length (S3), and otherwise given up once the
+/// pieces read pass the cap, so a hostile store cannot fill memory within the read timeout.
+/// (A range read cannot cap it: a range past the end is an error in OpenDAL.) Redis hands
+/// over a value whole; this bounds what is kept, not what that client receives.
 async fn read_capped(op: &opendal::Operator, path: &str) -> opendal::Result<Option<Vec<u8>>> {
     use futures_core::Stream;
     let mut pieces = op.reader(path).await?.into_stream(..).await?;
+    match pieces.metadata().await {
+        Ok(m) if m.content_length() > MAX_VALUE => return Ok(None),
+        Ok(_) => {}
+        Err(e) if e.kind() == opendal::ErrorKind::Unsupported => {}
+        Err(e) => return Err(e),
+    }
     let mut value = Vec::new();
     while let Some(piece) =
         std::future::poll_fn(|cx| std::pin::Pin::new(&mut pieces).poll_next(cx)).await
