@@ -7,7 +7,8 @@ use crate::spec::model::Arch;
 /// The inputs of one compile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyInputs<'a> {
-    /// Rendered CUDA C, exactly as given to NVRTC.
+    /// Rendered CUDA C, exactly as given to NVRTC (the key leaves out its header line: see
+    /// [`cache_key`]).
     pub source: &'a str,
     pub nvrtc_version: &'a str,
     pub options: &'a [String],
@@ -16,7 +17,11 @@ pub struct KeyInputs<'a> {
 }
 
 /// Hex sha256 of the inputs. Each part is length-prefixed so no two different inputs can
-/// produce the same byte stream.
+/// produce the same byte stream. The text of the source's header line, which names the spec
+/// file and line, is not part of the key (where the line stands is): a one-line comment
+/// (the tilegen version is keyed on its own), it leaves NVRTC's output as it is, and without
+/// it a kernel moved within its specs, or served from a bundle made from other specs, keeps
+/// its cache entry.
 pub fn cache_key(k: &KeyInputs) -> String {
     let mut h = Sha256::new();
     let mut part = |label: &str, bytes: &[u8]| {
@@ -30,8 +35,28 @@ pub fn cache_key(k: &KeyInputs) -> String {
     for o in k.options {
         part("option", o.as_bytes());
     }
-    part("source", k.source.as_bytes());
+    match header_line(k.source) {
+        Some((before, after)) => {
+            part("source before the header", before.as_bytes());
+            part("source after the header", after.as_bytes());
+        }
+        None => part("source", k.source.as_bytes()),
+    }
     hex::encode(h.finalize())
+}
+
+/// The source before and after the text of its header line: the first line that starts as
+/// tilegen's header does (a line comment, so wherever a template puts it, it is one).
+fn header_line(source: &str) -> Option<(&str, &str)> {
+    let start = if source.starts_with(crate::render::HEADER_START) {
+        0
+    } else {
+        source.find(&format!("\n{}", crate::render::HEADER_START))? + 1
+    };
+    let end = source[start..]
+        .find('\n')
+        .map_or(source.len(), |i| start + i);
+    Some((&source[..start], &source[end..]))
 }
 
 /// Hex sha256 of bytes.
@@ -81,6 +106,40 @@ mod tests {
         for v in &variants {
             assert_ne!(cache_key(v), k0, "{v:?} should change the key");
         }
+        // The header line naming the spec's file and line is not keyed; the rest of the
+        // source, a header elsewhere or anything else on the first line is.
+        let at = |first: &str, rest: &str| format!("{first}\n{rest}");
+        let header = |origin: &str| {
+            format!(
+                "{}0.1.0 from {origin}. Do not edit.",
+                crate::render::HEADER_START
+            )
+        };
+        let key = |source: &str| {
+            cache_key(&KeyInputs {
+                source,
+                ..base.clone()
+            })
+        };
+        let body = "// instance: k\n__global__ void k() {}";
+        let here = key(&at(&header("a.yaml:3"), body));
+        assert_eq!(here, key(&at(&header("b/c.yaml:40"), body)));
+        assert_ne!(here, key(body), "the line itself counts");
+        assert_ne!(
+            here,
+            key(&at(&header("a.yaml:3"), "__global__ void k() { }"))
+        );
+        assert_ne!(here, key(&at("// a.yaml:3", body)));
+        assert_ne!(here, key(&at("__device__ int x;", body)));
+        // Further down (as the attention templates put it), the same holds.
+        let below = |origin: &str| key(&format!("#if 0\n#endif\n{}\n{body}", header(origin)));
+        assert_eq!(below("a.yaml:3"), below("a.yaml:9"));
+        assert_ne!(below("a.yaml:3"), here);
+        // Two sources that differ only in where the header stands are not one.
+        assert_ne!(
+            key(&format!("int a;\n{}\nint b;", header("x.yaml:1"))),
+            key(&format!("int a;\nint b;\n{}", header("x.yaml:1")))
+        );
         // Moving bytes between option boundaries must not collide.
         let a = vec!["ab".to_string(), "c".to_string()];
         let b = vec!["a".to_string(), "bc".to_string()];

@@ -107,21 +107,20 @@ pub fn subset_files<'a>(
             problems.extend(found.into_iter().map(|p| format!("{at}: {p}")));
             continue;
         }
+        // What a compile of the specs would record: their origin, hence another header
+        // (the cache key leaves it out), and the same binaries. The keys are this tilegen's
+        // own, not the bundle's word.
         let mut e = entry.clone();
-        if e.origin != inst.origin {
-            // What a compile of the specs would record: their origin, hence another header
-            // and cache key, and the same binaries.
-            e.origin = inst.origin.clone();
-            e.source = file_ref(e.source.path.clone(), source.as_bytes());
-            for t in &mut e.targets {
-                t.cache_key = cache_key(&KeyInputs {
-                    source,
-                    nvrtc_version: &lib.nvrtc_version,
-                    options: &crate::nvrtc::options(t.arch),
-                    arch: t.arch,
-                    tilegen_version: crate::VERSION,
-                });
-            }
+        e.origin = inst.origin.clone();
+        e.source = file_ref(e.source.path.clone(), source.as_bytes());
+        for t in &mut e.targets {
+            t.cache_key = cache_key(&KeyInputs {
+                source,
+                nvrtc_version: &lib.nvrtc_version,
+                options: &crate::nvrtc::options(t.arch),
+                arch: t.arch,
+                tilegen_version: crate::VERSION,
+            });
         }
         entries.push((e, source));
     }
