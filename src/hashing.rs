@@ -46,17 +46,22 @@ pub fn cache_key(k: &KeyInputs) -> String {
 }
 
 /// The source before and after the text of its header line: the first line that starts as
-/// tilegen's header does (a line comment, so wherever a template puts it, it is one).
+/// tilegen's header does, if it has the header's whole form (a line comment that cannot
+/// continue onto the next line: templates write it on a line of its own, outside any
+/// string, and the spec path in it is escaped).
 fn header_line(source: &str) -> Option<(&str, &str)> {
-    let start = if source.starts_with(crate::render::HEADER_START) {
+    let start_text = format!("{}{} from ", crate::render::HEADER_START, crate::VERSION);
+    let start = if source.starts_with(&start_text) {
         0
     } else {
-        source.find(&format!("\n{}", crate::render::HEADER_START))? + 1
+        source.find(&format!("\n{start_text}"))? + 1
     };
     let end = source[start..]
         .find('\n')
         .map_or(source.len(), |i| start + i);
-    Some((&source[..start], &source[end..]))
+    source[start..end]
+        .ends_with(crate::render::HEADER_END)
+        .then(|| (&source[..start], &source[end..]))
 }
 
 /// Hex sha256 of bytes.
@@ -111,8 +116,9 @@ mod tests {
         let at = |first: &str, rest: &str| format!("{first}\n{rest}");
         let header = |origin: &str| {
             format!(
-                "{}0.1.0 from {origin}. Do not edit.",
-                crate::render::HEADER_START
+                "{}{} from {origin}. Do not edit.",
+                crate::render::HEADER_START,
+                crate::VERSION
             )
         };
         let key = |source: &str| {
@@ -135,6 +141,16 @@ mod tests {
         let below = |origin: &str| key(&format!("#if 0\n#endif\n{}\n{body}", header(origin)));
         assert_eq!(below("a.yaml:3"), below("a.yaml:9"));
         assert_ne!(below("a.yaml:3"), here);
+        // A line that only starts like the header (say, one that a backslash would continue
+        // onto the next) is keyed whole.
+        let like = |tail: &str| {
+            key(&format!(
+                "{}{} from a.yaml:3{tail}\n{body}",
+                crate::render::HEADER_START,
+                crate::VERSION
+            ))
+        };
+        assert_ne!(like(". Do not edit. \\"), like(". Do not edit. \\ "));
         // Two sources that differ only in where the header stands are not one.
         assert_ne!(
             key(&format!("int a;\n{}\nint b;", header("x.yaml:1"))),

@@ -473,10 +473,9 @@ pub fn sm90a_ptxas_problems(log: &str) -> Vec<String> {
     }
     let r = Resources::from_log(log);
     if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
-        // A block of T threads gives each at most 65536 / T registers (255 at most).
         out.push(format!(
             "registers spill ({} bytes of spill stores, {} of spill loads, at {} registers a \
-             thread: fewer values per thread or fewer threads per block leave each more)",
+             thread)",
             r.spill_store_bytes, r.spill_load_bytes, r.registers
         ));
     }

@@ -197,10 +197,21 @@ fn round_trip_unpacks_the_library_exactly() {
 fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
     let f = fixture();
     let dest = f._dir.path().join("dest");
-    // What a kill midway leaves: a temporary folder beside DEST, never DEST.
+    // What a kill midway leaves: a temporary folder beside DEST, never DEST. Without an
+    // owner lock (an older tilegen's, or one killed as it was made) it is a leftover once it
+    // is ten minutes old; younger, it may be one in the making.
     let stale = f._dir.path().join(".dest.tilegen-unpack-abc123");
     std::fs::create_dir_all(stale.join("kernels")).unwrap();
     std::fs::write(stale.join("kernels/half.ptx"), b"half").unwrap();
+    assert_eq!(
+        tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap(),
+        Vec::<std::path::PathBuf>::new()
+    );
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::open(&stale)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
     assert_eq!(
         tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap(),
         vec![stale.clone()]
@@ -212,6 +223,10 @@ fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
         .path()
         .join(format!(".dest.tilegen-unpack-{}-xyz", std::process::id()));
     std::fs::create_dir_all(&running).unwrap();
+    std::fs::File::open(&running)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
     // A folder whose owner lock is held belongs to a live run, whatever its pid says (one
     // in another PID namespace, or on another host); one whose lock is free is a leftover,
     // even where its pid is alive.
@@ -225,24 +240,64 @@ fn leftovers_of_a_killed_unpack_are_not_dest_and_are_cleaned() {
     ));
     std::fs::create_dir_all(&released).unwrap();
     std::fs::write(released.join("owner.lock"), b"").unwrap();
-    // A file that merely has a leftover's name is not one, and must not fail the unpack.
+    // A file that merely has a leftover's name is not one, and must not fail the unpack; nor
+    // may a fifo planted as an owner lock hang it.
     let stray = f._dir.path().join(".dest.tilegen-unpack-999999-junk");
     std::fs::write(&stray, b"not ours").unwrap();
+    let planted = f._dir.path().join(".dest.tilegen-unpack-999999-fifo");
+    std::fs::create_dir_all(&planted).unwrap();
+    let fifo = planted.join("owner.lock");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
     bundle::unpack(&f.bundle, &dest, &Limits::default()).unwrap();
     assert!(!stale.exists(), "the next unpack removes leftovers");
     assert!(running.exists(), "a live unpack's folder is left alone");
     assert!(locked.exists(), "a folder whose lock is held is left alone");
     assert!(!released.exists(), "a folder whose lock is free is removed");
     assert!(stray.exists(), "a file is not removed as a leftover folder");
+    assert!(
+        fifo.exists(),
+        "a folder whose owner lock is not a file is left alone"
+    );
     assert_eq!(
         tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap(),
-        vec![stray.clone()]
+        Vec::<std::path::PathBuf>::new()
     );
     // Once its owner is gone (the system frees the lock), it is a leftover.
     drop(lock);
-    let mut found = tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap();
-    found.sort();
-    assert_eq!(found, vec![stray, locked]);
+    assert_eq!(
+        tilegen::__internal::bundle::unpack::leftovers(&dest).unwrap(),
+        vec![locked]
+    );
+}
+
+/// A staging folder's owner holds its lock for as long as the folder lives, so no cleanup
+/// takes it for a leftover, whatever its age or pid; dropped, it is gone.
+#[test]
+fn a_live_staging_folder_holds_its_owner_lock() {
+    let f = fixture();
+    let (staged, _) = bundle::stage_signed(&f.bundle, &Limits::default(), None).unwrap();
+    let dir = staged.dir().to_path_buf();
+    let owner = std::fs::File::open(dir.join("owner.lock")).unwrap();
+    assert!(matches!(
+        owner.try_lock_shared(),
+        Err(std::fs::TryLockError::WouldBlock)
+    ));
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::open(&dir)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    let found = tilegen::__internal::bundle::unpack::leftovers_with_prefix(
+        &std::env::temp_dir(),
+        "tilegen-bundle-",
+    );
+    assert!(!found.contains(&dir), "{found:?}");
+    drop(staged);
+    assert!(!dir.exists());
 }
 
 #[test]

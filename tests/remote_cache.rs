@@ -724,8 +724,9 @@ fn s3_round_trip() {
     let second = run(generate(&d, "b", &url, &env), "S3 hits");
     assert_eq!(second.count("remote"), COMPILES, "{:?}", second.events);
     assert_eq!(out(&d, "a"), out(&d, "b"));
-    // 4 GiB values (sparse files): read only up to the 64 MiB cap, well within the lookup's
-    // 1 s, and given up (reading them whole would not finish in time); compiled locally.
+    // 4 GiB values (sparse files): refused by the length the response states, before any of
+    // the body is read (reading them whole would not finish in the lookup's 1 s); compiled
+    // locally.
     for e in &stored {
         let f = std::fs::OpenOptions::new()
             .write(true)

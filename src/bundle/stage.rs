@@ -98,7 +98,7 @@ pub(super) struct StagingDir {
 
 /// Locks a fresh file in `dir` and only then gives it [`OWNER_FILE`]'s name, so a cleanup
 /// never finds that file unlocked while its owner lives. `None` where the file system has no
-/// locks: the folder is then judged by the pid in its name.
+/// locks: the folder is then judged by its age and the pid in its name.
 fn lock_owner(dir: &Path) -> Option<fs::File> {
     let fresh = dir.join("owner.lock.new");
     let f = fs::OpenOptions::new()

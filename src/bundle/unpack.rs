@@ -7,7 +7,9 @@
 //! running at once do not delete each other's work.
 
 use std::fs;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::error::{Error, IoContext, Result};
 
@@ -66,45 +68,72 @@ fn own_prefix(dest: &Path) -> Result<String> {
     Ok(format!("{}{}-", temp_prefix(dest)?, std::process::id()))
 }
 
-/// Whether the run that made the temporary folder `folder`, named `…-PID-…`, may still be
-/// running: its owner lock is held. A folder without one (made where files cannot be
-/// locked, by an older tilegen, or an instant ago) is judged by the pid in its name; where
-/// processes cannot be looked up (no /proc), such a folder counts as abandoned.
-fn owner_alive(folder: &Path, rest: &str) -> bool {
-    match fs::File::open(folder.join(super::stage::OWNER_FILE)) {
-        Ok(owner) => match owner.try_lock() {
-            Ok(()) => return false,
-            Err(fs::TryLockError::WouldBlock) => return true,
-            Err(fs::TryLockError::Error(_)) => {}
-        },
-        // Someone else's folder: not ours to judge.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return true,
+/// How long a temporary folder without an owner lock counts as in the making (its owner
+/// locks one an instant after creating it) and is left alone, whatever its pid says.
+const UNLOCKED_GRACE: Duration = Duration::from_secs(600);
+
+/// Whether the run that made the temporary folder `folder` (metadata `meta`), named
+/// `…-PID-…`, may still be running. Only a folder of this user is judged, and only by what
+/// cannot hang: its owner lock is opened without blocking and must be a plain file. Held,
+/// or not lockable here (it exists only because its owner once locked it), the owner may
+/// live; free, it is gone. A folder without one (in the making, made where files cannot be
+/// locked, or by an older tilegen) lives while it is young or its pid runs here.
+fn owner_alive(folder: &Path, meta: &fs::Metadata, rest: &str) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if meta.uid() != unsafe { libc::geteuid() } {
+        return true;
+    }
+    let owner = fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(folder.join(super::stage::OWNER_FILE));
+    match owner {
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => return f.try_lock_shared().is_err(),
+        Ok(_) => return true,
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return true,
         Err(_) => {}
     }
-    let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-        return false;
-    };
-    Path::new("/proc").join(pid.to_string()).exists()
+    let young = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .is_none_or(|age| age < UNLOCKED_GRACE);
+    let pid_runs = rest
+        .split('-')
+        .next()
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|pid| {
+            pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists()
+        });
+    young || pid_runs
 }
 
 /// Leftovers of unpacks into the same destination that were killed midway: folders whose
-/// owner lock is free (or, without one, whose pid is gone).
+/// owner lock is free (or, without one, old and whose pid is gone).
 pub fn leftovers(dest: &Path) -> Result<Vec<PathBuf>> {
     let prefix = temp_prefix(dest)?;
     Ok(leftovers_with_prefix(&parent_of(dest), &prefix))
 }
 
-/// Entries of `dir` named `PREFIX PID-…` whose owner is gone.
+/// Folders of `dir` (not links or files, whatever their names) named `PREFIX PID-…` whose
+/// owner is gone.
 pub fn leftovers_with_prefix(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let Ok(rd) = fs::read_dir(dir) else {
         return Vec::new();
     };
     rd.filter_map(|e| e.ok())
         .filter(|e| {
-            e.file_name()
+            let Some(rest) = e
+                .file_name()
                 .to_str()
                 .and_then(|n| n.strip_prefix(prefix))
-                .is_some_and(|rest| !owner_alive(&e.path(), rest))
+                .map(String::from)
+            else {
+                return false;
+            };
+            let path = e.path();
+            fs::symlink_metadata(&path)
+                .is_ok_and(|meta| meta.is_dir() && !owner_alive(&path, &meta, &rest))
         })
         .map(|e| e.path())
         .collect()
@@ -146,10 +175,10 @@ fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
 /// the tree to `dest`, which must not exist or be an empty folder.
 fn install(staged: &Staged, dest: &Path) -> Result<()> {
     let parent = parent_of(dest);
-    // Best effort: a leftover that is not a folder, or cannot be removed, stays; it is not
-    // this run's (its temporary folder has a name of its own) and must not fail it.
+    // Best effort: a leftover that cannot be removed stays; it is not this run's and must
+    // not fail it.
     for old in leftovers(dest)? {
-        if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
+        if old != staged.dir() {
             let _ = fs::remove_dir_all(&old);
         }
     }

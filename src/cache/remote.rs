@@ -303,7 +303,6 @@ struct Store {
 /// (A range read cannot cap it: a range past the end is an error in OpenDAL.) Redis hands
 /// over a value whole; this bounds what is kept, not what that client receives.
 async fn read_capped(op: &opendal::Operator, path: &str) -> opendal::Result<Option<Vec<u8>>> {
-    use futures_core::Stream;
     let mut pieces = op.reader(path).await?.into_stream(..).await?;
     match pieces.metadata().await {
         Ok(m) if m.content_length() > MAX_VALUE => return Ok(None),
@@ -311,12 +310,21 @@ async fn read_capped(op: &opendal::Operator, path: &str) -> opendal::Result<Opti
         Err(e) if e.kind() == opendal::ErrorKind::Unsupported => {}
         Err(e) => return Err(e),
     }
+    collect_capped(&mut pieces, MAX_VALUE).await
+}
+
+/// The pieces of `stream` joined, or `None` as soon as they pass `cap` bytes (nothing more is
+/// read).
+async fn collect_capped<S>(stream: &mut S, cap: u64) -> opendal::Result<Option<Vec<u8>>>
+where
+    S: futures_core::Stream<Item = opendal::Result<opendal::Buffer>> + Unpin,
+{
     let mut value = Vec::new();
     while let Some(piece) =
-        std::future::poll_fn(|cx| std::pin::Pin::new(&mut pieces).poll_next(cx)).await
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut *stream).poll_next(cx)).await
     {
         let piece = piece?;
-        if (value.len() + piece.len()) as u64 > MAX_VALUE {
+        if (value.len() + piece.len()) as u64 > cap {
             return Ok(None);
         }
         for bytes in piece {
@@ -594,6 +602,51 @@ mod tests {
     use super::*;
 
     const KEY: &str = "ab00000000000000000000000000000000000000000000000000000000000001";
+
+    /// Pieces of the given sizes, then the end; polling past a piece over the cap fails.
+    struct Pieces {
+        sizes: Vec<usize>,
+        next: usize,
+        cap: usize,
+        seen: usize,
+    }
+
+    impl futures_core::Stream for Pieces {
+        type Item = opendal::Result<opendal::Buffer>;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            assert!(self.seen <= self.cap, "read on past the cap");
+            let Some(&size) = self.sizes.get(self.next) else {
+                return std::task::Poll::Ready(None);
+            };
+            self.next += 1;
+            self.seen += size;
+            let piece = opendal::Buffer::from(vec![self.next as u8; size]);
+            std::task::Poll::Ready(Some(Ok(piece)))
+        }
+    }
+
+    #[test]
+    fn a_value_is_read_up_to_the_cap_and_no_further() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let collect = |sizes: &[usize]| {
+            let mut s = Pieces {
+                sizes: sizes.to_vec(),
+                next: 0,
+                cap: 10,
+                seen: 0,
+            };
+            rt.block_on(collect_capped(&mut s, 10)).unwrap()
+        };
+        assert_eq!(collect(&[4, 6]), Some(vec![1, 1, 1, 1, 2, 2, 2, 2, 2, 2]));
+        assert_eq!(collect(&[]), Some(vec![]));
+        assert_eq!(collect(&[4, 7, 1 << 20]), None);
+        assert_eq!(collect(&[11]), None);
+    }
 
     #[test]
     fn urls() {

@@ -3,8 +3,8 @@
 //! from its manifest by this tilegen. NVRTC is never loaded. When the specs are present
 //! they are rendered (no NVRTC needed for that) and only their instances are taken from the
 //! bundle, which may hold more: each is found by name and checked (config sha256, every
-//! field, its CUDA C, its cache keys); anything missing or different is an error listing
-//! them all, and nothing is written.
+//! field, its CUDA C), and its cache keys are this tilegen's own; anything missing or
+//! different is an error listing them all, and nothing is written.
 
 use std::collections::BTreeMap;
 use std::path::Path;
