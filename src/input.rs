@@ -7,6 +7,34 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+/// The file at `path` opened for reading if it is a regular file (`None` for a fifo, a device
+/// or a folder, whatever a link points to): opened without blocking, so a fifo planted there
+/// cannot hang the open, and checked on the opened file.
+pub(crate) fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    let f = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    Ok(f.metadata()?.is_file().then_some(f))
+}
+
+/// The bytes of the regular file at `path`, `None` for anything else, at most `max` of them
+/// (`InvalidData` past that).
+pub(crate) fn read_regular(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let Some(f) = open_regular(path)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    f.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {max} bytes"),
+        ));
+    }
+    Ok(Some(bytes))
+}
+
 /// The bytes of the file at `path`: a regular file (not a fifo or a device, checked on the
 /// opened file, which a non-blocking open cannot hang on) of at most `max` bytes, read no
 /// further even if it grows meanwhile. `bad` words a refusal; a file that cannot be opened
@@ -17,14 +45,9 @@ pub(crate) fn read_limited(
     bad: &dyn Fn(String) -> Error,
 ) -> Result<Vec<u8>> {
     let io = |e| Error::io(path, e);
-    let f = std::fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io)?;
-    if !f.metadata().map_err(io)?.is_file() {
+    let Some(f) = open_regular(path).map_err(io)? else {
         return Err(bad("not a regular file".into()));
-    }
+    };
     let mut bytes = Vec::new();
     f.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > max {

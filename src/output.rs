@@ -55,10 +55,15 @@ impl AsContent for Content<'_> {
 }
 
 impl Content<'_> {
-    /// Whether the file at `path` holds exactly these bytes (an error when it cannot be read).
+    /// Whether the file at `path` holds exactly these bytes (an error when it cannot be read;
+    /// anything but a regular file differs, and is read no further than these bytes' length).
     fn is_in(&self, path: &Path) -> std::io::Result<bool> {
         match *self {
-            Content::Bytes(bytes) => fs::read(path).map(|old| old == bytes),
+            Content::Bytes(bytes) => match crate::input::read_regular(path, bytes.len() as u64) {
+                Ok(old) => Ok(old.as_deref() == Some(bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Ok(false),
+                Err(e) => Err(e),
+            },
             Content::File(staged) => same_file_contents(staged, path),
         }
     }
@@ -219,9 +224,13 @@ fn replace(path: &Path, content: Content<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Whether two files hold the same bytes, compared a buffer at a time.
+/// Whether two files hold the same bytes, compared a buffer at a time (`b`, the one already
+/// in the library, differs unless it is a regular file).
 fn same_file_contents(a: &Path, b: &Path) -> std::io::Result<bool> {
-    let (fa, fb) = (fs::File::open(a)?, fs::File::open(b)?);
+    let Some(fb) = crate::input::open_regular(b)? else {
+        return Ok(false);
+    };
+    let fa = fs::File::open(a)?;
     if fa.metadata()?.len() != fb.metadata()?.len() {
         return Ok(false);
     }
@@ -241,9 +250,12 @@ fn same_file_contents(a: &Path, b: &Path) -> std::io::Result<bool> {
     }
 }
 
+/// The files the library's current manifest lists (none where it is missing, not a regular
+/// file, over the bundle reader's 64 MiB cap for JSON, or not a manifest).
 fn previous_files(dir: &Path) -> Vec<String> {
-    fs::read(dir.join(manifest::FILE_NAME))
+    crate::input::read_regular(&dir.join(manifest::FILE_NAME), 64 << 20)
         .ok()
+        .flatten()
         .and_then(|b| Manifest::from_bytes(&b).ok())
         .map(|m| m.files)
         .unwrap_or_default()

@@ -337,6 +337,82 @@ fn generate_with_specs_reports_a_changed_origin() {
     }
 }
 
+/// `tilegen ARGS`, failing the test (not hanging it) if it runs past a minute.
+fn tilegen_bounded(args: &[&str], what: &str) -> Output {
+    let child = common::tilegen_command(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::finish(child, what)
+}
+
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
+/// A fifo, or a link to an endless device, where tilegen expects a file (the bundle, a
+/// library's manifest, a file it is about to replace) is refused or replaced, never opened
+/// for a read that waits for a writer or never ends.
+#[test]
+fn fifos_and_devices_where_files_belong_never_hang_a_run() {
+    let f = fixture();
+    let good = f.out("good.tar.gz");
+
+    let fifo = f.out("fifo.tar.gz");
+    mkfifo(&fifo);
+    let o = tilegen_bounded(&["bundle", "verify", s(&fifo)], "bundle verify of a fifo");
+    assert_not_a_panic(&o);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+
+    let out = f.out("out");
+    std::fs::create_dir(&out).unwrap();
+    mkfifo(&out.join("manifest.json"));
+    std::os::unix::fs::symlink("/dev/zero", out.join("bindings.rs")).unwrap();
+    let args = [
+        "generate",
+        "--bundle",
+        s(&good),
+        "--specs",
+        s(&f.specs),
+        "--out",
+        s(&out),
+    ];
+    let check = [&args[..], &["--check"]].concat();
+    let o = tilegen_bounded(&check, "generate --check over a fifo");
+    assert_not_a_panic(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = tilegen_bounded(&args, "generate over a fifo");
+    assert!(o.status.success(), "{}", stderr(&o));
+    for name in ["manifest.json", "bindings.rs"] {
+        let meta = std::fs::symlink_metadata(out.join(name)).unwrap();
+        assert!(meta.is_file(), "{name} replaced by the library's own");
+    }
+
+    let lib = f.out("lib");
+    std::fs::remove_file(lib.join("manifest.json")).unwrap();
+    mkfifo(&lib.join("manifest.json"));
+    let o = tilegen_bounded(
+        &[
+            "bundle",
+            "create",
+            "--lib",
+            s(&lib),
+            "--out",
+            s(&f.out("x.tar.gz")),
+        ],
+        "bundle create from a fifo",
+    );
+    assert_not_a_panic(&o);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+}
+
 /// A NUL (or another control character) in a member name is shown escaped, never raw.
 #[test]
 fn control_characters_in_member_names_are_escaped_in_messages() {

@@ -28,10 +28,9 @@ pub(crate) mod stage;
 pub(crate) mod unpack;
 pub(crate) mod verify;
 
-use std::fs;
 use std::path::Path;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 
 pub use crate::output::FileSet;
 
@@ -71,10 +70,17 @@ pub fn source_date_epoch() -> Result<u64> {
     }
 }
 
-/// Reads the files of a library folder: `manifest.json` and every file it lists.
+/// Reads the files of a library folder: `manifest.json` and every file it lists, each a
+/// regular file within what a bundle may hold (64 MiB for the manifest, as the bundle reader
+/// allows JSON; a member's limit for the rest).
 pub fn load_library(dir: &Path) -> Result<FileSet> {
+    let read = |path: &Path, max: u64| {
+        crate::input::read_limited(path, max, &|why| {
+            Error::input(path, format!("{}: {why}", path.display()))
+        })
+    };
     let mpath = dir.join(crate::manifest::FILE_NAME);
-    let mbytes = fs::read(&mpath).at(&mpath)?;
+    let mbytes = read(&mpath, verify::MAX_JSON_BYTES)?;
     let lib = crate::manifest::Manifest::from_bytes(&mbytes).map_err(|e| {
         Error::input(
             &mpath,
@@ -86,7 +92,7 @@ pub fn load_library(dir: &Path) -> Result<FileSet> {
         archive::check_member_path(rel)
             .map_err(|m| Error::input(&mpath, format!("{}: {m}", mpath.display())))?;
         let p = dir.join(rel);
-        files.insert(rel.clone(), fs::read(&p).at(&p)?);
+        files.insert(rel.clone(), read(&p, Limits::default().max_member_bytes)?);
     }
     files.insert(crate::manifest::FILE_NAME.into(), mbytes);
     Ok(files)

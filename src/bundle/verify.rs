@@ -5,7 +5,6 @@
 //! read from its file once, after its signature, and never held whole.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -20,7 +19,7 @@ use super::{archive, bad, Bundle, Limits};
 
 /// The longest `bundle.json` or `manifest.json` read (both are held whole): the default
 /// library's manifest is 2.5 MiB for 405 instances, so this is room for about 10000.
-const MAX_JSON_BYTES: u64 = 64 << 20;
+pub(super) const MAX_JSON_BYTES: u64 = 64 << 20;
 
 /// Where member bytes go while a bundle streams: nowhere (`bundle verify`), into memory
 /// ([`open`]) or into a staging folder ([`super::stage_signed`], [`super::unpack()`]). Only errors of the store
@@ -323,7 +322,10 @@ pub(super) fn stream(
     policy: Option<SignaturePolicy>,
     store: &mut dyn Store,
 ) -> Result<(Checked, Option<Signed>)> {
-    let len = fs::metadata(path).at(path)?.len();
+    let Some(file) = crate::input::open_regular(path).at(path)? else {
+        return Err(bad(path, "not a regular file"));
+    };
+    let len = file.metadata().at(path)?.len();
     if len > limits.max_archive_bytes {
         return Err(bad(
             path,
@@ -333,7 +335,6 @@ pub(super) fn stream(
             ),
         ));
     }
-    let file = fs::File::open(path).at(path)?;
     let mut file = Hashing {
         inner: file,
         hasher: policy.is_some().then(Sha256::new),
