@@ -235,7 +235,7 @@ pub fn stage_signed(
 ) -> Result<(Staged, Option<Signed>)> {
     let tmp = std::env::temp_dir();
     for old in unpack::leftovers_with_prefix(&tmp, STAGE_PREFIX) {
-        let _ = fs::remove_dir_all(&old);
+        unpack::remove_leftover(&old);
     }
     let mut disk = Disk::new(&tmp, &format!("{STAGE_PREFIX}{}-", std::process::id()));
     let (c, signed) = stream(path, limits, policy, &mut disk)?;

@@ -139,6 +139,25 @@ pub fn leftovers_with_prefix(dir: &Path, prefix: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Removes a leftover folder (best effort), its owner lock last: a cleanup killed midway
+/// leaves a folder that the next one still knows for a leftover, not one that looks as if
+/// it were in the making.
+pub(super) fn remove_leftover(folder: &Path) {
+    if let Ok(rd) = fs::read_dir(folder) {
+        for e in rd.flatten() {
+            if e.file_name() == super::stage::OWNER_FILE {
+                continue;
+            }
+            let _ = match e.file_type() {
+                Ok(t) if t.is_dir() => fs::remove_dir_all(e.path()),
+                _ => fs::remove_file(e.path()),
+            };
+        }
+    }
+    let _ = fs::remove_file(folder.join(super::stage::OWNER_FILE));
+    let _ = fs::remove_dir(folder);
+}
+
 fn parent_of(dest: &Path) -> PathBuf {
     match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -179,7 +198,7 @@ fn install(staged: &Staged, dest: &Path) -> Result<()> {
     // not fail it.
     for old in leftovers(dest)? {
         if old != staged.dir() {
-            let _ = fs::remove_dir_all(&old);
+            remove_leftover(&old);
         }
     }
     let tree = staged.dir().join("tree");
