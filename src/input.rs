@@ -19,7 +19,8 @@ pub(crate) fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>
 }
 
 /// The bytes of the regular file at `path`, `None` for anything else, at most `max` of them
-/// (`InvalidData` past that).
+/// (`InvalidData` past that; reading a file gives that kind for nothing else), read no
+/// further even if it grows meanwhile.
 pub(crate) fn read_regular(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
     let Some(f) = open_regular(path)? else {
         return Ok(None);
@@ -44,16 +45,12 @@ pub(crate) fn read_limited(
     max: u64,
     bad: &dyn Fn(String) -> Error,
 ) -> Result<Vec<u8>> {
-    let io = |e| Error::io(path, e);
-    let Some(f) = open_regular(path).map_err(io)? else {
-        return Err(bad("not a regular file".into()));
-    };
-    let mut bytes = Vec::new();
-    f.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > max {
-        return Err(bad(format!(
+    match read_regular(path, max) {
+        Ok(Some(bytes)) => Ok(bytes),
+        Ok(None) => Err(bad("not a regular file".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(bad(format!(
             "longer than {max} bytes, the most it may have"
-        )));
+        ))),
+        Err(e) => Err(Error::io(path, e)),
     }
-    Ok(bytes)
 }

@@ -91,7 +91,7 @@ pub(super) const OWNER_FILE: &str = "owner.lock";
 /// A staging folder with its owner lock held.
 #[derive(Debug)]
 pub(super) struct StagingDir {
-    // Declared first so it is closed before the folder is removed (Windows needs that).
+    // Declared first: the lock is released before its folder is removed.
     _owner: Option<fs::File>,
     dir: tempfile::TempDir,
 }
