@@ -180,7 +180,9 @@ fn open_global(path: &Path) -> std::result::Result<(), String> {
 /// ELF headers say (every program header's bytes and the section header table lie inside it).
 pub fn check_elf(path: &Path) -> std::result::Result<(), String> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let mut f = crate::input::open_regular(path)
+        .map_err(|e| format!("cannot be read: {e}"))?
+        .ok_or("not a regular file")?;
     let len = f
         .metadata()
         .map_err(|e| format!("cannot be read: {e}"))?

@@ -3,7 +3,8 @@
 //! `generate --check` counts the files it found unchanged, `doctor` says in fields what it
 //! found and fails without NVRTC, the GPU commands refuse a `--kernel-timeout` that is no
 //! number of seconds, `verify` a `--repeat` outside 1 to 10000, and `generate
-//! --prune-by-tuning` stops, the library untouched, when it finds no tuning folder.
+//! --prune-by-tuning` stops, the library untouched, when it finds no tuning folder; a GPU
+//! command refuses a library whose manifest is a fifo instead of waiting on it.
 
 mod common;
 
@@ -160,6 +161,30 @@ fn doctor_reports_fields_and_fails_without_nvrtc() {
         .as_str()
         .unwrap()
         .contains("not an ELF file"));
+}
+
+/// A fifo as a library's manifest for the GPU commands (read before any GPU is looked for)
+/// is refused, not opened to wait for a writer.
+#[test]
+fn a_fifo_as_a_librarys_manifest_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let lib = tmp.path().join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    std::os::unix::fs::symlink(&fifo, lib.join("manifest.json")).unwrap();
+    let mut verify = tilegen_command(&["verify", "--lib", lib.to_str().unwrap()]);
+    verify.stderr(std::process::Stdio::piped());
+    let o = common::finish(
+        verify.spawn().unwrap(),
+        "verify of a library whose manifest is a fifo",
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("not a regular file"), "{}", text(&o));
 }
 
 #[test]

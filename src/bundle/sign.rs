@@ -128,7 +128,7 @@ fn write_new(path: &Path, bytes: &[u8], private: bool) -> Result<()> {
 
 #[cfg(feature = "sign")]
 fn read_secret_key(path: &Path) -> Result<minisign::SecretKey> {
-    let text = fs::read_to_string(path).at(path)?;
+    let text = read_key_file(path)?;
     let sk_box = minisign::SecretKeyBox::from_string(&text).map_err(|e| {
         Error::input(
             path,
@@ -148,12 +148,21 @@ fn read_secret_key(path: &Path) -> Result<minisign::SecretKey> {
     })
 }
 
+/// The text of a minisign key file (a few hundred bytes: 64 KiB at most, a regular file).
+fn read_key_file(path: &Path) -> Result<String> {
+    let bytes = crate::input::read_limited(path, MAX_SIGNATURE_BYTES, &|why| {
+        Error::input(path, format!("{}: {why}", path.display()))
+    })?;
+    String::from_utf8(bytes)
+        .map_err(|_| Error::input(path, format!("{}: not UTF-8 text", path.display())))
+}
+
 /// A public key from `key`: a minisign public key file, or the key itself (the base64 line
 /// that starts with `RW`, as `minisign -P` takes it).
 pub fn read_public_key(key: &str) -> Result<PublicKey> {
     let path = Path::new(key);
     let line = if path.is_file() {
-        let text = fs::read_to_string(path).at(path)?;
+        let text = read_key_file(path)?;
         // A key file: an untrusted comment, then the key's base64 line.
         text.lines().nth(1).unwrap_or_default().trim().to_string()
     } else if key.trim().starts_with("RW") {
@@ -177,7 +186,10 @@ pub fn read_public_key(key: &str) -> Result<PublicKey> {
 pub fn sign(file: &Path, secret_key: &Path) -> Result<PathBuf> {
     let sk = read_secret_key(secret_key)?;
     // Read as a stream: minisign prehashes (BLAKE2b) what it signs.
-    let data = std::io::BufReader::new(fs::File::open(file).at(file)?);
+    let opened = crate::input::open_regular(file).at(file)?;
+    let opened =
+        opened.ok_or_else(|| Error::Usage(format!("{}: not a regular file", file.display())))?;
+    let data = std::io::BufReader::new(opened);
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -20,10 +20,15 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::launch_rules::LaunchDims;
 use crate::manifest::{InstanceEntry, Manifest};
 use crate::spec::model::Arch;
+
+/// The most of a library's `manifest.json` read (as much as a bundle may hold), and of one of
+/// its kernel binaries (a bundle member's limit).
+const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+const MAX_KERNEL_BYTES: u64 = 1 << 30;
 
 /// A CUDA device with one stream, and the library whose kernels it runs.
 pub struct Gpu {
@@ -78,7 +83,9 @@ impl Gpu {
     pub fn open(lib_dir: &Path) -> Result<Gpu> {
         // The library first: a wrong --lib is the user's to fix on any machine.
         let path = lib_dir.join(crate::manifest::FILE_NAME);
-        let bytes = std::fs::read(&path).at(&path)?;
+        let bytes = crate::input::read_limited(&path, MAX_MANIFEST_BYTES, &|why| {
+            Error::input(&path, format!("{}: {why}", path.display()))
+        })?;
         let manifest = Manifest::from_bytes(&bytes).map_err(|e| {
             Error::input(
                 &path,
@@ -193,7 +200,9 @@ impl Gpu {
             return Ok(f.clone());
         }
         let (_, path, is_cubin) = self.pick_binary(inst)?;
-        let bytes = std::fs::read(&path).at(&path)?;
+        let bytes = crate::input::read_limited(&path, MAX_KERNEL_BYTES, &|why| {
+            Error::input(&path, format!("{}: {why}", path.display()))
+        })?;
         // The library is only trusted as far as its manifest: check the bytes first.
         let expect = inst.targets.iter().find(|t| {
             self.lib_dir.join(&t.cubin.path) == path || self.lib_dir.join(&t.ptx.path) == path
