@@ -63,7 +63,7 @@ pub fn load() -> Result<&'static Nvrtc> {
 /// Places searched, in order, with what each was. Used by `tilegen doctor` too.
 pub fn candidate_dirs() -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
-    if let Some(p) = crate::env::var_os("TILEGEN_NVRTC") {
+    if let Some(p) = crate::env::var_os("TILEGEN_NVRTC").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         let dir = if p.is_file() {
             p.parent().map(Path::to_path_buf).unwrap_or_default()
@@ -278,6 +278,14 @@ fn locate_and_load() -> std::result::Result<Nvrtc, String> {
         if let Some(lib) = open_in(&dir)? {
             location = Some(format!("{} ({what})", lib.display()));
             break;
+        }
+        // It asks for that NVRTC: another one found elsewhere must not stand in for it.
+        if what == "TILEGEN_NVRTC" {
+            return Err(format!(
+                "TILEGEN_NVRTC asks for the NVRTC in {}, which holds no libnvrtc.so.13 or \
+                 libnvrtc.so\nTo fix: point it at that library or its folder, or unset it",
+                crate::escape::shown_path(&dir)
+            ));
         }
         tried.push(format!("{} ({what})", dir.display()));
     }

@@ -161,6 +161,30 @@ fn doctor_reports_fields_and_fails_without_nvrtc() {
         .as_str()
         .unwrap()
         .contains("not an ELF file"));
+
+    // A TILEGEN_NVRTC that holds no NVRTC asks for one that is not there: exit 6, rather
+    // than another NVRTC found elsewhere standing in for it. Empty, it is unset.
+    let nowhere = tmp.path().join("no-nvrtc-here");
+    let o = tilegen_command(&["--message-format", "json", "doctor"])
+        .env("TILEGEN_NVRTC", &nowhere)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let error = v["nvrtc"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("TILEGEN_NVRTC") && error.contains(nowhere.to_str().unwrap()),
+        "{error}"
+    );
+    let unset = tilegen_command(&["--message-format", "json", "doctor"])
+        .env_remove("TILEGEN_NVRTC")
+        .output()
+        .unwrap();
+    let empty = tilegen_command(&["--message-format", "json", "doctor"])
+        .env("TILEGEN_NVRTC", "")
+        .output()
+        .unwrap();
+    assert_eq!(empty.status.code(), unset.status.code(), "{}", text(&empty));
 }
 
 /// A fifo as a library's manifest for the GPU commands (read before any GPU is looked for)
