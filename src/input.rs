@@ -11,11 +11,16 @@ use crate::error::{Error, Result};
 /// or a folder, whatever a link points to): opened without blocking, so a fifo planted there
 /// cannot hang the open, and checked on the opened file.
 pub(crate) fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>> {
-    let f = std::fs::File::options()
+    let opened = std::fs::File::options()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    Ok(f.metadata()?.is_file().then_some(f))
+        .open(path);
+    match opened {
+        Ok(f) => Ok(f.metadata()?.is_file().then_some(f)),
+        // A socket (or a device with nothing behind it) cannot be opened at all.
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The bytes of the regular file at `path`, `None` for anything else, at most `max` of them

@@ -10,6 +10,10 @@ use crate::spec::model::{Arch, KernelConfig, Origin};
 /// Bumped when the manifest's shape changes incompatibly.
 pub const FORMAT: u32 = 1;
 pub const FILE_NAME: &str = "manifest.json";
+/// The most of a `manifest.json` (or a bundle's `bundle.json`) tilegen reads, whole, from
+/// outside: the default library's manifest is 2.5 MiB for 405 instances, so this is room
+/// for about 10000.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {

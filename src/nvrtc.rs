@@ -60,16 +60,21 @@ pub fn load() -> Result<&'static Nvrtc> {
         .map_err(|e| Error::Environment(e.clone()))
 }
 
+/// The folder TILEGEN_NVRTC asks for (it names the library or its folder; empty is unset):
+/// where it is set, only that NVRTC is used.
+pub fn requested_dir() -> Option<PathBuf> {
+    let p = PathBuf::from(crate::env::var_os("TILEGEN_NVRTC").filter(|p| !p.is_empty())?);
+    Some(if p.is_file() {
+        p.parent().map(Path::to_path_buf).unwrap_or_default()
+    } else {
+        p
+    })
+}
+
 /// Places searched, in order, with what each was. Used by `tilegen doctor` too.
 pub fn candidate_dirs() -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
-    if let Some(p) = crate::env::var_os("TILEGEN_NVRTC").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        let dir = if p.is_file() {
-            p.parent().map(Path::to_path_buf).unwrap_or_default()
-        } else {
-            p
-        };
+    if let Some(dir) = requested_dir() {
         out.push(("TILEGEN_NVRTC".to_string(), dir));
     }
     for var in ["CUDA_PATH", "CUDA_HOME"] {
@@ -108,8 +113,12 @@ pub fn candidate_dirs() -> Vec<(String, PathBuf)> {
     out
 }
 
-/// Whether the search would find an NVRTC library file (without loading or checking it).
+/// Whether the search would find an NVRTC library file (without loading or checking it):
+/// only in TILEGEN_NVRTC's folder where that is set.
 pub fn findable() -> bool {
+    if let Some(dir) = requested_dir() {
+        return lib_in(&dir).is_some();
+    }
     let on_loader_path =
         std::env::split_paths(&crate::env::var_os("LD_LIBRARY_PATH").unwrap_or_default())
             .any(|d| d.join("libnvrtc.so.13").is_file() || d.join("libnvrtc.so").is_file());
@@ -282,8 +291,9 @@ fn locate_and_load() -> std::result::Result<Nvrtc, String> {
         // It asks for that NVRTC: another one found elsewhere must not stand in for it.
         if what == "TILEGEN_NVRTC" {
             return Err(format!(
-                "TILEGEN_NVRTC asks for the NVRTC in {}, which holds no libnvrtc.so.13 or \
-                 libnvrtc.so\nTo fix: point it at that library or its folder, or unset it",
+                "TILEGEN_NVRTC asks for the NVRTC in {}, which holds no libnvrtc.so.13, \
+                 libnvrtc.so.12 or libnvrtc.so\nTo fix: point it at that folder or one of \
+                 those files in it, or unset it",
                 crate::escape::shown_path(&dir)
             ));
         }

@@ -197,9 +197,12 @@ fn replace(path: &Path, content: Content<'_>) -> Result<()> {
     #[cfg(unix)]
     let mode = {
         use std::os::unix::fs::PermissionsExt;
-        fs::metadata(path)
+        // Only a regular file's own mode: a link's target may be anything (`/dev/zero`, 0666).
+        fs::symlink_metadata(path)
+            .ok()
+            .filter(|m| m.is_file())
             .map(|m| m.permissions())
-            .unwrap_or_else(|_| fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|| fs::Permissions::from_mode(0o644))
     };
     #[cfg(unix)]
     if let Content::File(staged) = content {
@@ -251,9 +254,9 @@ fn same_file_contents(a: &Path, b: &Path) -> std::io::Result<bool> {
 }
 
 /// The files the library's current manifest lists (none where it is missing, not a regular
-/// file, over the bundle reader's 64 MiB cap for JSON, or not a manifest).
+/// file, over the most read of a manifest, or not a manifest).
 fn previous_files(dir: &Path) -> Vec<String> {
-    crate::input::read_regular(&dir.join(manifest::FILE_NAME), 64 << 20)
+    crate::input::read_regular(&dir.join(manifest::FILE_NAME), manifest::MAX_FILE_BYTES)
         .ok()
         .flatten()
         .and_then(|b| Manifest::from_bytes(&b).ok())

@@ -176,6 +176,16 @@ fn doctor_reports_fields_and_fails_without_nvrtc() {
         error.contains("TILEGEN_NVRTC") && error.contains(nowhere.to_str().unwrap()),
         "{error}"
     );
+    // Nor does an install elsewhere stand in for it: refused before pip runs.
+    let o = tilegen_command(&["nvrtc", "install", "--if-missing", "--dir"])
+        .arg(tmp.path().join("installed"))
+        .env("TILEGEN_NVRTC", &nowhere)
+        .env("TILEGEN_PYTHON", tmp.path().join("no-python"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    assert!(text(&o).contains("TILEGEN_NVRTC asks for"), "{}", text(&o));
+    assert!(!tmp.path().join("installed").exists());
     let unset = tilegen_command(&["--message-format", "json", "doctor"])
         .env_remove("TILEGEN_NVRTC")
         .output()

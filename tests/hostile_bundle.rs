@@ -392,7 +392,20 @@ fn fifos_and_devices_where_files_belong_never_hang_a_run() {
     for name in ["manifest.json", "bindings.rs"] {
         let meta = std::fs::symlink_metadata(out.join(name)).unwrap();
         assert!(meta.is_file(), "{name} replaced by the library's own");
+        // Not the mode of what the link pointed at (/dev/zero is 0666).
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644, "{name}");
     }
+
+    // A socket cannot even be opened: refused the same way.
+    let socket = f.out("socket.tar.gz");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let o = tilegen_bounded(
+        &["bundle", "verify", s(&socket)],
+        "bundle verify of a socket",
+    );
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
 
     let lib = f.out("lib");
     std::fs::remove_file(lib.join("manifest.json")).unwrap();

@@ -80,7 +80,7 @@ pub fn load_library(dir: &Path) -> Result<FileSet> {
         })
     };
     let mpath = dir.join(crate::manifest::FILE_NAME);
-    let mbytes = read(&mpath, verify::MAX_JSON_BYTES)?;
+    let mbytes = read(&mpath, crate::manifest::MAX_FILE_BYTES)?;
     let lib = crate::manifest::Manifest::from_bytes(&mbytes).map_err(|e| {
         Error::input(
             &mpath,

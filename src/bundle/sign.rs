@@ -148,11 +148,22 @@ fn read_secret_key(path: &Path) -> Result<minisign::SecretKey> {
     })
 }
 
-/// The text of a minisign key file (a few hundred bytes: 64 KiB at most, a regular file).
+/// The text of a minisign key file the user named: a few hundred bytes, 64 KiB at most. A
+/// pipe is fine (`--key <(…)` keeps a CI secret off disk).
 fn read_key_file(path: &Path) -> Result<String> {
-    let bytes = crate::input::read_limited(path, MAX_SIGNATURE_BYTES, &|why| {
-        Error::input(path, format!("{}: {why}", path.display()))
-    })?;
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .and_then(|f| f.take(MAX_SIGNATURE_BYTES + 1).read_to_end(&mut bytes))
+        .at(path)?;
+    if bytes.len() as u64 > MAX_SIGNATURE_BYTES {
+        return Err(Error::input(
+            path,
+            format!(
+                "{}: longer than {MAX_SIGNATURE_BYTES} bytes, more than a key file",
+                path.display()
+            ),
+        ));
+    }
     String::from_utf8(bytes)
         .map_err(|_| Error::input(path, format!("{}: not UTF-8 text", path.display())))
 }

@@ -143,19 +143,33 @@ pub fn leftovers_with_prefix(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 /// leaves a folder that the next one still knows for a leftover, not one that looks as if
 /// it were in the making.
 pub(super) fn remove_leftover(folder: &Path) {
-    if let Ok(rd) = fs::read_dir(folder) {
-        for e in rd.flatten() {
-            if e.file_name() == super::stage::OWNER_FILE {
-                continue;
-            }
-            let _ = match e.file_type() {
-                Ok(t) if t.is_dir() => fs::remove_dir_all(e.path()),
-                _ => fs::remove_file(e.path()),
-            };
+    let Ok(rd) = fs::read_dir(folder) else {
+        return;
+    };
+    let mut emptied = true;
+    for e in rd {
+        let Ok(e) = e else {
+            emptied = false;
+            continue;
+        };
+        if e.file_name() == super::stage::OWNER_FILE {
+            continue;
         }
+        let removed = match e.file_type() {
+            Ok(t) if t.is_dir() => fs::remove_dir_all(e.path()),
+            _ => fs::remove_file(e.path()),
+        };
+        // Gone already is gone (another cleanup may be at the same folder).
+        emptied &= match removed {
+            Ok(()) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
     }
-    let _ = fs::remove_file(folder.join(super::stage::OWNER_FILE));
-    let _ = fs::remove_dir(folder);
+    // Whatever could not go keeps the lock beside it, so it stays a leftover.
+    if emptied {
+        let _ = fs::remove_file(folder.join(super::stage::OWNER_FILE));
+        let _ = fs::remove_dir(folder);
+    }
 }
 
 fn parent_of(dest: &Path) -> PathBuf {

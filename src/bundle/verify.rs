@@ -17,9 +17,8 @@ use super::manifest::{self, BundleManifest, Digest, HEAD_BYTES};
 use super::sign::{self, SignaturePolicy, Signed};
 use super::{archive, bad, Bundle, Limits};
 
-/// The longest `bundle.json` or `manifest.json` read (both are held whole): the default
-/// library's manifest is 2.5 MiB for 405 instances, so this is room for about 10000.
-pub(super) const MAX_JSON_BYTES: u64 = 64 << 20;
+/// The longest `bundle.json` or `manifest.json` read (both are held whole).
+const MAX_JSON_BYTES: u64 = crate::manifest::MAX_FILE_BYTES;
 
 /// Where member bytes go while a bundle streams: nowhere (`bundle verify`), into memory
 /// ([`open`]) or into a staging folder ([`super::stage_signed`], [`super::unpack()`]). Only errors of the store

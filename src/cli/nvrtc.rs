@@ -28,6 +28,11 @@ pub enum NvrtcAction {
 pub fn run(action: NvrtcAction, rep: &Reporter) -> Result<ExitCode, Error> {
     match action {
         NvrtcAction::Install { dir, if_missing } => {
+            // TILEGEN_NVRTC, where set, is the only NVRTC used: an install elsewhere would
+            // not stand in for a wrong one.
+            if tilegen::__internal::nvrtc::requested_dir().is_some() {
+                tilegen::__internal::nvrtc::load()?;
+            }
             if if_missing {
                 if let Ok(nv) = tilegen::__internal::nvrtc::load() {
                     report(rep, "found", &nv.location, &nv.version());

@@ -25,10 +25,14 @@ use crate::launch_rules::LaunchDims;
 use crate::manifest::{InstanceEntry, Manifest};
 use crate::spec::model::Arch;
 
-/// The most of a library's `manifest.json` read (as much as a bundle may hold), and of one of
-/// its kernel binaries (a bundle member's limit).
-const MAX_MANIFEST_BYTES: u64 = 64 << 20;
-const MAX_KERNEL_BYTES: u64 = 1 << 30;
+/// The first 4 KiB of a regular file (a PTX file's `.version` line is among its first lines).
+fn ptx_head(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let f = crate::input::open_regular(path).ok()??;
+    let mut head = Vec::new();
+    f.take(4096).read_to_end(&mut head).ok()?;
+    Some(head)
+}
 
 /// A CUDA device with one stream, and the library whose kernels it runs.
 pub struct Gpu {
@@ -83,7 +87,7 @@ impl Gpu {
     pub fn open(lib_dir: &Path) -> Result<Gpu> {
         // The library first: a wrong --lib is the user's to fix on any machine.
         let path = lib_dir.join(crate::manifest::FILE_NAME);
-        let bytes = crate::input::read_limited(&path, MAX_MANIFEST_BYTES, &|why| {
+        let bytes = crate::input::read_limited(&path, crate::manifest::MAX_FILE_BYTES, &|why| {
             Error::input(&path, format!("{}: {why}", path.display()))
         })?;
         let manifest = Manifest::from_bytes(&bytes).map_err(|e| {
@@ -167,9 +171,10 @@ impl Gpu {
             let sm = Sm::from(t.arch);
             available.push(Candidate::cubin(sm));
             files.push((t.arch, &t.cubin.path, true));
-            // Unreadable PTX counts as of unknown ISA here; loading it reports the error.
+            // Unreadable PTX, or anything but a regular file, counts as of unknown ISA here;
+            // loading it reports the error. Its `.version` line is in the first few lines.
             let ptx = self.lib_dir.join(&t.ptx.path);
-            let isa = std::fs::read(&ptx).ok().and_then(|b| Version::of_ptx(&b));
+            let isa = ptx_head(&ptx).and_then(|b| Version::of_ptx(&b));
             available.push(Candidate::ptx(sm, isa));
             files.push((t.arch, &t.ptx.path, false));
         }
@@ -200,7 +205,8 @@ impl Gpu {
             return Ok(f.clone());
         }
         let (_, path, is_cubin) = self.pick_binary(inst)?;
-        let bytes = crate::input::read_limited(&path, MAX_KERNEL_BYTES, &|why| {
+        let max = crate::bundle::Limits::default().max_member_bytes;
+        let bytes = crate::input::read_limited(&path, max, &|why| {
             Error::input(&path, format!("{}: {why}", path.display()))
         })?;
         // The library is only trusted as far as its manifest: check the bytes first.
