@@ -245,12 +245,7 @@ impl Builder {
         opts.bundle = self
             .bundle
             .clone()
-            // Set but empty means unset, as for the other TILEGEN_* paths.
-            .or_else(|| {
-                crate::env::var_os("TILEGEN_BUNDLE")
-                    .filter(|v| !v.is_empty())
-                    .map(PathBuf::from)
-            });
+            .or_else(|| crate::env::path("TILEGEN_BUNDLE"));
         opts.bundle_pubkey = match &self.bundle_pubkey {
             Some(key) => Some(key.clone()),
             None => crate::env::var("TILEGEN_BUNDLE_PUBKEY")?,

@@ -30,6 +30,13 @@ pub fn var(name: &str) -> crate::Result<Option<String>> {
     }
 }
 
+/// A variable that names a path: set but empty counts as unset (as a shell's `VAR=` reads).
+pub fn path(name: &str) -> Option<std::path::PathBuf> {
+    var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+}
+
 /// Every variable read so far, sorted.
 pub fn read_so_far() -> Vec<String> {
     READ.lock()

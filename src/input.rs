@@ -27,18 +27,24 @@ pub(crate) fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>
 /// (`InvalidData` past that; reading a file gives that kind for nothing else), read no
 /// further even if it grows meanwhile.
 pub(crate) fn read_regular(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
-    let Some(f) = open_regular(path)? else {
-        return Ok(None);
-    };
+    match open_regular(path)? {
+        Some(f) => read_at_most(f, max).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// All of `from`, if that is at most `max` bytes (`InvalidData` past that, having read one
+/// byte more than `max` and no further).
+pub(crate) fn read_at_most(from: impl Read, max: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    f.take(max + 1).read_to_end(&mut bytes)?;
+    from.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("longer than {max} bytes"),
         ));
     }
-    Ok(Some(bytes))
+    Ok(bytes)
 }
 
 /// The bytes of the file at `path`: a regular file (not a fifo or a device, checked on the

@@ -63,7 +63,7 @@ pub fn load() -> Result<&'static Nvrtc> {
 /// The folder TILEGEN_NVRTC asks for (it names the library or its folder; empty is unset):
 /// where it is set, only that NVRTC is used.
 pub fn requested_dir() -> Option<PathBuf> {
-    let p = PathBuf::from(crate::env::var_os("TILEGEN_NVRTC").filter(|p| !p.is_empty())?);
+    let p = crate::env::path("TILEGEN_NVRTC")?;
     Some(if p.is_file() {
         p.parent().map(Path::to_path_buf).unwrap_or_default()
     } else {

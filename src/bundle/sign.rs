@@ -151,19 +151,20 @@ fn read_secret_key(path: &Path) -> Result<minisign::SecretKey> {
 /// The text of a minisign key file the user named: a few hundred bytes, 64 KiB at most. A
 /// pipe is fine (`--key <(…)` keeps a CI secret off disk).
 fn read_key_file(path: &Path) -> Result<String> {
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(MAX_SIGNATURE_BYTES + 1).read_to_end(&mut bytes))
-        .at(path)?;
-    if bytes.len() as u64 > MAX_SIGNATURE_BYTES {
-        return Err(Error::input(
-            path,
-            format!(
-                "{}: longer than {MAX_SIGNATURE_BYTES} bytes, more than a key file",
-                path.display()
-            ),
-        ));
-    }
+    let read =
+        fs::File::open(path).and_then(|f| crate::input::read_at_most(f, MAX_SIGNATURE_BYTES));
+    let bytes = match read {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(Error::input(
+                path,
+                format!(
+                    "{}: longer than {MAX_SIGNATURE_BYTES} bytes, more than a key file",
+                    path.display()
+                ),
+            ))
+        }
+        read => read.at(path)?,
+    };
     String::from_utf8(bytes)
         .map_err(|_| Error::input(path, format!("{}: not UTF-8 text", path.display())))
 }

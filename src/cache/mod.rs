@@ -280,8 +280,8 @@ impl Cache {
     pub fn default_location() -> Result<PathBuf> {
         // Set but empty (a CI variable that expanded to nothing) counts as unset: it must
         // not make the current folder a cache.
-        if let Some(p) = crate::env::var_os("TILEGEN_CACHE_DIR").filter(|p| !p.is_empty()) {
-            return Ok(PathBuf::from(p));
+        if let Some(p) = crate::env::path("TILEGEN_CACHE_DIR") {
+            return Ok(p);
         }
         user_cache_dir().map(|d| d.join("tilegen")).ok_or_else(|| {
             Error::Usage("no user cache folder is known here; set TILEGEN_CACHE_DIR".into())

@@ -53,12 +53,7 @@ pub fn run(args: GenerateArgs, rep: &Reporter) -> Result<ExitCode, Error> {
     let mut o = args.inputs.options(args.out);
     o.bundle = args
         .bundle
-        // Set but empty means unset, as for the other TILEGEN_* paths.
-        .or_else(|| {
-            tilegen::__internal::env::var_os("TILEGEN_BUNDLE")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        });
+        .or_else(|| tilegen::__internal::env::path("TILEGEN_BUNDLE"));
     o.bundle_pubkey = match args.bundle_pubkey {
         Some(key) => Some(key),
         None => tilegen::__internal::env::var("TILEGEN_BUNDLE_PUBKEY")?,
