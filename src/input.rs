@@ -65,3 +65,10 @@ pub(crate) fn read_limited(
         Err(e) => Err(Error::io(path, e)),
     }
 }
+
+/// [`read_limited`] with a refusal worded `PATH: why`, for files that need no other name.
+pub(crate) fn read_file(path: &Path, max: u64) -> Result<Vec<u8>> {
+    read_limited(path, max, &|why| {
+        Error::input(path, format!("{}: {why}", path.display()))
+    })
+}

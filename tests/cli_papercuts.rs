@@ -150,12 +150,7 @@ fn doctor_reports_fields_and_fails_without_nvrtc() {
     // An NVRTC that is not a library: exit 6, and the JSON says why.
     let bad = tmp.path().join("libnvrtc.so.13");
     std::fs::write(&bad, b"not a library").unwrap();
-    let o = tilegen_command(&["--message-format", "json", "doctor"])
-        .env("TILEGEN_NVRTC", &bad)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = doctor_json_failing_with_nvrtc(bad.as_os_str());
     assert_eq!(v["nvrtc"]["found"], false);
     assert!(v["nvrtc"]["error"]
         .as_str()
@@ -165,12 +160,7 @@ fn doctor_reports_fields_and_fails_without_nvrtc() {
     // A TILEGEN_NVRTC that holds no NVRTC asks for one that is not there: exit 6, rather
     // than another NVRTC found elsewhere standing in for it. Empty, it is unset.
     let nowhere = tmp.path().join("no-nvrtc-here");
-    let o = tilegen_command(&["--message-format", "json", "doctor"])
-        .env("TILEGEN_NVRTC", &nowhere)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = doctor_json_failing_with_nvrtc(nowhere.as_os_str());
     let error = v["nvrtc"]["error"].as_str().unwrap();
     assert!(
         error.contains("TILEGEN_NVRTC") && error.contains(nowhere.to_str().unwrap()),
@@ -186,15 +176,27 @@ fn doctor_reports_fields_and_fails_without_nvrtc() {
     assert_eq!(o.status.code(), Some(6), "{}", text(&o));
     assert!(text(&o).contains("TILEGEN_NVRTC asks for"), "{}", text(&o));
     assert!(!tmp.path().join("installed").exists());
-    let unset = tilegen_command(&["--message-format", "json", "doctor"])
-        .env_remove("TILEGEN_NVRTC")
-        .output()
-        .unwrap();
-    let empty = tilegen_command(&["--message-format", "json", "doctor"])
-        .env("TILEGEN_NVRTC", "")
-        .output()
-        .unwrap();
+    let unset = doctor_json(None);
+    let empty = doctor_json(Some("".as_ref()));
     assert_eq!(empty.status.code(), unset.status.code(), "{}", text(&empty));
+}
+
+/// `tilegen doctor` in JSON with TILEGEN_NVRTC set to `nvrtc`, or unset.
+fn doctor_json(nvrtc: Option<&std::ffi::OsStr>) -> Output {
+    let mut c = tilegen_command(&["--message-format", "json", "doctor"]);
+    match nvrtc {
+        Some(v) => c.env("TILEGEN_NVRTC", v),
+        None => c.env_remove("TILEGEN_NVRTC"),
+    };
+    c.output().unwrap()
+}
+
+/// `tilegen doctor`'s JSON with TILEGEN_NVRTC set to `nvrtc`, which must fail it with exit 6
+/// (no usable NVRTC).
+fn doctor_json_failing_with_nvrtc(nvrtc: &std::ffi::OsStr) -> serde_json::Value {
+    let o = doctor_json(Some(nvrtc));
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 /// A fifo as a library's manifest for the GPU commands (read before any GPU is looked for)

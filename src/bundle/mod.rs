@@ -74,13 +74,8 @@ pub fn source_date_epoch() -> Result<u64> {
 /// regular file within what a bundle may hold (64 MiB for the manifest, as the bundle reader
 /// allows JSON; a member's limit for the rest).
 pub fn load_library(dir: &Path) -> Result<FileSet> {
-    let read = |path: &Path, max: u64| {
-        crate::input::read_limited(path, max, &|why| {
-            Error::input(path, format!("{}: {why}", path.display()))
-        })
-    };
     let mpath = dir.join(crate::manifest::FILE_NAME);
-    let mbytes = read(&mpath, crate::manifest::MAX_FILE_BYTES)?;
+    let mbytes = crate::input::read_file(&mpath, crate::manifest::MAX_FILE_BYTES)?;
     let lib = crate::manifest::Manifest::from_bytes(&mbytes).map_err(|e| {
         Error::input(
             &mpath,
@@ -92,7 +87,10 @@ pub fn load_library(dir: &Path) -> Result<FileSet> {
         archive::check_member_path(rel)
             .map_err(|m| Error::input(&mpath, format!("{}: {m}", mpath.display())))?;
         let p = dir.join(rel);
-        files.insert(rel.clone(), read(&p, Limits::default().max_member_bytes)?);
+        files.insert(
+            rel.clone(),
+            crate::input::read_file(&p, Limits::default().max_member_bytes)?,
+        );
     }
     files.insert(crate::manifest::FILE_NAME.into(), mbytes);
     Ok(files)

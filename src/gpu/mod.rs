@@ -87,9 +87,7 @@ impl Gpu {
     pub fn open(lib_dir: &Path) -> Result<Gpu> {
         // The library first: a wrong --lib is the user's to fix on any machine.
         let path = lib_dir.join(crate::manifest::FILE_NAME);
-        let bytes = crate::input::read_limited(&path, crate::manifest::MAX_FILE_BYTES, &|why| {
-            Error::input(&path, format!("{}: {why}", path.display()))
-        })?;
+        let bytes = crate::input::read_file(&path, crate::manifest::MAX_FILE_BYTES)?;
         let manifest = Manifest::from_bytes(&bytes).map_err(|e| {
             Error::input(
                 &path,
@@ -206,9 +204,7 @@ impl Gpu {
         }
         let (_, path, is_cubin) = self.pick_binary(inst)?;
         let max = crate::bundle::Limits::default().max_member_bytes;
-        let bytes = crate::input::read_limited(&path, max, &|why| {
-            Error::input(&path, format!("{}: {why}", path.display()))
-        })?;
+        let bytes = crate::input::read_file(&path, max)?;
         // The library is only trusted as far as its manifest: check the bytes first.
         let expect = inst.targets.iter().find(|t| {
             self.lib_dir.join(&t.cubin.path) == path || self.lib_dir.join(&t.ptx.path) == path
