@@ -2,7 +2,8 @@
 # compute-sanitizer (memcheck, racecheck, synccheck) over verify's small cases, one process per
 # tool and op, on the device machine from the repo root with the release binary carried along
 # (`cargo build --release --features cli`).
-# Logs land in $OUT/sanitize-TOOL-OP.txt; the last line per run says whether it was clean.
+# $OUT/sanitize-summary.txt has a line per tool and op (clean or not); the logs, TOOL-OP.txt,
+# end up in $OUT/sanitize-logs.tar.xz: one file, where the device machine returns at most eight.
 # Usage: scripts/gpu-sanitize.sh [MAX_ELEMENTS] [TOOL...]   (default 5000; all three tools)
 #        TILEGEN_OPS="attention" scripts/gpu-sanitize.sh ...  (some ops only)
 #        TILEGEN_FILTER="64x192" scripts/gpu-sanitize.sh ...  (instances whose name contains it)
@@ -27,7 +28,7 @@ ops=${TILEGEN_OPS:-$(python3 -c "import json,sys; print(' '.join(sorted({i['op']
 run_tool() {
   local tool=$1 status=0
   for op in $ops; do
-    log="$OUT/sanitize-$tool-$op.txt"
+    log="$logs/$tool-$op.txt"
     timeout 280 "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 \
       "$bin" verify --lib "$lib" --op "$op" "${filter_args[@]}" --max-elements "$max" --seed 5 --kernel-timeout 240 >"$log" 2>&1
     rc=$?
@@ -38,12 +39,14 @@ run_tool() {
   done
   return $status
 }
+logs=$(mktemp -d)
 pids=()
 for tool in "${tools[@]}"; do
-  run_tool "$tool" > "$OUT/sanitize-$tool.summary" &
+  run_tool "$tool" > "$logs/$tool.summary" &
   pids+=($!)
 done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
-cat "$OUT"/sanitize-*.summary
+cat "$logs"/*.summary | tee "$OUT/sanitize-summary.txt"
+tar -C "$logs" -cJf "$OUT/sanitize-logs.tar.xz" --exclude='*.summary' . && rm -rf "$logs"
 exit $status

@@ -10,8 +10,9 @@
 # together with that op's instances whose names contain it (a method's fused variants). A stop
 # (--kernel-timeout, TILEGEN_KERNEL_TIMEOUT seconds, default 20) names the launch still running;
 # it is logged and the soak goes on with the next group.
-# Logs land in $OUT/soak-GROUP.jsonl (.err: why the call checks refused an instance at a shape,
-# e.g. lda = M not a multiple of 8; refused at every shape, it counts as unfinished);
+# Each group's log, GROUP.jsonl (and GROUP.err: why the call checks refused an instance at a
+# shape, e.g. lda = M not a multiple of 8; refused at every shape, it counts as unfinished),
+# ends up in $OUT/soak-logs.tar.xz: one file, where the device machine returns at most eight.
 # $OUT/soak-summary.txt has a line per group: how many ran, the launch that stopped, the
 # instances left unfinished.
 # Usage: scripts/gpu-soak.sh [SETTLE_MS]   (default 1000: per instance and shape)
@@ -58,15 +59,18 @@ if [ -z "$groups" ]; then
 fi
 summary="$OUT/soak-summary.txt"
 : >"$summary"
+logs=$(mktemp -d)
+pack_logs() { tar -C "$logs" -cJf "$OUT/soak-logs.tar.xz" . && rm -rf "$logs"; }
+trap pack_logs EXIT
 status=0
 while read -r op root members; do
   [ -n "$op" ] || continue
-  log="$OUT/soak-$root.jsonl"
+  log="$logs/$root.jsonl"
   start=$(date +%s)
   "$bin" bench --lib "$lib" --op "$op" --filter "$root" --shapes "$shapes" --settle-ms "$settle" \
-    --kernel-timeout "${TILEGEN_KERNEL_TIMEOUT:-20}" --message-format json >"$log" 2>"$OUT/soak-$root.err"
+    --kernel-timeout "${TILEGEN_KERNEL_TIMEOUT:-20}" --message-format json >"$log" 2>"$logs/$root.err"
   rc=$?
-  verdict=$(python3 - "$log" "$OUT/soak-$root.err" "$rc" $members <<'EOF'
+  verdict=$(python3 - "$log" "$logs/$root.err" "$rc" $members <<'EOF'
 import json, re, sys
 log, err, rc, members = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 reached, stopped, error, events = set(), None, None, 0
