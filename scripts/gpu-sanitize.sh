@@ -40,6 +40,8 @@ run_tool() {
   return $status
 }
 logs=$(mktemp -d)
+pack_logs() { tar -C "$logs" -cJf "$OUT/sanitize-logs.tar.xz" --exclude='*.summary' . && rm -rf "$logs"; }
+trap pack_logs EXIT  # also when a timeout stops the script
 pids=()
 for tool in "${tools[@]}"; do
   run_tool "$tool" > "$logs/$tool.summary" &
@@ -48,5 +50,4 @@ done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 cat "$logs"/*.summary | tee "$OUT/sanitize-summary.txt"
-tar -C "$logs" -cJf "$OUT/sanitize-logs.tar.xz" --exclude='*.summary' . && rm -rf "$logs"
 exit $status

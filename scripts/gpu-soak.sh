@@ -61,7 +61,7 @@ summary="$OUT/soak-summary.txt"
 : >"$summary"
 logs=$(mktemp -d)
 pack_logs() { tar -C "$logs" -cJf "$OUT/soak-logs.tar.xz" . && rm -rf "$logs"; }
-trap pack_logs EXIT
+trap pack_logs EXIT  # also when a timeout stops the script
 status=0
 while read -r op root members; do
   [ -n "$op" ] || continue
