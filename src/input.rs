@@ -66,9 +66,10 @@ pub(crate) fn read_limited(
     }
 }
 
-/// [`read_limited`] with a refusal worded `PATH: why`, for files that need no other name.
+/// [`read_limited`] with a refusal worded `PATH: why` (the path escaped, as every message shows
+/// one), for files that need no other name.
 pub(crate) fn read_file(path: &Path, max: u64) -> Result<Vec<u8>> {
     read_limited(path, max, &|why| {
-        Error::input(path, format!("{}: {why}", path.display()))
+        Error::input(path, format!("{}: {why}", crate::escape::shown_path(path)))
     })
 }
