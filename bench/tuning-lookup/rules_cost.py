@@ -45,9 +45,6 @@ def split(name):
 
 
 maps = lambda name: "_wgmma" in name
-# Members the rules pass over (`tuning: table_only`). None in the default library since
-# 2026-12-05; the 128x192 s4 tiles were until then (`lambda name: "_128x192x64_s4_" in name`).
-table_only = lambda name: False
 
 
 def old_order(m, n, k, part):
@@ -73,9 +70,11 @@ def model_order(P):
     return lambda m, n, k, part: sorted(part, key=lambda x: cost(m, n, k, x, P))
 
 
-def gemm_order(m, n, k, names, maps_order):
-    """call_checks::gemm_order over members that all run (as on the H200 that tuned them)."""
-    usable = [x for x in names if not table_only(x)]
+def gemm_order(m, n, k, names, maps_order, table_only=()):
+    """call_checks::gemm_order over members that all run (as on the H200 that tuned them),
+    passing over those whose name contains one of `table_only` (`tuning: table_only`; none in
+    the default library since 2026-12-05, when the 128x192 s4 tiles stopped being)."""
+    usable = [x for x in names if not any(t in x for t in table_only)]
     swap = lambda x: maps(x) and tile(x)[0] < WGMMA_ROWS
     covers = lambda x: m <= tile(x)[0]
     decode = (m <= DECODE_ROWS and not any(swap(x) and covers(x) for x in usable)
