@@ -54,6 +54,27 @@ pub struct InstanceEntry {
 }
 
 impl InstanceEntry {
+    /// The entry `generate` writes for `inst`, without binaries or a real hash (unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(inst: &crate::spec::model::Instance) -> InstanceEntry {
+        InstanceEntry {
+            kernel: inst.kernel.clone(),
+            origin: inst.origin.clone(),
+            entry_point: inst.entry_point(),
+            args: crate::ops::signature(inst),
+            tensor_maps: crate::ops::tensor_maps(inst),
+            launch: crate::ops::launch(inst),
+            table_only: false,
+            config_sha256: "0".repeat(64),
+            source: FileRef {
+                path: "kernels/t.cu".into(),
+                sha256: "0".repeat(64),
+                bytes: 1,
+            },
+            targets: vec![],
+        }
+    }
+
     /// Whether the bindings' fixed GEMM rules rank this instance by
     /// `tilegen_runtime::call_checks::wgmma_cost` where it runs: a tensor-map instance that
     /// they may pick (not table-only).

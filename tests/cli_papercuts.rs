@@ -282,6 +282,28 @@ fn bench_rounds_outside_one_to_a_hundred_or_with_dispatch_are_usage_errors() {
 }
 
 #[test]
+fn bench_ld_align_off_a_multiple_of_eight_or_with_dispatch_is_a_usage_error() {
+    for args in [
+        &["--ld-align", "0"][..],
+        &["--ld-align", "12"],
+        &["--ld-align", "131072"],
+        &["--ld-align=-64"],
+        &["--ld-align", "64", "--dispatch"],
+    ] {
+        let mut all = vec!["bench", "--lib", "no-such-library"];
+        all.extend_from_slice(args);
+        let o = tilegen_command(&all).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("--ld-align"), "{args:?}: {}", text(&o));
+    }
+    let o = tilegen_command(&["bench", "--lib", "no-such-library", "--ld-align", "64"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no-such-library"), "{}", text(&o));
+}
+
+#[test]
 fn prune_by_tuning_without_a_table_is_an_error_and_keeps_the_library() {
     let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("cand.yaml");

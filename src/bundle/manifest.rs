@@ -617,22 +617,7 @@ mod tests {
         use crate::spec::model::{Arch, DType, Instance};
         let mut inst = Instance::for_test(op, DType::Bf16, params);
         inst.archs = vec![Arch::Sm90a];
-        manifest::InstanceEntry {
-            kernel: inst.kernel.clone(),
-            origin: inst.origin.clone(),
-            entry_point: inst.entry_point(),
-            args: crate::ops::signature(&inst),
-            tensor_maps: crate::ops::tensor_maps(&inst),
-            launch: crate::ops::launch(&inst),
-            table_only: false,
-            config_sha256: "0".repeat(64),
-            source: FileRef {
-                path: "kernels/t.cu".into(),
-                sha256: "0".repeat(64),
-                bytes: 1,
-            },
-            targets: vec![],
-        }
+        manifest::InstanceEntry::for_test(&inst)
     }
 
     fn problems(e: &manifest::InstanceEntry) -> Vec<String> {

@@ -42,6 +42,20 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "dispatch",
           value_parser = clap::value_parser!(u32).range(1..=100))]
     rounds: u32,
+    /// Time GEMMs with each matrix's rows a multiple of this many elements apart (lda, ldb and
+    /// ldc/ldd rounded up), as a caller whose tensors are padded would pass them; cuBLAS and
+    /// cuBLASLt get the same leading dimensions. A multiple of 8, so that every row starts on
+    /// a 16-byte boundary; 64 puts 16-bit rows on whole 128-byte lines.
+    #[arg(long = "ld-align", value_name = "ELEMENTS", value_parser = ld_align, conflicts_with = "dispatch")]
+    ld_align: Option<u64>,
+}
+
+fn ld_align(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n > 0 && n <= 1 << 16 && n % 8 == 0 => Ok(n),
+        Ok(_) => Err("must be a multiple of 8 from 8 to 65536".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// One line of the human report.
@@ -63,6 +77,9 @@ fn result_line(r: &tilegen::__internal::gpu::bench::BenchResult) -> String {
         .unwrap_or_default();
     if let Some(us) = r.encode_us_per_map {
         tail += &format!("  map encode {us:.2} us");
+    }
+    if let Some([a, b, d]) = r.ld {
+        tail += &format!("  ld {a},{b},{d}");
     }
     format!(
         "{:<44} {:<18} {:>10.4} {:>8.1} TFLOP/s  peer {:>8.1} ({})  ratio {:.3}{}{tail}",
@@ -95,6 +112,7 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
         dispatch,
         shapes,
         rounds,
+        ld_align,
     } = args;
     if dispatch {
         return super::tune::run(super::tune::TuneArgs::report(lib, filter, wait_limit), rep);
@@ -173,7 +191,16 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
                 .and_then(|s| tilegen::__internal::gpu::tune::shape_problems(inst, s))
                 .unwrap_or_else(|| problem::bench_cases(inst));
             for p in cases {
-                match bench::bench_case(&mut gpu, inst, p, ceiling, blas.as_ref(), plain.as_ref()) {
+                let timed = bench::bench_case(
+                    &mut gpu,
+                    inst,
+                    p,
+                    ceiling,
+                    blas.as_ref(),
+                    plain.as_ref(),
+                    ld_align,
+                );
+                match timed {
                     Ok(r) => {
                         rep.out(
                             || event(round, "result", serde_json::json!(r)),

@@ -52,6 +52,10 @@ pub struct BenchResult {
     pub rounds: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_range: Option<[f64; 2]>,
+    /// A GEMM timed with padded rows (`bench --ld-align`): the leading dimensions (lda, ldb,
+    /// ldd) that it and its peers were given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ld: Option<[u64; 3]>,
 }
 
 /// One comparison's results over several rounds as one: the median of the rounds' medians,
@@ -306,7 +310,9 @@ pub fn traffic(inst: &InstanceEntry, p: Problem) -> (u64, u64) {
 /// Times one instance on one problem beside its peer: the copy bandwidth of this run
 /// (`ceiling_gbps`) for memory-bound ops; for GEMMs cuBLASLt with the same fused bias epilogue
 /// (alone, with an activation, or with the residual as beta·C) where it has one, else plain
-/// cuBLAS (TF32 for TF32 instances), timed here on the same data.
+/// cuBLAS (TF32 for TF32 instances), timed here on the same data. A GEMM's matrices are dense,
+/// or with `ld_align` have their rows rounded up to a multiple of that many elements, for the
+/// instance and its peers alike.
 pub fn bench_case(
     gpu: &mut Gpu,
     inst: &InstanceEntry,
@@ -314,18 +320,32 @@ pub fn bench_case(
     ceiling_gbps: f64,
     blas: Option<&Blas>,
     plain: Option<&InstanceEntry>,
+    ld_align: Option<u64>,
 ) -> Result<BenchResult> {
     gpu.doing(format!("timing {} at {p}", inst.name));
     let f = gpu.function(inst)?;
     let (bytes, flops) = traffic(inst, p);
+    let (ld, padded) = match (p, ld_align) {
+        (Problem::Gemm { m, n, k }, Some(align)) => {
+            (problem::gemm_ld_aligned(inst, m, n, k, align), true)
+        }
+        (Problem::Gemm { m, n, k }, None) => (problem::gemm_ld(inst, m, n, k), false),
+        _ => ((0, 0, 0), false),
+    };
+    let buffer_bytes = |name: &str, ty: &str| -> usize {
+        let matrix = match p {
+            Problem::Gemm { m, n, k } => problem::gemm_matrix_bytes(inst, name, ty, (m, n, k), ld),
+            _ => None,
+        };
+        matrix.unwrap_or(problem::buffer_len(name, p) * data::dtype_of(ty).size() as u64) as usize
+    };
     // Enough input sets that one cycle through them is at least 4x the L2.
     let sets = ((4 * gpu.l2_bytes).div_ceil(bytes.max(1)) as usize).clamp(1, 8);
     let mut buffers: Vec<Vec<Option<CudaSlice<u8>>>> = Vec::new();
     for s in 0..sets {
         let mut set = Vec::new();
         for (i, a) in inst.args.iter().enumerate() {
-            let len =
-                problem::buffer_len(&a.name, p) as usize * data::dtype_of(&a.ty).size() as usize;
+            let len = buffer_bytes(&a.name, &a.ty);
             set.push(match a.kind {
                 ArgKind::In => Some(random_buffer(
                     gpu,
@@ -349,12 +369,18 @@ pub fn bench_case(
     let mut kernel_args = Vec::with_capacity(sets);
     let mut plain_args = Vec::with_capacity(sets);
     for set in &buffers {
-        let call = call_args(inst, p, set);
+        let mut call = call_args(inst, p, set);
+        if padded {
+            problem::set_gemm_ld(inst, &mut call, ld);
+        }
         kernel_args.push(with_tensor_maps(gpu, inst, call)?);
         if let Some((o, _, _)) = &plain {
-            let args = call_args_from(o, p, inst, set).ok_or_else(|| {
+            let mut args = call_args_from(o, p, inst, set).ok_or_else(|| {
                 crate::Error::Gpu(format!("{}: arguments do not match {}", o.name, inst.name))
             })?;
+            if padded {
+                problem::set_gemm_ld(o, &mut args, ld);
+            }
             plain_args.push(with_tensor_maps(gpu, o, args)?);
         }
     }
@@ -370,11 +396,7 @@ pub fn bench_case(
                 .iter()
                 .find(|a| a.kind == ArgKind::Out)
                 .expect("an output");
-            let mut d = gpu.alloc_filled(
-                problem::buffer_len(&out.name, p) as usize
-                    * data::dtype_of(&out.ty).size() as usize,
-                0xFF,
-            )?;
+            let mut d = gpu.alloc_filled(buffer_bytes(&out.name, &out.ty), 0xFF)?;
             // The peer cycles through the input sets like the kernel (`time_interleaved`
             // numbers the launches so that no two in a row read one set): with one set of
             // its own, a peer whose operands fit in L2 kept them there between its runs.
@@ -404,7 +426,7 @@ pub fn bench_case(
             let fused = match operands(0) {
                 (a, b, Some(bias)) => {
                     let out = peer_out.first_mut().unwrap_or(&mut d);
-                    blas.fused_epilogue(inst, (m, n, k), a, b, bias, out)
+                    blas.fused_epilogue(inst, (m, n, k), ld, a, b, bias, out)
                         .is_some()
                 }
                 _ => false,
@@ -413,10 +435,12 @@ pub fn bench_case(
             let mut run_peer = |run: usize| match operands(run % sets) {
                 (a, b, Some(bias)) if fused => {
                     let out = peer_out.get_mut(run % sets).unwrap_or(&mut d);
-                    blas.fused_epilogue(inst, (m, n, k), a, b, bias, out)
+                    blas.fused_epilogue(inst, (m, n, k), ld, a, b, bias, out)
                         .expect("fused peer exists")
                 }
-                (a, b, _) => blas.gemm(gpu, inst, (m, n, k), a, b, &mut d, inst.out_dtype, tf32),
+                (a, b, _) => {
+                    blas.gemm(gpu, inst, (m, n, k), ld, a, b, &mut d, inst.out_dtype, tf32)
+                }
             };
             let mut run_plain = |run: usize| match &plain {
                 Some((_, pf, pdims)) => launch(gpu, pf, *pdims, &plain_args[run % sets]),
@@ -492,6 +516,7 @@ pub fn bench_case(
         encode_us_per_map,
         rounds: None,
         ratio_range: None,
+        ld: padded.then_some([ld.0, ld.1, ld.2]),
     })
 }
 
@@ -548,6 +573,7 @@ mod tests {
             encode_us_per_map: None,
             rounds: None,
             ratio_range: None,
+            ld: None,
         }
     }
 

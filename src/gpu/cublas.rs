@@ -9,7 +9,7 @@ use cudarc::cublas::sys::{
 use cudarc::cublaslt::{Activation, CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
-use super::problem::{gemm_ld, GEMM_ALPHA};
+use super::problem::GEMM_ALPHA;
 use super::{gpu_err, Gpu};
 use crate::error::Result;
 use crate::manifest::InstanceEntry;
@@ -44,13 +44,15 @@ impl Blas {
     }
 
     /// D = A·B with cublasGemmEx: inputs in the instance's dtype, D in `out` (f32 for a
-    /// reference, the instance's output dtype for a peer), f32 accumulation (TF32 when `tf32`).
+    /// reference, the instance's output dtype for a peer), f32 accumulation (TF32 when `tf32`);
+    /// `ld` is (lda, ldb, ldd) in elements, as the instance takes them (`problem::gemm_ld`).
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(
         &self,
         gpu: &Gpu,
         inst: &InstanceEntry,
         (m, n, k): (u64, u64, u64),
+        (lda, ldb, ldd): (u64, u64, u64),
         a: &CudaSlice<u8>,
         b: &CudaSlice<u8>,
         d: &mut CudaSlice<u8>,
@@ -58,7 +60,6 @@ impl Blas {
         tf32: bool,
     ) -> Result<()> {
         let (ta, tb) = layout(inst);
-        let (lda, ldb, _) = gemm_ld(inst, m, n, k);
         let op = |t: bool| {
             if t {
                 cublasOperation_t::CUBLAS_OP_T
@@ -75,8 +76,8 @@ impl Blas {
         let (pa, _ra) = a.device_ptr(&gpu.stream);
         let (pb, _rb) = b.device_ptr(&gpu.stream);
         let (pd, _rd) = d.device_ptr_mut(&gpu.stream);
-        // SAFETY: buffers were sized for this problem (problem::buffer_len); dims fit i32
-        // for every shape we run.
+        // SAFETY: buffers were sized for this problem and these leading dimensions; dims fit
+        // i32 for every shape we run.
         unsafe {
             cudarc::cublas::result::gemm_ex(
                 *self.blas.handle(),
@@ -95,7 +96,7 @@ impl Blas {
                 (&beta) as *const f32 as *const _,
                 pd as *mut _,
                 data_type(out),
-                n as i32,
+                ldd as i32,
                 compute,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
@@ -107,12 +108,13 @@ impl Blas {
     /// peer of our fused epilogues; for the residual chain (scale, bias, residual) its
     /// alpha·A·B + beta·C with beta 1 and the bias epilogue, which reads C from `d` and
     /// writes D over it (a residual stream updated in place). Output in the input dtype.
-    /// None when the instance's epilogue has no cuBLASLt equivalent.
+    /// None when the instance's epilogue has no cuBLASLt equivalent. `ld` as for [`Blas::gemm`].
     #[allow(clippy::too_many_arguments)]
     pub fn fused_epilogue(
         &self,
         inst: &InstanceEntry,
         (m, n, k): (u64, u64, u64),
+        (lda, ldb, ldd): (u64, u64, u64),
         a: &CudaSlice<u8>,
         b: &CudaSlice<u8>,
         bias: &CudaSlice<u8>,
@@ -130,7 +132,6 @@ impl Blas {
             return None;
         }
         let (ta, tb) = layout(inst);
-        let (lda, ldb, _) = gemm_ld(inst, m, n, k);
         let cfg = MatmulConfig {
             transa: tb,
             transb: ta,
@@ -142,7 +143,7 @@ impl Blas {
             lda: ldb as i64,
             ldb: lda as i64,
             beta,
-            ldc: n as i64,
+            ldc: ldd as i64,
             stride_a: None,
             stride_b: None,
             stride_c: None,

@@ -8,6 +8,8 @@ pub use crate::ops::verification::{Case, Numerics, Problem, GEMM_ALPHA, LAYERNOR
 use crate::ops::{self, gemm};
 use crate::spec::model::Layout;
 
+use super::ArgValue;
+
 /// Elements of argument `arg` for the problem.
 pub fn buffer_len(arg: &str, p: Problem) -> u64 {
     match p {
@@ -73,6 +75,54 @@ pub fn gemm_ld_padded(inst: &InstanceEntry, m: u64, n: u64, k: u64, pad: u64) ->
         row_b.next_multiple_of(vi) + pad * vi,
         n.next_multiple_of(vo) + pad * vo,
     )
+}
+
+/// Leading dimensions of a GEMM whose matrices have their rows rounded up to a multiple of
+/// `align` elements (`bench --ld-align`), as a caller with padded tensors passes them.
+/// `(lda, ldb, ldd)`; `ldc` is `ldd`.
+pub fn gemm_ld_aligned(
+    inst: &InstanceEntry,
+    m: u64,
+    n: u64,
+    k: u64,
+    align: u64,
+) -> (u64, u64, u64) {
+    let (lda, ldb, ldd) = gemm_ld(inst, m, n, k);
+    let up = |ld: u64| ld.next_multiple_of(align.max(1));
+    (up(lda), up(ldb), up(ldd))
+}
+
+/// Puts leading dimensions into a GEMM call's argument list, over the dense ones
+/// ([`scalar`]) that it was built with.
+pub fn set_gemm_ld(inst: &InstanceEntry, args: &mut [ArgValue], (lda, ldb, ldd): (u64, u64, u64)) {
+    for (a, v) in inst.args.iter().zip(args.iter_mut()) {
+        let ld = match a.name.as_str() {
+            "lda" => lda,
+            "ldb" => ldb,
+            "ldc" | "ldd" => ldd,
+            _ => continue,
+        };
+        *v = ArgValue::I64(ld as i64);
+    }
+}
+
+/// Bytes of GEMM buffer `arg` stored with leading dimensions `(lda, ldb, ldd)`; None for an
+/// argument that is not one of the matrices (a bias keeps its dense length).
+pub fn gemm_matrix_bytes(
+    inst: &InstanceEntry,
+    arg: &str,
+    ty: &str,
+    (m, n, k): (u64, u64, u64),
+    (lda, ldb, ldd): (u64, u64, u64),
+) -> Option<u64> {
+    let ld = match arg {
+        "a" => lda,
+        "b" => ldb,
+        "c" | "d" => ldd,
+        _ => return None,
+    };
+    let (rows, _) = gemm_stored(inst, arg, m, n, k);
+    Some(rows * ld * super::data::dtype_of(ty).size() as u64)
 }
 
 /// A GEMM operand's stored shape for a problem: (rows, row length) as laid out in memory
@@ -197,4 +247,90 @@ pub fn bench_cases(inst: &InstanceEntry) -> Vec<Problem> {
         .into_iter()
         .filter(|p| fits(inst, *p))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::model::{Arch, DType, Engine, Instance, Op, Params};
+
+    /// A wgmma bias GEMM entry as `generate` writes it, in `layout`.
+    fn gemm(layout: Layout) -> InstanceEntry {
+        let params = Params {
+            tile: Some([128, 256, 64]),
+            stages: Some(3),
+            engine: Some(Engine::Wgmma),
+            layout: Some(layout),
+            ..Default::default()
+        };
+        let mut inst = Instance::for_test(Op::Gemm, DType::Bf16, params);
+        inst.archs = vec![Arch::Sm90a];
+        inst.epilogue = vec![crate::spec::model::Epilogue::Bias];
+        crate::ops::apply_defaults(Op::Gemm, &mut inst.params);
+        InstanceEntry::for_test(&inst)
+    }
+
+    #[test]
+    fn aligned_leading_dimensions_pad_each_stored_row_and_size_the_buffers_by_them() {
+        let (m, n, k) = (903, 3048, 6120);
+        // nn: A is M×K, B is K×N; nt: B is stored N×K; tn: A is stored K×M.
+        let nn = gemm(Layout::Nn);
+        assert_eq!(gemm_ld(&nn, m, n, k), (6120, 3048, 3048));
+        let ld = gemm_ld_aligned(&nn, m, n, k, 64);
+        assert_eq!(ld, (6144, 3072, 3072));
+        assert_eq!(
+            gemm_ld_aligned(&gemm(Layout::Nt), m, n, k, 64),
+            (6144, 6144, 3072)
+        );
+        assert_eq!(
+            gemm_ld_aligned(&gemm(Layout::Tn), m, n, k, 64),
+            (960, 3072, 3072)
+        );
+        // Rows already whole multiples stay as they are.
+        assert_eq!(
+            gemm_ld_aligned(&nn, 4096, 4096, 4096, 64),
+            (4096, 4096, 4096)
+        );
+        // Matrices hold their stored rows at the padded pitch; the bias stays dense.
+        let bytes = |arg: &str| gemm_matrix_bytes(&nn, arg, "bf16", (m, n, k), ld);
+        assert_eq!(bytes("a"), Some(903 * 6144 * 2));
+        assert_eq!(bytes("b"), Some(6120 * 3072 * 2));
+        assert_eq!(bytes("d"), Some(903 * 3072 * 2));
+        assert_eq!(bytes("bias"), None);
+        // The call's scalars take them, and nothing else changes (pointers stand in as -1).
+        let mut args: Vec<ArgValue> = nn
+            .args
+            .iter()
+            .map(|a| match a.kind {
+                crate::launch::ArgKind::Scalar => {
+                    ArgValue::I64(scalar(&nn, &a.name, Problem::Gemm { m, n, k }) as i64)
+                }
+                _ => ArgValue::I64(-1),
+            })
+            .collect();
+        let names: Vec<&str> = nn.args.iter().map(|a| a.name.as_str()).collect();
+        assert!(
+            ["lda", "ldb", "ldd"].iter().all(|x| names.contains(x)),
+            "{names:?}"
+        );
+        let ints = |args: &[ArgValue]| -> Vec<i64> {
+            args.iter()
+                .map(|v| match v {
+                    ArgValue::I64(x) => *x,
+                    _ => panic!("GEMM scalars are integers"),
+                })
+                .collect()
+        };
+        let dense = ints(&args);
+        set_gemm_ld(&nn, &mut args, ld);
+        let padded = ints(&args);
+        for ((name, was), now) in names.iter().zip(dense).zip(padded) {
+            let want = match *name {
+                "lda" => 6144,
+                "ldb" | "ldd" | "ldc" => 3072,
+                _ => was,
+            };
+            assert_eq!(now, want, "{name}");
+        }
+    }
 }

@@ -479,20 +479,8 @@ mod tests {
         inst.archs = vec![Arch::Sm90a];
         crate::ops::apply_defaults(Op::Gemm, &mut inst.params);
         InstanceEntry {
-            kernel: inst.kernel.clone(),
-            origin: inst.origin.clone(),
-            entry_point: inst.entry_point(),
-            args: crate::ops::signature(&inst),
-            tensor_maps: crate::ops::tensor_maps(&inst),
-            launch: crate::ops::launch(&inst),
             table_only,
-            config_sha256: "0".repeat(64),
-            source: crate::manifest::FileRef {
-                path: "kernels/t.cu".into(),
-                sha256: "0".repeat(64),
-                bytes: 1,
-            },
-            targets: vec![],
+            ..InstanceEntry::for_test(&inst)
         }
     }
 

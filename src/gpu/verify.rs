@@ -362,16 +362,7 @@ fn try_case(
     })
     .ok_or("a pointer argument has no buffer")?;
     if let (Some(pad), Problem::Gemm { m, n, k }) = (case.ld_pad, p) {
-        let (lda, ldb, ldd) = problem::gemm_ld_padded(inst, m, n, k, pad);
-        for (a, v) in inst.args.iter().zip(args.iter_mut()) {
-            let ld = match a.name.as_str() {
-                "lda" => lda,
-                "ldb" => ldb,
-                "ldc" | "ldd" => ldd,
-                _ => continue,
-            };
-            *v = ArgValue::I64(ld as i64);
-        }
+        problem::set_gemm_ld(inst, &mut args, problem::gemm_ld_padded(inst, m, n, k, pad));
     }
     let mut dims = gpu.dims(inst, p).map_err(|e| e.to_string())?;
     let args = super::with_tensor_maps(gpu, inst, args).map_err(|e| e.to_string())?;
@@ -435,7 +426,8 @@ fn cublas_expected(
     let product = |a: &[u8], b: &[u8]| -> Result<Vec<f64>> {
         let (a, b) = (gpu.upload(a)?, gpu.upload(b)?);
         let mut d = gpu.alloc_filled((m * n * 4) as usize, POISON)?;
-        blas.gemm(gpu, inst, (m, n, k), &a, &b, &mut d, DType::F32, false)?;
+        let ld = problem::gemm_ld(inst, m, n, k);
+        blas.gemm(gpu, inst, (m, n, k), ld, &a, &b, &mut d, DType::F32, false)?;
         Ok(data::decode(DType::F32, &gpu.download(&d)?))
     };
     let acc = product(&a.bytes, &b.bytes)?;

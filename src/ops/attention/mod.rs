@@ -941,22 +941,7 @@ mod tests {
 
     /// A manifest entry for `inst` as `generate` writes it (no targets).
     fn entry(inst: &Instance) -> crate::manifest::InstanceEntry {
-        crate::manifest::InstanceEntry {
-            kernel: inst.kernel.clone(),
-            origin: inst.origin.clone(),
-            entry_point: inst.entry_point(),
-            args: super::super::signature(inst),
-            tensor_maps: super::super::tensor_maps(inst),
-            launch: super::super::launch(inst),
-            table_only: false,
-            config_sha256: "0".repeat(64),
-            source: crate::manifest::FileRef {
-                path: "kernels/t.cu".into(),
-                sha256: "0".repeat(64),
-                bytes: 1,
-            },
-            targets: vec![],
-        }
+        crate::manifest::InstanceEntry::for_test(inst)
     }
 
     #[test]
