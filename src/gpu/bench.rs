@@ -8,7 +8,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use super::cublas::Blas;
 use super::data;
 use super::problem::{self, Problem};
-use super::{call_args, call_args_from, gpu_err, launch, with_tensor_maps, Gpu};
+use super::{call_args, call_args_from, gpu_err, launch, with_tensor_maps, ArgValue, Gpu};
 use crate::error::Result;
 use crate::launch::ArgKind;
 use crate::manifest::InstanceEntry;
@@ -368,12 +368,16 @@ pub fn bench_case(
     // per launch; that is host time, which the GPU spans timed here do not hold).
     let mut kernel_args = Vec::with_capacity(sets);
     let mut plain_args = Vec::with_capacity(sets);
-    for set in &buffers {
+    // The instance's argument list for a set, with the padded leading dimensions if any.
+    let kernel_call = |set| {
         let mut call = call_args(inst, p, set);
         if padded {
             problem::set_gemm_ld(inst, &mut call, ld);
         }
-        kernel_args.push(with_tensor_maps(gpu, inst, call)?);
+        call
+    };
+    for set in &buffers {
+        kernel_args.push(with_tensor_maps(gpu, inst, kernel_call(set))?);
         if let Some((o, _, _)) = &plain {
             let mut args = call_args_from(o, p, inst, set).ok_or_else(|| {
                 crate::Error::Gpu(format!("{}: arguments do not match {}", o.name, inst.name))
@@ -384,7 +388,7 @@ pub fn bench_case(
             plain_args.push(with_tensor_maps(gpu, o, args)?);
         }
     }
-    let encode_us_per_map = encode_cost(gpu, inst, &buffers[0], p)?;
+    let encode_us_per_map = encode_cost(gpu, inst, &kernel_call(&buffers[0]))?;
     let gpu = &*gpu;
     let mut run_kernel = |run: usize| launch(gpu, &f, dims, &kernel_args[run % sets]);
     let mut plain_ms = None;
@@ -523,17 +527,12 @@ pub fn bench_case(
 /// Host microseconds to check and encode one tensor map (`cuTensorMapEncodeTiled`), what the
 /// bindings' launcher adds to every launch: the median over 21 rounds of 100 encodings of all
 /// the instance's maps for this problem; None without maps.
-fn encode_cost(
-    gpu: &mut Gpu,
-    inst: &InstanceEntry,
-    set: &[Option<CudaSlice<u8>>],
-    p: Problem,
-) -> Result<Option<f64>> {
+fn encode_cost(gpu: &mut Gpu, inst: &InstanceEntry, call: &[ArgValue]) -> Result<Option<f64>> {
     if inst.tensor_maps.is_empty() {
         return Ok(None);
     }
     let rules = gpu.map_rules(inst)?;
-    let values = super::map_values(gpu, &call_args(inst, p, set));
+    let values = super::map_values(gpu, call);
     let mut samples = Vec::with_capacity(21);
     for _ in 0..21 {
         let start = std::time::Instant::now();
