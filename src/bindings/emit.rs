@@ -159,11 +159,16 @@ fn tensor_maps_table(m: &Manifest) -> Result<Option<TokenStream>> {
                 Interleave::B16 => quote!(B16),
                 Interleave::B32 => quote!(B32),
             };
-            let l2 = match t.l2_promotion {
+            let promotion = |p: L2Promotion| match p {
                 L2Promotion::None => quote!(None),
                 L2Promotion::B64 => quote!(B64),
                 L2Promotion::B128 => quote!(B128),
                 L2Promotion::B256 => quote!(B256),
+            };
+            let l2 = promotion(t.l2_promotion);
+            let l2_straddling = match t.l2_promotion_straddling.map(promotion) {
+                None => quote!(None),
+                Some(p) => quote!(Some(tensor_map::L2Promotion::#p)),
             };
             let oob = match t.oob_fill {
                 OobFill::Zero => quote!(Zero),
@@ -179,6 +184,7 @@ fn tensor_maps_table(m: &Manifest) -> Result<Option<TokenStream>> {
                 swizzle: tensor_map::Swizzle::#swizzle,
                 interleave: tensor_map::Interleave::#interleave,
                 l2_promotion: tensor_map::L2Promotion::#l2,
+                l2_promotion_straddling: #l2_straddling,
                 oob_fill: tensor_map::OobFill::#oob,
             }));
         }

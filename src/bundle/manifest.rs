@@ -658,6 +658,7 @@ mod tests {
             swizzle: Swizzle::B128,
             interleave: Interleave::None,
             l2_promotion: L2Promotion::B256,
+            l2_promotion_straddling: None,
             oob_fill: OobFill::Zero,
         }
     }

@@ -427,6 +427,12 @@ pub fn tensor_map_rules(
             DimSource::Const(v) => tm::MapDim::Const(v),
         })
     };
+    let promotion = |p: L| match p {
+        L::None => tm::L2Promotion::None,
+        L::B64 => tm::L2Promotion::B64,
+        L::B128 => tm::L2Promotion::B128,
+        L::B256 => tm::L2Promotion::B256,
+    };
     let mut rules = Vec::new();
     for t in &inst.tensor_maps {
         let sizes = |names: &[String]| -> Result<&'static [tm::SizeArg]> {
@@ -463,12 +469,8 @@ pub fn tensor_map_rules(
                 I::B16 => tm::Interleave::B16,
                 I::B32 => tm::Interleave::B32,
             },
-            l2_promotion: match t.l2_promotion {
-                L::None => tm::L2Promotion::None,
-                L::B64 => tm::L2Promotion::B64,
-                L::B128 => tm::L2Promotion::B128,
-                L::B256 => tm::L2Promotion::B256,
-            },
+            l2_promotion: promotion(t.l2_promotion),
+            l2_promotion_straddling: t.l2_promotion_straddling.map(promotion),
             oob_fill: match t.oob_fill {
                 O::Zero => tm::OobFill::Zero,
                 O::Nan => tm::OobFill::Nan,

@@ -69,6 +69,10 @@ pub struct TensorMap {
     pub swizzle: Swizzle,
     pub interleave: Interleave,
     pub l2_promotion: L2Promotion,
+    /// The promotion to use instead where the map's rows are not whole 128-byte lines apart
+    /// (its first stride, in bytes, no multiple of 128); absent: `l2_promotion` always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_promotion_straddling: Option<L2Promotion>,
     pub oob_fill: OobFill,
 }
 
@@ -127,6 +131,7 @@ impl TensorMap {
             swizzle,
             interleave: Interleave::None,
             l2_promotion: L2Promotion::B256,
+            l2_promotion_straddling: None,
             oob_fill: OobFill::Zero,
         }
     }

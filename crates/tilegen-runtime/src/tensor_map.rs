@@ -17,6 +17,8 @@ pub const MAX_BOX: u32 = 256;
 pub const MAX_DIM: u64 = 1 << 32;
 /// Global strides are below this many bytes.
 pub const STRIDE_LIMIT: u64 = 1 << 40;
+/// L2's line: rows whose pitch is no multiple of it take [`TensorMapRule::l2_promotion_straddling`].
+pub const LINE_BYTES: u64 = 128;
 /// The first CUDA version whose driver has `cuTensorMapEncodeTiled`.
 pub const MIN_DRIVER: Version = Version::new(12, 0);
 
@@ -128,6 +130,9 @@ pub struct TensorMapRule {
     pub swizzle: Swizzle,
     pub interleave: Interleave,
     pub l2_promotion: L2Promotion,
+    /// The promotion to use instead where the rows are not whole 128-byte lines apart (the
+    /// first stride, in bytes, no multiple of 128); None: `l2_promotion` always.
+    pub l2_promotion_straddling: Option<L2Promotion>,
     pub oob_fill: OobFill,
 }
 
@@ -255,6 +260,11 @@ impl TensorMapRule {
             crate::launch_rules::check_multiple(s.name, elems, per)?;
             map.strides[i] = bytes;
         }
+        if let Some(p) = self.l2_promotion_straddling {
+            if map.rank > 1 && !map.strides[0].is_multiple_of(LINE_BYTES) {
+                map.l2_promotion = p;
+            }
+        }
         Ok(map)
     }
 }
@@ -297,6 +307,7 @@ mod tests {
         swizzle: Swizzle::B128,
         interleave: Interleave::None,
         l2_promotion: L2Promotion::B256,
+        l2_promotion_straddling: None,
         oob_fill: OobFill::Zero,
     };
 
@@ -379,6 +390,7 @@ mod tests {
         swizzle: Swizzle::B128,
         interleave: Interleave::None,
         l2_promotion: L2Promotion::B256,
+        l2_promotion_straddling: None,
         oob_fill: OobFill::Zero,
     };
 
@@ -445,6 +457,27 @@ mod tests {
                 .collect::<Vec<_>>(),
             [300, MAX_DIM]
         );
+    }
+
+    #[test]
+    fn rows_off_whole_lines_take_the_straddling_promotion() {
+        let a = TensorMapRule {
+            l2_promotion_straddling: Some(L2Promotion::B128),
+            ..A
+        };
+        // lda 6144 and 64 bf16: 12288 and 128 bytes, whole lines; 6120 and 72 are not.
+        for (lda, want) in [
+            (6144, L2Promotion::B256),
+            (64, L2Promotion::B256),
+            (6120, L2Promotion::B128),
+            (72, L2Promotion::B128),
+        ] {
+            let t = a.resolve(&values(0x1_0000, 903, 64, lda)).unwrap();
+            assert_eq!(t.l2_promotion, want, "lda {lda}");
+        }
+        // Without one, the rule's promotion holds at any pitch.
+        let t = A.resolve(&values(0x1_0000, 903, 64, 6120)).unwrap();
+        assert_eq!(t.l2_promotion, L2Promotion::B256);
     }
 
     #[test]

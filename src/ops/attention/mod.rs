@@ -647,6 +647,7 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
             // (the same within 1 % at 4096 and at head_dims 64 and 256;
             // bench/flash-attn/NOTES.md, 2026-12-03).
             l2_promotion: L2Promotion::None,
+            l2_promotion_straddling: None,
             oob_fill: OobFill::Zero,
         })
         .collect()

@@ -63,7 +63,7 @@ fn requirements(inst: &InstanceEntry) -> String {
         format!("`m`, `n`, `k` ≤ 2^31 - 1 (any values: edges are masked; `k` = 0 writes `epilogue(0)`). {matrices}")
     } else {
         format!(
-            "Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of {} (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). {matrices} For speed, keep rows whole 128-byte lines apart (leading dimensions multiples of {} elements, padding the rows if need be): at other pitches TMA reads two lines for most rows of a box, which can take twice as long.",
+            "Runs only on sm_90 (compute capability 9.0, H100/H200) with a driver for CUDA 12.0 or newer. `m` ≤ 2^31 - 1, `n` ≤ 2^31 - 1 a multiple of {} (16 bytes of output: the TMA stores write whole 16-byte chunks), 1 ≤ `k` ≤ 2^31 - 1 (edges are zero-filled by the tensor maps; `k` = 0 or a ragged `n` is refused and the family's method runs another instance). {matrices} For speed, keep rows whole 128-byte lines apart (leading dimensions multiples of {} elements, padding the rows if need be): at other pitches TMA reads two lines for most rows of a box, which is much slower.",
             n.n_multiple,
             128 / inst.dtype.size()
         )

@@ -312,6 +312,13 @@ impl Plan {
             L2Promotion::B256
         }
     }
+    /// The operands' promotion where their rows are not whole 128-byte lines apart (most box
+    /// rows then span two lines): the two-consumer tiles ran 1.14-1.19x as fast there with
+    /// 128 bytes as with 256, and the same at whole-line pitches (H100,
+    /// bench/hopper-gemm/NOTES.md, 2026-12-05). Tiles already at 128 keep it.
+    fn operand_l2_promotion_straddling(&self) -> Option<L2Promotion> {
+        (self.operand_l2_promotion() == L2Promotion::B256).then_some(L2Promotion::B128)
+    }
     /// Bytes of TMA loads that the whole grid keeps in flight, for tiles that cap it (0: every
     /// block fills its ring). Swap-AB tiles stream weights that nothing else reads from DRAM,
     /// and past about this much in flight over the grid the H200's DRAM delivered less: 16×128
@@ -630,6 +637,7 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
     // A and B: the input dtype, with the L2 promotion the plan picks for its operands.
     let operand = |name: &str, tensor: &str, dims: [&str; 2], ld: &str, box_dims| TensorMap {
         l2_promotion: plan.operand_l2_promotion(),
+        l2_promotion_straddling: plan.operand_l2_promotion_straddling(),
         ..TensorMap::tiled_2d(name, tensor, inst.dtype, dims, ld, box_dims, Swizzle::B128)
     };
     // K-major operands come in boxes of the rows a stage needs, MN-major ones in boxes of 64 k
@@ -1431,6 +1439,19 @@ mod tests {
             promotion,
             [L2Promotion::B128, L2Promotion::B128, L2Promotion::B256]
         );
+        // Rows off whole 128-byte lines: the two-consumer tile's operands drop to 128 bytes,
+        // tiles already there keep it, and D keeps its own.
+        let straddling = |i: &Instance| -> Vec<_> {
+            tensor_maps(i)
+                .iter()
+                .map(|m| m.l2_promotion_straddling)
+                .collect()
+        };
+        assert_eq!(
+            straddling(&i),
+            [Some(L2Promotion::B128), Some(L2Promotion::B128), None]
+        );
+        assert_eq!(straddling(&skinny), [None, None, None]);
     }
 
     #[test]
