@@ -286,11 +286,9 @@ fn tiny_wgmma_instance_generates_with_tensor_maps() {
         maps[0],
         serde_json::json!({"name": "a_map", "tensor": "a", "dtype": "bf16", "dims": ["m", "k"],
             "strides": ["lda"], "box": [64, 64], "swizzle": "128b", "interleave": "none",
-            "l2_promotion": "256b", "l2_promotion_straddling": "128b", "oob_fill": "zero"})
+            "l2_promotion": "256b", "oob_fill": "zero"})
     );
     assert_eq!(maps[1]["dims"], serde_json::json!(["n", "k"]));
-    // The output maps keep 256 bytes at every pitch.
-    assert_eq!(maps[3]["l2_promotion_straddling"], serde_json::Value::Null);
     assert_eq!(maps[2]["strides"], serde_json::json!(["ldc"]));
     assert_eq!(maps[3]["tensor"], "d");
     // Same arguments as the mma.sync GEMM.
