@@ -325,19 +325,21 @@ pub fn bench_case(
     gpu.doing(format!("timing {} at {p}", inst.name));
     let f = gpu.function(inst)?;
     let (bytes, flops) = traffic(inst, p);
-    let (ld, padded) = match (p, ld_align) {
-        (Problem::Gemm { m, n, k }, Some(align)) => {
-            (problem::gemm_ld_aligned(inst, m, n, k, align), true)
+    // A GEMM's leading dimensions: padded ones (which the calls below are given), else dense.
+    let (ld, padded) = match p {
+        Problem::Gemm { m, n, k } => {
+            let padded = ld_align.map(|align| problem::gemm_ld_aligned(inst, m, n, k, align));
+            (padded.unwrap_or(problem::gemm_ld(inst, m, n, k)), padded)
         }
-        (Problem::Gemm { m, n, k }, None) => (problem::gemm_ld(inst, m, n, k), false),
-        _ => ((0, 0, 0), false),
+        _ => ((0, 0, 0), None),
     };
     let buffer_bytes = |name: &str, ty: &str| -> usize {
-        let matrix = match p {
-            Problem::Gemm { m, n, k } => problem::gemm_matrix_bytes(inst, name, ty, (m, n, k), ld),
+        match p {
+            Problem::Gemm { m, n, k } => problem::gemm_matrix_layout(inst, name, ty, (m, n, k), ld)
+                .map(|[rows, _, pitch]| rows * pitch),
             _ => None,
-        };
-        matrix.unwrap_or(problem::buffer_len(name, p) * data::dtype_of(ty).size() as u64) as usize
+        }
+        .unwrap_or(problem::buffer_len(name, p) as usize * data::dtype_of(ty).size() as usize)
     };
     // Enough input sets that one cycle through them is at least 4x the L2.
     let sets = ((4 * gpu.l2_bytes).div_ceil(bytes.max(1)) as usize).clamp(1, 8);
@@ -371,7 +373,7 @@ pub fn bench_case(
     // The instance's argument list for a set, with the padded leading dimensions if any.
     let kernel_call = |set| {
         let mut call = call_args(inst, p, set);
-        if padded {
+        if let Some(ld) = padded {
             problem::set_gemm_ld(inst, &mut call, ld);
         }
         call
@@ -382,7 +384,7 @@ pub fn bench_case(
             let mut args = call_args_from(o, p, inst, set).ok_or_else(|| {
                 crate::Error::Gpu(format!("{}: arguments do not match {}", o.name, inst.name))
             })?;
-            if padded {
+            if let Some(ld) = padded {
                 problem::set_gemm_ld(o, &mut args, ld);
             }
             plain_args.push(with_tensor_maps(gpu, o, args)?);
@@ -520,7 +522,7 @@ pub fn bench_case(
         encode_us_per_map,
         rounds: None,
         ratio_range: None,
-        ld: padded.then_some([ld.0, ld.1, ld.2]),
+        ld: padded.map(|(a, b, d)| [a, b, d]),
     })
 }
 

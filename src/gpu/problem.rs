@@ -106,23 +106,25 @@ pub fn set_gemm_ld(inst: &InstanceEntry, args: &mut [ArgValue], (lda, ldb, ldd):
     }
 }
 
-/// Bytes of GEMM buffer `arg` stored with leading dimensions `(lda, ldb, ldd)`; None for an
-/// argument that is not one of the matrices (a bias keeps its dense length).
-pub fn gemm_matrix_bytes(
+/// How GEMM matrix `arg` (of element type `ty`) is stored with leading dimensions `(lda, ldb,
+/// ldd)`: `[rows, bytes of a row, bytes between rows]`; None for an argument that is not one of
+/// the matrices (a bias keeps its dense length). Its buffer holds rows × the last.
+pub fn gemm_matrix_layout(
     inst: &InstanceEntry,
     arg: &str,
     ty: &str,
     (m, n, k): (u64, u64, u64),
     (lda, ldb, ldd): (u64, u64, u64),
-) -> Option<u64> {
+) -> Option<[usize; 3]> {
     let ld = match arg {
         "a" => lda,
         "b" => ldb,
         "c" | "d" => ldd,
         _ => return None,
     };
-    let (rows, _) = gemm_stored(inst, arg, m, n, k);
-    Some(rows * ld * super::data::dtype_of(ty).size() as u64)
+    let (rows, cols) = gemm_stored(inst, arg, m, n, k);
+    let es = super::data::dtype_of(ty).size() as u64;
+    Some([rows as usize, (cols * es) as usize, (ld * es) as usize])
 }
 
 /// A GEMM operand's stored shape for a problem: (rows, row length) as laid out in memory
@@ -292,11 +294,11 @@ mod tests {
             (4096, 4096, 4096)
         );
         // Matrices hold their stored rows at the padded pitch; the bias stays dense.
-        let bytes = |arg: &str| gemm_matrix_bytes(&nn, arg, "bf16", (m, n, k), ld);
-        assert_eq!(bytes("a"), Some(903 * 6144 * 2));
-        assert_eq!(bytes("b"), Some(6120 * 3072 * 2));
-        assert_eq!(bytes("d"), Some(903 * 3072 * 2));
-        assert_eq!(bytes("bias"), None);
+        let layout = |arg: &str| gemm_matrix_layout(&nn, arg, "bf16", (m, n, k), ld);
+        assert_eq!(layout("a"), Some([903, 6120 * 2, 6144 * 2]));
+        assert_eq!(layout("b"), Some([6120, 3048 * 2, 3072 * 2]));
+        assert_eq!(layout("d"), Some([903, 3048 * 2, 3072 * 2]));
+        assert_eq!(layout("bias"), None);
         // The call's scalars take them, and nothing else changes (pointers stand in as -1).
         let mut args: Vec<ArgValue> = nn
             .args

@@ -277,18 +277,8 @@ fn padded_layout(inst: &InstanceEntry, case: &Case, arg: &str, ty: &str) -> Opti
     let Problem::Gemm { m, n, k } = case.problem else {
         return None;
     };
-    if !matches!(arg, "a" | "b" | "c" | "d") {
-        return None;
-    }
-    let (lda, ldb, ldd) = problem::gemm_ld_padded(inst, m, n, k, pad);
-    let ld = match arg {
-        "a" => lda,
-        "b" => ldb,
-        _ => ldd,
-    };
-    let (rows, cols) = problem::gemm_stored(inst, arg, m, n, k);
-    let es = data::dtype_of(ty).size() as usize;
-    Some([rows as usize, cols as usize * es, ld as usize * es])
+    let ld = problem::gemm_ld_padded(inst, m, n, k, pad);
+    problem::gemm_matrix_layout(inst, arg, ty, (m, n, k), ld)
 }
 
 /// Dense rows spread to padded ones; the padding holds NaN (POISON), which a kernel that

@@ -17,8 +17,6 @@ pub const MAX_BOX: u32 = 256;
 pub const MAX_DIM: u64 = 1 << 32;
 /// Global strides are below this many bytes.
 pub const STRIDE_LIMIT: u64 = 1 << 40;
-/// L2's line: rows whose pitch is no multiple of it take [`TensorMapRule::l2_promotion_straddling`].
-pub const LINE_BYTES: u64 = 128;
 /// The first CUDA version whose driver has `cuTensorMapEncodeTiled`.
 pub const MIN_DRIVER: Version = Version::new(12, 0);
 
@@ -261,7 +259,8 @@ impl TensorMapRule {
             map.strides[i] = bytes;
         }
         if let Some(p) = self.l2_promotion_straddling {
-            if map.rank > 1 && !map.strides[0].is_multiple_of(LINE_BYTES) {
+            if map.rank > 1 && !map.strides[0].is_multiple_of(crate::call_checks::RowPitches::LINE)
+            {
                 map.l2_promotion = p;
             }
         }
