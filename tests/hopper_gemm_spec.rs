@@ -286,7 +286,7 @@ fn tiny_wgmma_instance_generates_with_tensor_maps() {
         maps[0],
         serde_json::json!({"name": "a_map", "tensor": "a", "dtype": "bf16", "dims": ["m", "k"],
             "strides": ["lda"], "box": [64, 64], "swizzle": "128b", "interleave": "none",
-            "l2_promotion": "256b", "oob_fill": "zero"})
+            "l2_promotion": "256b", "l2_promotion_straddling": "128b", "oob_fill": "zero"})
     );
     assert_eq!(maps[1]["dims"], serde_json::json!(["n", "k"]));
     assert_eq!(maps[2]["strides"], serde_json::json!(["ldc"]));

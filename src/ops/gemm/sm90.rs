@@ -313,13 +313,12 @@ impl Plan {
         }
     }
     /// The operands' promotion where their rows are not whole 128-byte lines apart (most box
-    /// rows then span two lines): the 128x256 and 128x192 tiles ran 1.14-1.19x as fast there
-    /// with 128 bytes as with 256, and the same at whole-line pitches (H100,
-    /// bench/hopper-gemm/NOTES.md, 2026-12-05). The narrower two-consumer tiles were not
-    /// timed there and keep 256; tiles already at 128 keep it.
+    /// rows then span two lines, and a 256-byte promotion fetches lines no box asked for):
+    /// every two-consumer tile ran 1.08-1.18x as fast with 128 bytes there at 903x3048x6120,
+    /// within the noise at skinny straddling shapes, and the same at whole-line pitches
+    /// (H100, bench/hopper-gemm/NOTES.md, 2026-12-05). Tiles already at 128 keep it.
     fn operand_l2_promotion_straddling(&self) -> Option<L2Promotion> {
-        (self.operand_l2_promotion() == L2Promotion::B256 && self.tile_n >= 192)
-            .then_some(L2Promotion::B128)
+        (self.operand_l2_promotion() == L2Promotion::B256).then_some(L2Promotion::B128)
     }
     /// Bytes of TMA loads that the whole grid keeps in flight, for tiles that cap it (0: every
     /// block fills its ring). Swap-AB tiles stream weights that nothing else reads from DRAM,
@@ -1441,22 +1440,21 @@ mod tests {
             promotion,
             [L2Promotion::B128, L2Promotion::B128, L2Promotion::B256]
         );
-        // Rows off whole 128-byte lines: the wide tiles' operands drop to 128 bytes, D keeps
-        // its own; tiles not timed there (128x128) and those already at 128 keep theirs.
+        // Rows off whole 128-byte lines: every two-consumer tile's operands drop to 128 bytes,
+        // D keeps its own; tiles already at 128 (one consumer) keep theirs.
         let straddling = |i: &Instance| -> Vec<_> {
             tensor_maps(i)
                 .iter()
                 .map(|m| m.l2_promotion_straddling)
                 .collect()
         };
-        for tile_n in [192, 256] {
+        for tile_n in [128, 192, 256] {
             assert_eq!(
                 straddling(&inst(DType::Bf16, DType::Bf16, tile_n, Layout::Nt)),
                 [Some(L2Promotion::B128), Some(L2Promotion::B128), None],
                 "128x{tile_n}"
             );
         }
-        assert_eq!(straddling(&i), [None, None, None]);
         assert_eq!(straddling(&skinny), [None, None, None]);
     }
 
