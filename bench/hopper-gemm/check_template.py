@@ -53,7 +53,11 @@ class Instance:
         dims = [max(1, sizes[d]) for d in m["dims"]]
         strides = [sizes[s] * es for s in m["strides"]]
         sw = {"none": "NONE", "32b": "32B", "64b": "64B", "128b": "128B"}[m["swizzle"]]
-        l2 = {"none": "NONE", "64b": "L2_64B", "128b": "L2_128B", "256b": "L2_256B"}[m["l2_promotion"]]
+        # Rows that are not whole 128-byte L2 lines apart take the map's other promotion.
+        promotion = m["l2_promotion"]
+        if "l2_promotion_straddling" in m and strides and strides[0] % 128:
+            promotion = m["l2_promotion_straddling"]
+        l2 = {"none": "NONE", "64b": "L2_64B", "128b": "L2_128B", "256b": "L2_256B"}[promotion]
         il = {"none": "NONE", "16b": "16B", "32b": "32B"}[m["interleave"]]
         oob = {"zero": "NONE", "nan": "NAN_REQUEST_ZERO_FMA"}[m["oob_fill"]]
         r = cu.cuTensorMapEncodeTiled(

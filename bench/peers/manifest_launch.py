@@ -150,11 +150,15 @@ class Kernel:
         eb = ELEM_BYTES[m["dtype"]]
         dims = [size(s) for s in m["dims"]]
         strides = [size(s) * eb for s in m["strides"]]
+        # Rows that are not whole 128-byte L2 lines apart take the map's other promotion.
+        l2 = m["l2_promotion"]
+        if "l2_promotion_straddling" in m and strides and strides[0] % 128:
+            l2 = m["l2_promotion_straddling"]
         return check(cu.cuTensorMapEncodeTiled(
             MAP_DTYPES[m["dtype"]], len(dims), int(v[m["tensor"]]),
             [cu.cuuint64_t(x) for x in dims], [cu.cuuint64_t(x) for x in strides],
             [cu.cuuint32_t(x) for x in m["box"]], [cu.cuuint32_t(1)] * len(dims),
-            INTERLEAVE[m["interleave"]], SWIZZLE[m["swizzle"]], L2_PROMOTION[m["l2_promotion"]],
+            INTERLEAVE[m["interleave"]], SWIZZLE[m["swizzle"]], L2_PROMOTION[l2],
             OOB_FILL[m["oob_fill"]]))
 
     def prepare(self, v, stream, hold=True):
