@@ -304,6 +304,25 @@ fn bench_ld_align_off_a_multiple_of_eight_or_with_dispatch_is_a_usage_error() {
 }
 
 #[test]
+fn bench_dispatch_takes_shapes_and_reads_them_before_the_gpu() {
+    // `--dispatch` times at the given shapes: a shapes file that is not there is named
+    // (a usage error, before any library or GPU is opened), not refused as a conflict.
+    let o = tilegen_command(&[
+        "bench",
+        "--lib",
+        "no-such-library",
+        "--dispatch",
+        "--shapes",
+        "no-such-shapes.json",
+    ])
+    .output()
+    .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("cannot be used with"), "{}", text(&o));
+    assert!(text(&o).contains("no-such-shapes.json"), "{}", text(&o));
+}
+
+#[test]
 fn prune_by_tuning_without_a_table_is_an_error_and_keeps_the_library() {
     let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("cand.yaml");

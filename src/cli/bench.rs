@@ -26,14 +26,14 @@ pub struct BenchArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json_out: Option<PathBuf>,
-    /// Instead: per method and goal shape, the instance dispatch picks (tuning tables, then
-    /// the fixed rules) beside the fixed rules' pick and the fastest instance, timed turn
-    /// about (`tilegen tune --dry-run`; `--filter` selects methods).
+    /// Instead: per method and goal shape (or `--shapes`), the instance dispatch picks (tuning
+    /// tables, then the fixed rules) beside the fixed rules' pick and the fastest instance,
+    /// timed turn about (`tilegen tune --dry-run`; `--filter` selects methods).
     #[arg(long)]
     dispatch: bool,
     /// Time at these shapes instead of the goal sizes, for the ops the file names (a JSON
     /// object from op name to lists of sizes, as `tilegen tune --shapes` reads).
-    #[arg(long, conflicts_with = "dispatch")]
+    #[arg(long)]
     shapes: Option<PathBuf>,
     /// Time every comparison this many times, all of them in turn each round, and report each
     /// one's median over the rounds with its lowest and highest ratio (a single ratio moves by
@@ -115,7 +115,10 @@ pub fn run(args: BenchArgs, rep: &Reporter) -> Result<ExitCode, Error> {
         ld_align,
     } = args;
     if dispatch {
-        return super::tune::run(super::tune::TuneArgs::report(lib, filter, wait_limit), rep);
+        return super::tune::run(
+            super::tune::TuneArgs::report(lib, filter, shapes, wait_limit),
+            rep,
+        );
     }
     let shapes = match &shapes {
         Some(path) => Some(tilegen::__internal::gpu::tune::read_shapes(path)?),

@@ -79,12 +79,13 @@ impl TuneArgs {
     pub fn report(
         lib: PathBuf,
         filter: Option<String>,
+        shapes: Option<PathBuf>,
         wait_limit: super::gpu::WaitLimit,
     ) -> TuneArgs {
         TuneArgs {
             lib,
             filter,
-            shapes: None,
+            shapes,
             out: PathBuf::new(),
             replace: false,
             dry_run: true,
