@@ -313,10 +313,10 @@ impl Plan {
         }
     }
     /// The operands' promotion where their rows are not whole 128-byte lines apart (most box
-    /// rows then span two lines, and a 256-byte promotion fetches lines no box asked for):
-    /// every two-consumer tile ran 1.08-1.18x as fast with 128 bytes there at 903x3048x6120,
-    /// within the noise at skinny straddling shapes, and the same at whole-line pitches
-    /// (H100, bench/hopper-gemm/NOTES.md, 2026-12-05). Tiles already at 128 keep it.
+    /// rows then span two lines): every two-consumer tile ran 1.08-1.18x as fast with 128
+    /// bytes there at 903x3048x6120, within the noise at skinny straddling shapes, and the
+    /// same at whole-line pitches (H100, bench/hopper-gemm/NOTES.md, 2026-12-05). Tiles
+    /// already at 128 keep it.
     fn operand_l2_promotion_straddling(&self) -> Option<L2Promotion> {
         (self.operand_l2_promotion() == L2Promotion::B256).then_some(L2Promotion::B128)
     }
