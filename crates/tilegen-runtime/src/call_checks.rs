@@ -870,6 +870,52 @@ mod tests {
     }
 
     #[test]
+    fn the_cost_model_picks_128x160_where_the_h100_measured_it_fastest() {
+        let h100 = device(9, 0, 132);
+        // The default library's bf16 nt wgmma tiles, 128x96 and 128x160 among them.
+        let mut group: Vec<GemmOption> = [
+            (16, 64),
+            (16, 128),
+            (64, 64),
+            (128, 64),
+            (64, 128),
+            (64, 192),
+            (128, 96),
+            (128, 128),
+            (128, 160),
+            (128, 192),
+            (128, 256),
+        ]
+        .map(|tile| GemmOption {
+            tile,
+            tensor_maps: true,
+            runs: true,
+            split_k: 1,
+        })
+        .to_vec();
+        group.push(GemmOption {
+            tile: (128, 64),
+            tensor_maps: true,
+            runs: true,
+            split_k: 2,
+        });
+        let first = |m, n, k| group[gemm_order(m, n, k, WHOLE, &h100, &group)[0]].tile;
+        // `tilegen bench` on an H100 beside 128x192 and 128x256
+        // (bench/results/2026-12-05-h100-gemm-128x160-nt.txt): 128x160 was the fastest of the
+        // three here, 0.87-0.91x 128x192's time.
+        for (m, n, k) in [(768, 3072, 8192), (768, 3072, 4096), (384, 13824, 6144)] {
+            assert_eq!(first(m, n, k), (128, 160), "{m}x{n}x{k}");
+        }
+        // Where it was slower (by 1.02-1.23x), the cost model keeps the wider tiles.
+        for (m, n, k) in [(1536, 14336, 4096), (1024, 3072, 2048), (512, 6144, 8192)] {
+            assert_eq!(first(m, n, k), (128, 192), "{m}x{n}x{k}");
+        }
+        for (m, n, k) in [(640, 5120, 5120), (4096, 4096, 4096), (2048, 2048, 2048)] {
+            assert_eq!(first(m, n, k), (128, 256), "{m}x{n}x{k}");
+        }
+    }
+
+    #[test]
     fn rows_that_straddle_lines_count_their_loads_twice() {
         let h200 = device(9, 0, 132);
         let o = |tile| GemmOption {

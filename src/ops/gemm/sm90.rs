@@ -33,16 +33,18 @@ pub const TILE_K: u32 = 64;
 const INFLIGHT_BUDGET_BYTES: u32 = 11 << 20;
 const MIN_RING_DEPTH: u32 = 6;
 /// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256, and the narrow
-/// 96 (see [`NARROW_TILE_N`]).
-pub const TILE_NS: &[u32] = &[64, 96, 128, 192, 256];
-/// The one tile width that is not a multiple of 64 columns. With 128 rows it reads B once per
-/// tile where 64×192 tiles read it twice, and each block fills 1.75 MB of shared memory per 4096
-/// of K against 2 MB (cuBLAS's kernel for 128×11008×4096 on the H200 has this tile,
-/// bench/hopper-gemm/NOTES.md). Its B boxes (N-major) and its D boxes (16-bit outputs) are 32
-/// columns wide, in 64-byte swizzle, and a K-major B comes in one box of 96 rows.
-pub const NARROW_TILE_N: u32 = 96;
+/// ones (see [`is_narrow`]).
+pub const TILE_NS: &[u32] = &[64, 96, 128, 160, 192, 224, 256];
+/// Narrow tile widths are multiples of these columns but not of 64. 96 reads B once per
+/// tile where 64x192 tiles read it twice at M around 128, and each block fills 1.75 MB of
+/// shared memory per 4096 of K against 2 MB (cuBLAS's kernel for 128x11008x4096 on the H200 has
+/// this tile, bench/hopper-gemm/NOTES.md). 160 and 224 fill the SMs where 128-row tiles of 192
+/// or 256 columns leave a partial round (768x3072: 120 tiles of 128x160 for 132 SMs against
+/// 96 of 128x192). Their B boxes (N-major) and their D boxes (16-bit outputs) are 32 columns
+/// wide, in 64-byte swizzle, and a K-major B comes in one box of all the tile's rows.
+const NARROW_STEP: u32 = 32;
 /// Columns of a narrow tile's N-major B box and of its D box.
-const NARROW_BOX_COLS: u32 = 32;
+const NARROW_BOX_COLS: u32 = NARROW_STEP;
 const CONSUMER_ROWS: u32 = 64;
 /// The deepest ring a spec may ask for (shared memory bounds it before this does).
 const MAX_STAGES: u32 = 16;
@@ -124,9 +126,9 @@ struct Plan {
     pingpong: bool,
 }
 
-/// A narrow tile: [`NARROW_TILE_N`] columns of wgmma's n, no swap.
+/// A narrow tile: wgmma's n a multiple of [`NARROW_STEP`] columns and not of 64, no swap.
 fn is_narrow(swap: bool, tile_n: u32) -> bool {
-    !swap && tile_n == NARROW_TILE_N
+    !swap && tile_n.is_multiple_of(NARROW_STEP) && !tile_n.is_multiple_of(64)
 }
 
 /// Consumer warpgroups of a tile of `tile_m` wgmma rows: one per 64 rows, at most two, or
@@ -503,7 +505,7 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
         out.push((
             Field::Tile,
             format!(
-                "tile n {NARROW_TILE_N} takes tile m 64 or 128 and no pingpong, split_k or \
+                "tile n {tn} (not a multiple of 64) takes tile m 64 or 128 and no pingpong, split_k or \
                  multicast; not [{tm}, {tn}, {tk}] with those"
             ),
         ));
@@ -1474,8 +1476,8 @@ mod tests {
         let mut t = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
         t.params.tile = Some([128, 256, 32]);
         has(&t, Field::Tile, "tile [m, n, 64] with m one of 64, 128");
-        t.params.tile = Some([128, 160, 64]);
-        has(&t, Field::Tile, "not [128, 160, 64]");
+        t.params.tile = Some([128, 176, 64]);
+        has(&t, Field::Tile, "not [128, 176, 64]");
         t.params.tile = Some([192, 256, 64]);
         has(&t, Field::Tile, "not [192, 256, 64]");
         let mut w = inst(DType::Bf16, DType::Bf16, 256, Layout::Nn);
@@ -1591,15 +1593,55 @@ mod tests {
             i.params.multicast = multicast;
             let problems = check(&i);
             assert!(
-                problems
-                    .iter()
-                    .any(|(f, m)| *f == Field::Tile
-                        && m.contains("tile n 96 takes tile m 64 or 128")),
+                problems.iter().any(|(f, m)| *f == Field::Tile
+                    && m.contains("tile n 96 (not a multiple of 64) takes tile m 64 or 128")),
                 "{problems:?}"
             );
         }
         let mut ok = inst(DType::Bf16, DType::Bf16, 96, Layout::Nn);
         ok.params.tile = Some([64, 96, TILE_K]);
         assert!(check(&ok).is_empty());
+        let mut wide_pingpong = inst(DType::Bf16, DType::Bf16, 224, Layout::Nn);
+        wide_pingpong.params.pingpong = Some(true);
+        assert!(check(&wide_pingpong)
+            .iter()
+            .any(|(f, m)| *f == Field::Tile && m.contains("tile n 224 (not a multiple of 64)")));
+    }
+
+    #[test]
+    fn wider_narrow_tiles_take_32_column_boxes() {
+        let map =
+            |i: &Instance, name: &str| tensor_maps(i).into_iter().find(|m| m.name == name).unwrap();
+        for (tile_n, stages) in [(160, 5), (224, 3)] {
+            // N-major B: tile_n / 32 boxes of 32 columns by 64 k rows, 64-byte swizzle.
+            let mut nn = inst(DType::Bf16, DType::Bf16, tile_n, Layout::Nn);
+            nn.params.stages = Some(stages);
+            nn.epilogue = vec![Epilogue::Bias, Epilogue::Gelu];
+            let p = Plan::new(&nn);
+            assert!(p.narrow());
+            assert_eq!(
+                (p.b_box_rows(), p.b_loads(), p.b_swizzle()),
+                (32, tile_n / 32, Swizzle::B64)
+            );
+            assert_eq!(map(&nn, "b_map").box_dims.to_vec(), vec![32, 64]);
+            // 16-bit D: one round of tile_n / 32 boxes of 32 columns.
+            assert_eq!(
+                (p.d_box_cols, p.epi_rounds, p.epi_cols, p.d_swizzle()),
+                (32, 1, tile_n, Swizzle::B64)
+            );
+            // K-major B: one box of all the tile's rows.
+            let nt = inst(DType::Bf16, DType::Bf16, tile_n, Layout::Nt);
+            let p = Plan::new(&nt);
+            assert_eq!((p.b_box_rows(), p.b_loads()), (tile_n, 1));
+            assert_eq!(map(&nt, "b_map").box_dims.to_vec(), vec![64, tile_n]);
+            // The deepest ring that fits.
+            assert!(check(&nn).is_empty(), "{:?}", check(&nn));
+            assert!(Plan::new(&nn).shared_bytes() <= Arch::Sm90a.max_shared_per_block());
+            nn.params.stages = Some(stages + 1);
+            assert!(Plan::new(&nn).shared_bytes() > Arch::Sm90a.max_shared_per_block());
+        }
+        // Widths that are not multiples of 32 stay refused.
+        let odd = inst(DType::Bf16, DType::Bf16, 144, Layout::Nt);
+        assert!(check(&odd).iter().any(|(f, _)| *f == Field::Tile));
     }
 }
