@@ -33,7 +33,7 @@ pub const TILE_K: u32 = 64;
 const INFLIGHT_BUDGET_BYTES: u32 = 11 << 20;
 const MIN_RING_DEPTH: u32 = 6;
 /// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256, and the narrow
-/// ones (see [`is_narrow`]).
+/// ones, multiples of 32 columns that are not of 64 (96, 160, 224).
 pub const TILE_NS: &[u32] = &[64, 96, 128, 160, 192, 224, 256];
 /// Narrow tile widths are multiples of these columns but not of 64. 96 reads B once per
 /// tile where 64x192 tiles read it twice at M around 128, and each block fills 1.75 MB of
