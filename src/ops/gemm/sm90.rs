@@ -497,16 +497,19 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             ),
         ));
     }
-    // Narrow tiles take the plain cooperative schedule, the one verified with their boxes.
+    // Narrow tiles take the plain cooperative schedule, the one verified with their boxes, and
+    // the heights they were verified with on the GPU (96: 64 and 128; 160 and 224: 128).
     let narrow_extras = p.pingpong == Some(true)
         || p.split_k.is_some_and(|k| k != 1)
         || p.multicast.is_some_and(|c| c != 1);
-    if tile_ok && is_narrow(swap, tn) && (tm == 256 || narrow_extras) {
+    let narrow_heights = if tn == 96 { "64 or 128" } else { "128" };
+    let narrow_height_ok = tm == 128 || (tm == 64 && tn == 96);
+    if tile_ok && is_narrow(swap, tn) && (!narrow_height_ok || narrow_extras) {
         out.push((
             Field::Tile,
             format!(
-                "tile n {tn} (not a multiple of 64) takes tile m 64 or 128 and no pingpong, split_k or \
-                 multicast; not [{tm}, {tn}, {tk}] with those"
+                "tile n {tn} (not a multiple of 64) takes tile m {narrow_heights} and no pingpong, \
+                 split_k or multicast; not [{tm}, {tn}, {tk}] with those"
             ),
         ));
     }
@@ -1606,6 +1609,11 @@ mod tests {
         assert!(check(&wide_pingpong)
             .iter()
             .any(|(f, m)| *f == Field::Tile && m.contains("tile n 224 (not a multiple of 64)")));
+        // 160 and 224 were verified with 128 rows only.
+        let mut short = inst(DType::Bf16, DType::Bf16, 160, Layout::Nt);
+        short.params.tile = Some([64, 160, TILE_K]);
+        assert!(check(&short).iter().any(|(f, m)| *f == Field::Tile
+            && m.contains("tile n 160 (not a multiple of 64) takes tile m 128 ")));
     }
 
     #[test]
