@@ -828,28 +828,34 @@ mod tests {
         assert_eq!(o.tile, (64, 192));
     }
 
+    /// Tensor-map members that run, from (tile, split_k) pairs, in the listed order.
+    fn wgmma_group(members: &[((u32, u32), u32)]) -> Vec<GemmOption> {
+        members
+            .iter()
+            .map(|&(tile, split_k)| GemmOption {
+                tile,
+                tensor_maps: true,
+                runs: true,
+                split_k,
+            })
+            .collect()
+    }
+
     #[test]
     fn the_cost_model_picks_128x192_where_the_h100_measured_it_fastest() {
         let h100 = device(9, 0, 132);
         // The default library's bf16 nn wgmma tiles with 128x192 among them.
-        let group: Vec<GemmOption> = [
-            (16, 64),
-            (16, 128),
-            (64, 64),
-            (128, 64),
-            (64, 128),
-            (64, 192),
-            (128, 128),
-            (128, 192),
-            (128, 256),
-        ]
-        .map(|tile| GemmOption {
-            tile,
-            tensor_maps: true,
-            runs: true,
-            split_k: 1,
-        })
-        .to_vec();
+        let group = wgmma_group(&[
+            ((16, 64), 1),
+            ((16, 128), 1),
+            ((64, 64), 1),
+            ((128, 64), 1),
+            ((64, 128), 1),
+            ((64, 192), 1),
+            ((128, 128), 1),
+            ((128, 192), 1),
+            ((128, 256), 1),
+        ]);
         let first = |m, n, k| group[gemm_order(m, n, k, WHOLE, &h100, &group)[0]].tile;
         // `tilegen tune --dry-run` on an H100, every member of gemm_nn_bf16
         // (bench/results/2026-12-05-h100-gemm-128x192-rules.txt): 128x192 was the fastest
@@ -872,33 +878,22 @@ mod tests {
     #[test]
     fn the_cost_model_picks_128x160_where_the_h100_measured_it_fastest() {
         let h100 = device(9, 0, 132);
-        // The default library's bf16 nt wgmma tiles, 128x96 and 128x160 among them.
-        let mut group: Vec<GemmOption> = [
-            (16, 64),
-            (16, 128),
-            (64, 64),
-            (128, 64),
-            (64, 128),
-            (64, 192),
-            (128, 96),
-            (128, 128),
-            (128, 160),
-            (128, 192),
-            (128, 256),
-        ]
-        .map(|tile| GemmOption {
-            tile,
-            tensor_maps: true,
-            runs: true,
-            split_k: 1,
-        })
-        .to_vec();
-        group.push(GemmOption {
-            tile: (128, 64),
-            tensor_maps: true,
-            runs: true,
-            split_k: 2,
-        });
+        // The default library's bf16 nt wgmma tiles, 128x96 and 128x160 among them (split K:
+        // 128x64 in clusters of 2).
+        let group = wgmma_group(&[
+            ((16, 64), 1),
+            ((16, 128), 1),
+            ((64, 64), 1),
+            ((128, 64), 1),
+            ((128, 64), 2),
+            ((64, 128), 1),
+            ((64, 192), 1),
+            ((128, 96), 1),
+            ((128, 128), 1),
+            ((128, 160), 1),
+            ((128, 192), 1),
+            ((128, 256), 1),
+        ]);
         let first = |m, n, k| group[gemm_order(m, n, k, WHOLE, &h100, &group)[0]].tile;
         // `tilegen bench` on an H100 beside 128x192 and 128x256
         // (bench/results/2026-12-05-h100-gemm-128x160-nt.txt): 128x160 was the fastest of the

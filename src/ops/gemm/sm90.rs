@@ -35,16 +35,15 @@ const MIN_RING_DEPTH: u32 = 6;
 /// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256, and the narrow
 /// ones, multiples of 32 columns that are not of 64 (96, 160, 224).
 pub const TILE_NS: &[u32] = &[64, 96, 128, 160, 192, 224, 256];
-/// Narrow tile widths are multiples of these columns but not of 64. 96 reads B once per
-/// tile where 64x192 tiles read it twice at M around 128, and each block fills 1.75 MB of
-/// shared memory per 4096 of K against 2 MB (cuBLAS's kernel for 128x11008x4096 on the H200 has
-/// this tile, bench/hopper-gemm/NOTES.md). 160 and 224 fill the SMs where 128-row tiles of 192
-/// or 256 columns leave a partial round (768x3072: 120 tiles of 128x160 for 132 SMs against
-/// 96 of 128x192). Their B boxes (N-major) and their D boxes (16-bit outputs) are 32 columns
-/// wide, in 64-byte swizzle, and a K-major B comes in one box of all the tile's rows.
-const NARROW_STEP: u32 = 32;
-/// Columns of a narrow tile's N-major B box and of its D box.
-const NARROW_BOX_COLS: u32 = NARROW_STEP;
+/// Columns of a narrow tile's N-major B box and of its D box (32-column boxes, 64-byte
+/// swizzle for 16-bit elements); narrow tile widths are multiples of it but not of 64, and a
+/// narrow tile's K-major B comes in one box of all its rows. 96 reads B once per tile where
+/// 64×192 tiles read it twice at M around 128, and each block fills 1.75 MB of shared memory
+/// per 4096 of K against 2 MB (cuBLAS's kernel for 128×11008×4096 on the H200 has this tile,
+/// bench/hopper-gemm/NOTES.md). 160 and 224 fill the SMs where 128-row tiles of 192 or 256
+/// columns leave a partial round (768×3072: 120 tiles of 128×160 for 132 SMs against 96 of
+/// 128×192).
+const NARROW_BOX_COLS: u32 = 32;
 const CONSUMER_ROWS: u32 = 64;
 /// The deepest ring a spec may ask for (shared memory bounds it before this does).
 const MAX_STAGES: u32 = 16;
@@ -126,9 +125,18 @@ struct Plan {
     pingpong: bool,
 }
 
-/// A narrow tile: wgmma's n a multiple of [`NARROW_STEP`] columns and not of 64, no swap.
+/// A narrow tile: wgmma's n a multiple of [`NARROW_BOX_COLS`] columns and not of 64, no swap.
 fn is_narrow(swap: bool, tile_n: u32) -> bool {
-    !swap && tile_n.is_multiple_of(NARROW_STEP) && !tile_n.is_multiple_of(64)
+    !swap && tile_n.is_multiple_of(NARROW_BOX_COLS) && !tile_n.is_multiple_of(64)
+}
+
+/// The tile heights a narrow width was verified with on the GPU.
+fn narrow_heights(tile_n: u32) -> &'static [u32] {
+    if tile_n == 96 {
+        &[64, 128]
+    } else {
+        &[128]
+    }
 }
 
 /// Consumer warpgroups of a tile of `tile_m` wgmma rows: one per 64 rows, at most two, or
@@ -497,18 +505,22 @@ pub fn check(inst: &Instance) -> Vec<(Field, String)> {
             ),
         ));
     }
-    // Narrow tiles take the plain cooperative schedule, the one verified with their boxes, and
-    // the heights they were verified with on the GPU (96: 64 and 128; 160 and 224: 128).
+    // Narrow tiles take the plain cooperative schedule and the heights verified with their
+    // boxes.
     let narrow_extras = p.pingpong == Some(true)
         || p.split_k.is_some_and(|k| k != 1)
         || p.multicast.is_some_and(|c| c != 1);
-    let narrow_heights = if tn == 96 { "64 or 128" } else { "128" };
-    let narrow_height_ok = tm == 128 || (tm == 64 && tn == 96);
-    if tile_ok && is_narrow(swap, tn) && (!narrow_height_ok || narrow_extras) {
+    let heights = narrow_heights(tn);
+    if tile_ok && is_narrow(swap, tn) && (!heights.contains(&tm) || narrow_extras) {
+        let heights = heights
+            .iter()
+            .map(|h| h.to_string())
+            .collect::<Vec<_>>()
+            .join(" or ");
         out.push((
             Field::Tile,
             format!(
-                "tile n {tn} (not a multiple of 64) takes tile m {narrow_heights} and no pingpong, \
+                "tile n {tn} (not a multiple of 64) takes tile m {heights} and no pingpong, \
                  split_k or multicast; not [{tm}, {tn}, {tk}] with those"
             ),
         ));
