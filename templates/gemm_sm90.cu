@@ -37,7 +37,7 @@
 //   - {{ r }}
 {%- endfor %}
 // Tensor maps (cuTensorMapEncodeTiled; dims innermost first, strides in elements; 128-byte
-// swizzle{% if b_sw64 or d_sw64 %} (64-byte for the boxes of 32 16-bit columns){% endif %}, no interleave, 256-byte L2 promotion, zero fill):
+// swizzle{% if b_tail or d_sw64 %} (64-byte for the boxes of 32 16-bit columns){% endif %}, no interleave, 256-byte L2 promotion, zero fill):
 {%- for m in tensor_maps %}
 //   - {{ m }}
 {%- endfor %}
@@ -77,14 +77,18 @@ constexpr unsigned STAGING_BYTES = {{ staging_bytes }};  // per consumer
 constexpr unsigned BIAS_OFFSET = {{ bias_offset }};  // two slots of a tile's bias as f32 (bias only)
 constexpr unsigned BIAS_SLOT_BYTES = {{ bias_slot_bytes }};
 constexpr unsigned BARRIER_OFFSET = {{ barrier_offset }};
-{%- if b_sw64 %}
-constexpr unsigned B_BOX_BYTES = {{ b_box_rows }}u * 128u;  // N-major B: a box of {{ b_box_rows }} columns by 64 k rows (64-byte rows)
+{%- if b_tail %}
+// N-major B: B_LOADS boxes of 64 columns, then the tile's last 32 columns in a box of 64 k rows
+// of 64-byte rows (b_tail_map), read by a second wgmma of n 32.
+constexpr int B_MAIN_COLS = {{ tile_n - 32 }};
+constexpr unsigned B_TAIL_OFFSET = B_LOADS * BOX_BYTES;
+constexpr unsigned B_TAIL_BYTES = 32u * 128u;
 {%- endif %}
 {%- if d_sw64 %}
 constexpr unsigned D_BOX_BYTES = 64u * D_BOX_COLS * sizeof(OT);  // a D (C) box of 64 rows of 64-byte rows
 {%- endif %}
 static_assert(A_STAGE_BYTES == (unsigned)A_LOADS * {{ a_box_outer }}u * 128u, "A boxes fill the stage");
-static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * {{ b_box_rows }}u * 128u, "B boxes fill the stage");
+static_assert(B_STAGE_BYTES == (unsigned)B_LOADS * {{ b_box_rows }}u * 128u{% if b_tail %} + B_TAIL_BYTES{% endif %}, "B boxes fill the stage");
 {%- if swap %}
 static_assert(STAGING_BYTES == (unsigned)BN * 64u * sizeof(OT), "staging holds D's tile rows x a consumer's 64 columns");
 static_assert(EPI_COLS == 64 && EPI_ROUNDS == 1 && 64 % D_BOX_COLS == 0, "one round of whole boxes");
@@ -119,6 +123,33 @@ __device__ __forceinline__ void tg_tma_store(const TgTensorMap* map, unsigned sr
 }
 {%- endraw %}
 
+{%- if b_tail %}
+{%- set main_regs = acc_regs - 16 %}
+
+// acc[0, {{ main_regs }}) (+)= A(64 x 16, descriptor da) . B(16 x {{ tile_n - 32 }}, descriptor db), the tile's
+// columns before the tail; scale_d = 0 overwrites. Transpose bits: A {{ a_trans }}, B {{ b_trans }} (1 = MN-major operand).
+__device__ __forceinline__ void tg_wgmma(float (&d)[cfg::ACC], unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %{{ main_regs + 2 }}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{{ tile_n - 32 }}k16.f32.{{ wgmma_type }}.{{ wgmma_type }} "
+        "{ {% for i in range(end=main_regs) %}%{{ i }}{% if not loop.last %}, {% endif %}{% endfor %} }, "
+        "%{{ main_regs }}, %{{ main_regs + 1 }}, p, 1, 1, {{ a_trans }}, {{ b_trans }};\n}\n"
+        : {% for i in range(end=main_regs) %}"+f"(d[{{ i }}]){% if not loop.last %}, {% endif %}{% endfor %}
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+// acc[{{ main_regs }}, {{ acc_regs }}) (+)= A . B(16 x 32, descriptor db): the tile's last 32 columns (wgmma's
+// accumulators go 8 columns to 4 registers, so these follow the first wgmma's).
+__device__ __forceinline__ void tg_wgmma_tail(float (&d)[cfg::ACC], unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.{{ wgmma_type }}.{{ wgmma_type }} "
+        "{ {% for i in range(end=16) %}%{{ i }}{% if not loop.last %}, {% endif %}{% endfor %} }, "
+        "%16, %17, p, 1, 1, {{ a_trans }}, {{ b_trans }};\n}\n"
+        : {% for i in range(end=16) %}"+f"(d[{{ main_regs + i }}]){% if not loop.last %}, {% endif %}{% endfor %}
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+{%- else %}
+
 // acc (+)= A(64 x 16, descriptor da) . B(16 x {{ tile_n }}, descriptor db); scale_d = 0 overwrites.
 // Transpose bits: A {{ a_trans }}, B {{ b_trans }} (1 = MN-major operand).
 __device__ __forceinline__ void tg_wgmma(float (&d)[cfg::ACC], unsigned long long da, unsigned long long db, int scale_d) {
@@ -130,6 +161,7 @@ __device__ __forceinline__ void tg_wgmma(float (&d)[cfg::ACC], unsigned long lon
         : {% for i in range(end=acc_regs) %}"+f"(d[{{ i }}]){% if not loop.last %}, {% endif %}{% endfor %}
         : "l"(da), "l"(db), "r"(scale_d));
 }
+{%- endif %}
 
 // Two adjacent output-typed values from shared memory (the residual C, staged by TMA).
 template <typename O> __device__ __forceinline__ void tg_ld_shared_pair(unsigned addr, float& x, float& y) {
@@ -215,7 +247,7 @@ __device__ __forceinline__ unsigned tg_staging_addr(unsigned base, int row, int 
 
 // The whole kernel. Without a residual `c_map` is any map (never read), without a bias `bias`
 // is null, without `scale` `alpha` is 1.
-__device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgTensorMap& b_map, const TgTensorMap& c_map,
+__device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgTensorMap& b_map,{% if b_tail %} const TgTensorMap& b_tail_map,{% endif %} const TgTensorMap& c_map,
                                              const TgTensorMap& d_map, const OT* __restrict__ bias, long long m,
                                              long long n, long long k, float alpha) {
     using namespace cfg;
@@ -288,6 +320,9 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         tg_prefetch_map(&a_map);
         tg_prefetch_map(&b_map);
+{%- if b_tail %}
+        tg_prefetch_map(&b_tail_map);
+{%- endif %}
         if constexpr (TG_HAS_RESIDUAL) tg_prefetch_map(&c_map);
         tg_prefetch_map(&d_map);
     }
@@ -383,9 +418,12 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         } else if (B_K_MAJOR) {
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box);
                         } else {
-                            tg_tma_load(b_dst + box * {% if b_sw64 %}B_BOX_BYTES{% else %}BOX_BYTES{% endif %}, &b_map, full(s), tn * BN + {% if b_sw64 %}{{ b_box_rows }}{% else %}64{% endif %} * box, kb * BK);
+                            tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), tn * BN + 64 * box, kb * BK);
                         }
                     }
+{%- if b_tail %}
+                    tg_tma_load(b_dst + B_TAIL_OFFSET, &b_tail_map, full(s), tn * BN + B_MAIN_COLS, kb * BK);
+{%- endif %}
                     if (++s == {{ ring_end }}) {
                         s = 0;
                         phase ^= 1u;
@@ -526,14 +564,22 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             : tg_desc(a_s + {{ a_slice }} * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         const unsigned long long db = B_K_MAJOR
                             ? tg_desc(b_s + kk * 32, 16, 1024)
-                            : {% if b_sw64 %}tg_desc<2>(b_s + kk * 1024, B_BOX_BYTES, 512){% else %}tg_desc(b_s + kk * 2048, BOX_BYTES, 1024){% endif %};
+                            : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
                         tg_wgmma(acc, da, db, ((kb - kb_begin) | kk) != 0);
+{%- if b_tail %}
+                        // The tail box: one 64-byte swizzle panel of 32 columns, k16 = 16 rows of 64 bytes.
+                        const unsigned long long db_tail = tg_desc<2>(b_s + B_TAIL_OFFSET + kk * 1024, B_TAIL_BYTES, 512);
+                        tg_wgmma_tail(acc, da, db_tail, ((kb - kb_begin) | kk) != 0);
+{%- endif %}
 {%- if units > 1 %}
                         // The consumer's second 64 rows of A, against the same B.
                         const unsigned long long da1 = A_K_MAJOR
                             ? tg_desc(a_s + {{ a_slice1 }} * 64 * 128 + kk * 32, 16, 1024)
                             : tg_desc(a_s + {{ a_slice1 }} * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         tg_wgmma(acc1, da1, db, ((kb - kb_begin) | kk) != 0);
+{%- if b_tail %}
+                        tg_wgmma_tail(acc1, da1, db_tail, ((kb - kb_begin) | kk) != 0);
+{%- endif %}
 {%- endif %}
                     }
                     tg_wgmma_commit();
