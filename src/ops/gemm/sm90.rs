@@ -1564,7 +1564,10 @@ mod tests {
         let nn = inst(DType::F16, DType::F16, 96, Layout::Nn);
         let p = Plan::new(&nn);
         assert!(p.b_tail());
-        assert_eq!((p.b_box_rows(), p.b_loads(), p.b_stage_bytes()), (64, 1, 12288));
+        assert_eq!(
+            (p.b_box_rows(), p.b_loads(), p.b_stage_bytes()),
+            (64, 1, 12288)
+        );
         let b = map(&nn, "b_map");
         assert_eq!(
             (b.box_dims.to_vec(), b.swizzle),
