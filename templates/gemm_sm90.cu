@@ -37,7 +37,7 @@
 //   - {{ r }}
 {%- endfor %}
 // Tensor maps (cuTensorMapEncodeTiled; dims innermost first, strides in elements; 128-byte
-// swizzle{% if b_tail or d_sw64 %} (64-byte for the boxes of 32 16-bit columns){% endif %}, no interleave, 256-byte L2 promotion, zero fill):
+// swizzle{% if b_sw64 or b_tail or d_sw64 %} (64-byte for the boxes of 32 16-bit columns){% endif %}, no interleave, 256-byte L2 promotion, zero fill):
 {%- for m in tensor_maps %}
 //   - {{ m }}
 {%- endfor %}
@@ -77,6 +77,9 @@ constexpr unsigned STAGING_BYTES = {{ staging_bytes }};  // per consumer
 constexpr unsigned BIAS_OFFSET = {{ bias_offset }};  // two slots of a tile's bias as f32 (bias only)
 constexpr unsigned BIAS_SLOT_BYTES = {{ bias_slot_bytes }};
 constexpr unsigned BARRIER_OFFSET = {{ barrier_offset }};
+{%- if b_sw64 %}
+constexpr unsigned B_BOX_BYTES = {{ b_box_rows }}u * 128u;  // N-major B: a box of {{ b_box_rows }} columns by 64 k rows (64-byte rows)
+{%- endif %}
 {%- if b_tail %}
 // N-major B: B_LOADS boxes of 64 columns, then the tile's last 32 columns in a box of 64 k rows
 // of 64-byte rows (b_tail_map), read by a second wgmma of n 32.
@@ -418,7 +421,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                         } else if (B_K_MAJOR) {
                             tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), kb * BK, tn * BN + 64 * box);
                         } else {
-                            tg_tma_load(b_dst + box * BOX_BYTES, &b_map, full(s), tn * BN + 64 * box, kb * BK);
+                            tg_tma_load(b_dst + box * {% if b_sw64 %}B_BOX_BYTES{% else %}BOX_BYTES{% endif %}, &b_map, full(s), tn * BN + {% if b_sw64 %}{{ b_box_rows }}{% else %}64{% endif %} * box, kb * BK);
                         }
                     }
 {%- if b_tail %}
@@ -564,7 +567,7 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             : tg_desc(a_s + {{ a_slice }} * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         const unsigned long long db = B_K_MAJOR
                             ? tg_desc(b_s + kk * 32, 16, 1024)
-                            : tg_desc(b_s + kk * 2048, BOX_BYTES, 1024);
+                            : {% if b_sw64 %}tg_desc<2>(b_s + kk * 1024, B_BOX_BYTES, 512){% else %}tg_desc(b_s + kk * 2048, BOX_BYTES, 1024){% endif %};
                         tg_wgmma(acc, da, db, ((kb - kb_begin) | kk) != 0);
 {%- if b_tail %}
                         // The tail box: one 64-byte swizzle panel of 32 columns, k16 = 16 rows of 64 bytes.

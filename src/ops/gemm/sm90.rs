@@ -35,16 +35,20 @@ const MIN_RING_DEPTH: u32 = 6;
 /// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256, and the narrow
 /// ones, multiples of 32 columns that are not of 64 (96, 160, 224).
 pub const TILE_NS: &[u32] = &[64, 96, 128, 160, 192, 224, 256];
-/// Columns of a narrow tile's last N-major B box and of its D box (32-column boxes, 64-byte
-/// swizzle for 16-bit elements); narrow tile widths are multiples of it but not of 64. A narrow
-/// tile's N-major B comes in 64-column boxes and one 32-column tail box with a map of its own,
-/// its K-major B in one box of all its rows. 96 reads B once per tile where
+/// Columns of a narrow tile's N-major B boxes and of its D box (32-column boxes, 64-byte
+/// swizzle for 16-bit elements); narrow tile widths are multiples of it but not of 64, and a
+/// narrow tile's K-major B comes in one box of all its rows. 96 reads B once per tile where
 /// 64×192 tiles read it twice at M around 128, and each block fills 1.75 MB of shared memory
 /// per 4096 of K against 2 MB (cuBLAS's kernel for 128×11008×4096 on the H200 has this tile,
 /// bench/hopper-gemm/NOTES.md). 160 and 224 fill the SMs where 128-row tiles of 192 or 256
 /// columns leave a partial round (768×3072: 120 tiles of 128×160 for 132 SMs against 96 of
 /// 128×192).
 const NARROW_BOX_COLS: u32 = 32;
+/// Narrow widths whose N-major B comes in 64-column boxes and one 32-column tail box (see
+/// `Plan::b_tail`): 128x160 s5 took 0.78x the time it took with every box 32 columns wide,
+/// 128x224 s3 1.14-1.18x (H100, bench/results/2026-12-06-h100-gemm-nn-tail.txt); 96 was not
+/// timed that way.
+const B_TAIL_WIDTHS: &[u32] = &[160];
 const CONSUMER_ROWS: u32 = 64;
 /// The deepest ring a spec may ask for (shared memory bounds it before this does).
 const MAX_STAGES: u32 = 16;
@@ -260,19 +264,27 @@ impl Plan {
     /// narrow tile's K-major B in one box) and such boxes per stage. Every box holds
     /// `b_box_rows` × 128 bytes.
     fn b_box_rows(&self) -> u32 {
-        if self.narrow() && self.b_k_major {
-            self.tile_n
-        } else {
-            self.tile_n.min(64)
+        match (self.narrow(), self.b_k_major) {
+            (true, true) => self.tile_n,
+            (true, false) if !self.b_tail() => NARROW_BOX_COLS,
+            _ => self.tile_n.min(64),
         }
     }
-    /// A narrow tile's N-major B: its last 32 columns come through `b_tail_map` in one box of
-    /// 64-byte rows (64-byte swizzle), read by a wgmma of n 32 beside the one of n `tile_n -
-    /// 32` over the 64-column boxes before it, in 128-byte swizzle as every other tile's.
-    /// Reading all of 128x160's B as 64-byte-swizzled boxes of 32 columns ran 1.3-1.6x as
-    /// long as with B stored N x K (H100, bench/hopper-gemm/NOTES.md, 2026-12-05).
+    /// The swizzle of B's map and of wgmma's B descriptor: rows of 64 bytes (32 columns) for a
+    /// narrow tile's N-major B in boxes of 32 columns, else 128.
+    fn b_swizzle(&self) -> Swizzle {
+        if self.narrow() && !self.b_k_major && !self.b_tail() {
+            Swizzle::B64
+        } else {
+            Swizzle::B128
+        }
+    }
+    /// A narrow tile's N-major B of one of [`B_TAIL_WIDTHS`]: its last 32 columns come through
+    /// `b_tail_map` in one box of 64-byte rows (64-byte swizzle), read by a wgmma of n 32 beside
+    /// the one of n `tile_n - 32` over the 64-column boxes before it, in 128-byte swizzle as
+    /// every other tile's.
     fn b_tail(&self) -> bool {
-        self.narrow() && !self.b_k_major
+        self.narrow() && !self.b_k_major && B_TAIL_WIDTHS.contains(&self.tile_n)
     }
     /// Bytes of a row of D's (and C's) box in the staging buffer, and the maps' swizzle: 64
     /// for a narrow tile's 16-bit output, else 128.
@@ -660,10 +672,27 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
         ..TensorMap::tiled_2d(name, tensor, inst.dtype, dims, ld, box_dims, Swizzle::B128)
     };
     // K-major operands come in boxes of the rows a stage needs, MN-major ones in boxes of 64 k
-    // rows by 64 of m (or n; a narrow tile's last 32 columns of B through their own map, in
-    // 64-byte swizzle). With a swap, B's columns are wgmma's m and A's rows its n.
+    // rows by 64 of m (or n; 32 for a narrow tile's B, in 64-byte swizzle, or with a tail only
+    // its last 32 columns, through their own map). With a swap, B's columns are wgmma's m and
+    // A's rows its n.
     let k_major_b = |rows| operand("b_map", "b", ["k", "n"], "ldb", [TILE_K, rows]);
-    let n_major_b = operand("b_map", "b", ["n", "k"], "ldb", [64, TILE_K]);
+    let n_major_b = TensorMap {
+        swizzle: plan.b_swizzle(),
+        ..operand(
+            "b_map",
+            "b",
+            ["n", "k"],
+            "ldb",
+            [
+                if plan.narrow() && !plan.b_tail() {
+                    NARROW_BOX_COLS
+                } else {
+                    64
+                },
+                TILE_K,
+            ],
+        )
+    };
     let (a, b) = if plan.swap {
         let b = if plan.a_k_major {
             k_major_b(plan.a_box_outer)
@@ -862,6 +891,7 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("sm90_args", crate::ops::forward_args(inst, &args).into()),
         ("swap", plan.swap.into()),
         ("b_box_rows", plan.b_box_rows().into()),
+        ("b_sw64", (plan.b_swizzle() == Swizzle::B64).into()),
         ("b_tail", plan.b_tail().into()),
         ("d_sw64", (plan.d_swizzle() == Swizzle::B64).into()),
         ("out_f32", (inst.out_dtype == DType::F32).into()),
@@ -1559,28 +1589,20 @@ mod tests {
             (d.box_dims.to_vec(), d.swizzle),
             (vec![32, 64], Swizzle::B64)
         );
-        // N-major B (nn): one box of 64 columns by 64 k rows in 128-byte swizzle, then the
-        // last 32 columns through the tail map, 64-byte swizzle; the tail map follows B's.
+        // N-major B (nn): three boxes of 32 columns by 64 k rows, 64-byte swizzle.
         let nn = inst(DType::F16, DType::F16, 96, Layout::Nn);
         let p = Plan::new(&nn);
-        assert!(p.b_tail());
+        assert!(!p.b_tail());
         assert_eq!(
-            (p.b_box_rows(), p.b_loads(), p.b_stage_bytes()),
-            (64, 1, 12288)
+            (p.b_box_rows(), p.b_loads(), p.b_swizzle()),
+            (32, 3, Swizzle::B64)
         );
         let b = map(&nn, "b_map");
         assert_eq!(
             (b.box_dims.to_vec(), b.swizzle),
-            (vec![64, 64], Swizzle::B128)
+            (vec![32, 64], Swizzle::B64)
         );
-        let tail = map(&nn, "b_tail_map");
-        assert_eq!(
-            (tail.box_dims.to_vec(), tail.swizzle, tail.tensor.as_str()),
-            (vec![32, 64], Swizzle::B64, "b")
-        );
-        let names: Vec<String> = tensor_maps(&nn).into_iter().map(|m| m.name).collect();
-        assert_eq!(names, ["a_map", "b_map", "b_tail_map", "d_map"]);
-        assert!(!Plan::new(&nt).b_tail());
+        assert_eq!(tensor_maps(&nn).len(), 3);
         // f32 D: 32 columns are 128 bytes, so the usual swizzle.
         let f32_out = inst(DType::Bf16, DType::F32, 96, Layout::Nt);
         let d = map(&f32_out, "d_map");
@@ -1592,7 +1614,10 @@ mod tests {
         let wide = inst(DType::Bf16, DType::Bf16, 192, Layout::Nn);
         let p = Plan::new(&wide);
         assert!(!p.narrow() && !p.b_tail());
-        assert_eq!((p.b_box_rows(), p.d_swizzle()), (64, Swizzle::B128));
+        assert_eq!(
+            (p.b_box_rows(), p.b_swizzle(), p.d_swizzle()),
+            (64, Swizzle::B128, Swizzle::B128)
+        );
         assert_eq!(map(&wide, "b_map").box_dims.to_vec(), vec![64, 64]);
         assert_eq!(tensor_maps(&wide).len(), 3);
         // 128x96 with 6 stages fits beside its staging and bias slots.
@@ -1639,22 +1664,46 @@ mod tests {
     }
 
     #[test]
-    fn wider_narrow_tiles_take_a_32_column_tail() {
+    fn wider_narrow_tiles_take_a_tail_or_32_column_boxes() {
         let map =
             |i: &Instance, name: &str| tensor_maps(i).into_iter().find(|m| m.name == name).unwrap();
         for (tile_n, stages) in [(160, 5), (224, 3)] {
-            // N-major B: (tile_n - 32) / 64 boxes of 64 columns, then the 32-column tail box.
             let mut nn = inst(DType::Bf16, DType::Bf16, tile_n, Layout::Nn);
             nn.params.stages = Some(stages);
             nn.epilogue = vec![Epilogue::Bias, Epilogue::Gelu];
             let p = Plan::new(&nn);
-            assert!(p.narrow() && p.b_tail());
-            assert_eq!(
-                (p.b_box_rows(), p.b_loads(), p.b_stage_bytes()),
-                (64, tile_n / 64, tile_n * 128)
-            );
-            assert_eq!(map(&nn, "b_map").box_dims.to_vec(), vec![64, 64]);
-            assert_eq!(map(&nn, "b_tail_map").box_dims.to_vec(), vec![32, 64]);
+            assert!(p.narrow());
+            let names: Vec<String> = tensor_maps(&nn).into_iter().map(|m| m.name).collect();
+            if tile_n == 160 {
+                // N-major B: two boxes of 64 columns in 128-byte swizzle, then the last 32
+                // columns through the tail map (64-byte swizzle), passed after B's.
+                assert!(p.b_tail());
+                assert_eq!(
+                    (
+                        p.b_box_rows(),
+                        p.b_loads(),
+                        p.b_swizzle(),
+                        p.b_stage_bytes()
+                    ),
+                    (64, 2, Swizzle::B128, 160 * 128)
+                );
+                assert_eq!(map(&nn, "b_map").box_dims.to_vec(), vec![64, 64]);
+                let tail = map(&nn, "b_tail_map");
+                assert_eq!(
+                    (tail.box_dims.to_vec(), tail.swizzle, tail.tensor.as_str()),
+                    (vec![32, 64], Swizzle::B64, "b")
+                );
+                assert_eq!(names, ["a_map", "b_map", "b_tail_map", "d_map"]);
+            } else {
+                // N-major B: tile_n / 32 boxes of 32 columns by 64 k rows, 64-byte swizzle.
+                assert!(!p.b_tail());
+                assert_eq!(
+                    (p.b_box_rows(), p.b_loads(), p.b_swizzle()),
+                    (32, tile_n / 32, Swizzle::B64)
+                );
+                assert_eq!(map(&nn, "b_map").box_dims.to_vec(), vec![32, 64]);
+                assert_eq!(names, ["a_map", "b_map", "d_map"]);
+            }
             // 16-bit D: one round of tile_n / 32 boxes of 32 columns.
             assert_eq!(
                 (p.d_box_cols, p.epi_rounds, p.epi_cols, p.d_swizzle()),
