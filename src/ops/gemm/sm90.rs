@@ -35,9 +35,10 @@ const MIN_RING_DEPTH: u32 = 6;
 /// Tile widths (the wgmma n): multiples of the 64-column TMA box, at most 256, and the narrow
 /// ones, multiples of 32 columns that are not of 64 (96, 160, 224).
 pub const TILE_NS: &[u32] = &[64, 96, 128, 160, 192, 224, 256];
-/// Columns of a narrow tile's N-major B boxes and of its D box (32-column boxes, 64-byte
-/// swizzle for 16-bit elements); narrow tile widths are multiples of it but not of 64, and a
-/// narrow tile's K-major B comes in one box of all its rows. 96 reads B once per tile where
+/// Columns of a narrow tile's N-major B boxes (with a tail, of its last box only) and of its D
+/// box (32-column boxes, 64-byte swizzle for 16-bit elements); narrow tile widths are
+/// multiples of it but not of 64, and a narrow tile's K-major B comes in one box of all its
+/// rows. 96 reads B once per tile where
 /// 64×192 tiles read it twice at M around 128, and each block fills 1.75 MB of shared memory
 /// per 4096 of K against 2 MB (cuBLAS's kernel for 128×11008×4096 on the H200 has this tile,
 /// bench/hopper-gemm/NOTES.md). 160 and 224 fill the SMs where 128-row tiles of 192 or 256
@@ -45,8 +46,8 @@ pub const TILE_NS: &[u32] = &[64, 96, 128, 160, 192, 224, 256];
 /// 128×192).
 const NARROW_BOX_COLS: u32 = 32;
 /// Narrow widths whose N-major B comes in 64-column boxes and one 32-column tail box (see
-/// `Plan::b_tail`): 128x160 s5 took 0.78x the time it took with every box 32 columns wide,
-/// 128x224 s3 1.14-1.18x (H100, bench/results/2026-12-06-h100-gemm-nn-tail.txt); 96 was not
+/// `Plan::b_tail`): 128x160 s5 took 0.78-0.79x the time it took with every box 32 columns wide,
+/// 128x224 s3 1.13-1.18x (H100, bench/results/2026-12-06-h100-gemm-nn-tail.txt); 96 was not
 /// timed that way.
 const B_TAIL_WIDTHS: &[u32] = &[160];
 const CONSUMER_ROWS: u32 = 64;
@@ -872,8 +873,8 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
     } else {
         ("a_map", "b_map", "m", "n")
     };
-    // A narrow tile's N-major B has a second map, passed after B's (only there, so that the
-    // other kernels' source stays as it was).
+    // B's tail has a map of its own, passed after B's (only there, so that the other
+    // kernels' source stays as it was).
     let mut args = vec![(op_a, op_a), (op_b, op_b)];
     if plan.b_tail() {
         args.push(("b_tail_map", "b_tail_map"));
