@@ -262,8 +262,8 @@ impl Plan {
         is_narrow(self.swap, self.tile_n)
     }
     /// Rows of a box of wgmma's B through `b_map` (the tile's columns, at most 64 a box; a
-    /// narrow tile's K-major B in one box) and such boxes per stage. Every box holds
-    /// `b_box_rows` × 128 bytes.
+    /// narrow tile's K-major B in one box, its N-major B in boxes of 32 columns, or of 64 with a
+    /// tail) and such boxes per stage. Every box holds `b_box_rows` × 128 bytes.
     fn b_box_rows(&self) -> u32 {
         match (self.narrow(), self.b_k_major) {
             (true, true) => self.tile_n,
