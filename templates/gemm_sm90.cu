@@ -580,9 +580,6 @@ __device__ __forceinline__ void tg_gemm_sm90(const TgTensorMap& a_map, const TgT
                             ? tg_desc(a_s + {{ a_slice1 }} * 64 * 128 + kk * 32, 16, 1024)
                             : tg_desc(a_s + {{ a_slice1 }} * BOX_BYTES + kk * 2048, BOX_BYTES, 1024);
                         tg_wgmma(acc1, da1, db, ((kb - kb_begin) | kk) != 0);
-{%- if b_tail %}
-                        tg_wgmma_tail(acc1, da1, db_tail, ((kb - kb_begin) | kk) != 0);
-{%- endif %}
 {%- endif %}
                     }
                     tg_wgmma_commit();

@@ -267,14 +267,14 @@ impl Plan {
     fn b_box_rows(&self) -> u32 {
         match (self.narrow(), self.b_k_major) {
             (true, true) => self.tile_n,
-            (true, false) if !self.b_tail() => NARROW_BOX_COLS,
+            (true, false) if self.b_narrow_boxes() => NARROW_BOX_COLS,
             _ => self.tile_n.min(64),
         }
     }
     /// The swizzle of B's map and of wgmma's B descriptor: rows of 64 bytes (32 columns) for a
     /// narrow tile's N-major B in boxes of 32 columns, else 128.
     fn b_swizzle(&self) -> Swizzle {
-        if self.narrow() && !self.b_k_major && !self.b_tail() {
+        if self.b_narrow_boxes() {
             Swizzle::B64
         } else {
             Swizzle::B128
@@ -286,6 +286,10 @@ impl Plan {
     /// every other tile's.
     fn b_tail(&self) -> bool {
         self.narrow() && !self.b_k_major && B_TAIL_WIDTHS.contains(&self.tile_n)
+    }
+    /// A narrow tile's N-major B without a tail: all of it in boxes of 32 columns.
+    fn b_narrow_boxes(&self) -> bool {
+        self.narrow() && !self.b_k_major && !self.b_tail()
     }
     /// Bytes of a row of D's (and C's) box in the staging buffer, and the maps' swizzle: 64
     /// for a narrow tile's 16-bit output, else 128.
@@ -685,7 +689,7 @@ pub fn tensor_maps(inst: &Instance) -> Vec<TensorMap> {
             ["n", "k"],
             "ldb",
             [
-                if plan.narrow() && !plan.b_tail() {
+                if plan.b_narrow_boxes() {
                     NARROW_BOX_COLS
                 } else {
                     64
@@ -876,6 +880,9 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
     // B's tail has a map of its own, passed after B's (only there, so that the other
     // kernels' source stays as it was).
     let mut args = vec![(op_a, op_a), (op_b, op_b)];
+    // The template issues the tail's wgmma for a consumer's one 64-row slice only (narrow
+    // tiles take at most 128 rows, `narrow_heights`).
+    debug_assert!(!plan.b_tail() || plan.units() == 1);
     if plan.b_tail() {
         args.push(("b_tail_map", "b_tail_map"));
     }
