@@ -125,46 +125,28 @@ __device__ __forceinline__ void tg_tma_store(const TgTensorMap* map, unsigned sr
                  "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 {%- endraw %}
-
 {%- if b_tail %}
-{%- set main_regs = acc_regs - 16 %}
 
-// acc[0, {{ main_regs }}) (+)= A(64 x 16, descriptor da) . B(16 x {{ tile_n - 32 }}, descriptor db), the tile's
-// columns before the tail; scale_d = 0 overwrites. Transpose bits: A {{ a_trans }}, B {{ b_trans }} (1 = MN-major operand).
-__device__ __forceinline__ void tg_wgmma(float (&d)[cfg::ACC], unsigned long long da, unsigned long long db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %{{ main_regs + 2 }}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{{ tile_n - 32 }}k16.f32.{{ wgmma_type }}.{{ wgmma_type }} "
-        "{ {% for i in range(end=main_regs) %}%{{ i }}{% if not loop.last %}, {% endif %}{% endfor %} }, "
-        "%{{ main_regs }}, %{{ main_regs + 1 }}, p, 1, 1, {{ a_trans }}, {{ b_trans }};\n}\n"
-        : {% for i in range(end=main_regs) %}"+f"(d[{{ i }}]){% if not loop.last %}, {% endif %}{% endfor %}
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-// acc[{{ main_regs }}, {{ acc_regs }}) (+)= A . B(16 x 32, descriptor db): the tile's last 32 columns (wgmma's
-// accumulators go 8 columns to 4 registers, so these follow the first wgmma's).
-__device__ __forceinline__ void tg_wgmma_tail(float (&d)[cfg::ACC], unsigned long long da, unsigned long long db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.{{ wgmma_type }}.{{ wgmma_type }} "
-        "{ {% for i in range(end=16) %}%{{ i }}{% if not loop.last %}, {% endif %}{% endfor %} }, "
-        "%16, %17, p, 1, 1, {{ a_trans }}, {{ b_trans }};\n}\n"
-        : {% for i in range(end=16) %}"+f"(d[{{ main_regs + i }}]){% if not loop.last %}, {% endif %}{% endfor %}
-        : "l"(da), "l"(db), "r"(scale_d));
-}
+// tg_wgmma: acc[0, {{ acc_regs - 16 }}) (+)= A(64 x 16, descriptor da) . B(16 x {{ tile_n - 32 }}, descriptor db), the
+// tile's columns before the tail; tg_wgmma_tail: acc[{{ acc_regs - 16 }}, {{ acc_regs }}) (+)= A . B(16 x 32), its last
+// 32 columns (b_tail_map; wgmma's accumulators go 8 columns to 4 registers, so these follow).
+// scale_d = 0 overwrites. Transpose bits: A {{ a_trans }}, B {{ b_trans }} (1 = MN-major operand).
 {%- else %}
 
 // acc (+)= A(64 x 16, descriptor da) . B(16 x {{ tile_n }}, descriptor db); scale_d = 0 overwrites.
 // Transpose bits: A {{ a_trans }}, B {{ b_trans }} (1 = MN-major operand).
-__device__ __forceinline__ void tg_wgmma(float (&d)[cfg::ACC], unsigned long long da, unsigned long long db, int scale_d) {
+{%- endif %}
+{%- for part in wgmma_parts %}
+__device__ __forceinline__ void {{ part.name }}(float (&d)[cfg::ACC], unsigned long long da, unsigned long long db, int scale_d) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %{{ acc_regs + 2 }}, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n{{ tile_n }}k16.f32.{{ wgmma_type }}.{{ wgmma_type }} "
-        "{ {% for i in range(end=acc_regs) %}%{{ i }}{% if not loop.last %}, {% endif %}{% endfor %} }, "
-        "%{{ acc_regs }}, %{{ acc_regs + 1 }}, p, 1, 1, {{ a_trans }}, {{ b_trans }};\n}\n"
-        : {% for i in range(end=acc_regs) %}"+f"(d[{{ i }}]){% if not loop.last %}, {% endif %}{% endfor %}
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %{{ part.regs + 2 }}, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n{{ part.n }}k16.f32.{{ wgmma_type }}.{{ wgmma_type }} "
+        "{ {% for i in range(end=part.regs) %}%{{ i }}{% if not loop.last %}, {% endif %}{% endfor %} }, "
+        "%{{ part.regs }}, %{{ part.regs + 1 }}, p, 1, 1, {{ a_trans }}, {{ b_trans }};\n}\n"
+        : {% for i in range(end=part.regs) %}"+f"(d[{{ part.first + i }}]){% if not loop.last %}, {% endif %}{% endfor %}
         : "l"(da), "l"(db), "r"(scale_d));
 }
-{%- endif %}
+{%- endfor %}
 
 // Two adjacent output-typed values from shared memory (the residual C, staged by TMA).
 template <typename O> __device__ __forceinline__ void tg_ld_shared_pair(unsigned addr, float& x, float& y) {

@@ -336,8 +336,25 @@ pub fn template_values(inst: &Instance) -> Vec<(&'static str, serde_json::Value)
         ("k", "k"),
         ("alpha", "1.0f"),
     ]);
+    // The wgmma wrappers (name, n, first accumulator): one of the tile's width, or with a tail
+    // one of the columns before it and one of its 32, whose accumulators follow (wgmma's go 8
+    // columns to 4 registers).
+    let wgmma_part = |name: &str, n: u32, first: u32| {
+        let regs = n / 2;
+        serde_json::json!({ "name": name, "n": n, "regs": regs, "first": first })
+    };
+    let wgmma_parts = if plan.b_tail() {
+        let main = plan.tile_n - NARROW_BOX_COLS;
+        vec![
+            wgmma_part("tg_wgmma", main, 0),
+            wgmma_part("tg_wgmma_tail", NARROW_BOX_COLS, main / 2),
+        ]
+    } else {
+        vec![wgmma_part("tg_wgmma", plan.tile_n, 0)]
+    };
     vec![
         ("sm90_args", crate::ops::forward_args(inst, &args).into()),
+        ("wgmma_parts", wgmma_parts.into()),
         ("swap", plan.swap.into()),
         ("b_box_rows", plan.b_box_rows().into()),
         ("b_sw64", (plan.b_swizzle() == Swizzle::B64).into()),
